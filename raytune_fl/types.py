@@ -1,0 +1,30 @@
+"""Typed records that cross the client/server boundary (no string-keyed message dicts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# A model's state_dict as numpy arrays, in the module's own order. Numpy (not torch) because Ray's
+# object store reads numpy zero-copy, and because aggregators are plain array maths.
+Weights = dict[str, np.ndarray]
+
+
+@dataclass
+class ClientUpdate:
+    """What one client returns after local training in one round."""
+
+    client_id: int
+    num_samples: int  # local training samples: FedAvg's weight
+    num_steps: int  # optimiser steps taken (FedNova needs it)
+    delta: Weights  # local - global, floating-point entries only
+    buffers: Weights  # non-float entries (BatchNorm's num_batches_tracked) as they ended locally
+    metrics: dict[str, float]  # per-batch means: loss, ce, term_<name>
+    state: Any = None  # per-client method state, kept by the server between rounds
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def is_float_entry(array: np.ndarray) -> bool:
+    return np.issubdtype(array.dtype, np.floating)
