@@ -141,7 +141,8 @@ class Federation:
             for round_index in range(start_round, exp.rounds + 1):
                 started = time.perf_counter()
                 clients = sample_clients(self.data.num_clients, exp.participation, exp.seed, round_index)
-                updates = pool.train(clients, round_index, self.weights)
+                # client order, not arrival order: float sums must not depend on which actor was faster
+                updates = sorted(pool.train(clients, round_index, self.weights), key=lambda u: u.client_id)
                 self.weights = self.method.aggregate(self.weights, updates)
                 metrics = {
                     "round": round_index,

@@ -82,13 +82,12 @@ class StudyTracker:
         for start in range(0, len(items), 100):  # MLflow caps a batch at 100 params
             self.client.log_batch(run_id, params=items[start : start + 100])
 
-    def finish_parent(self, run_id: str, summary: dict[str, Any], status: str = "FINISHED") -> None:
-        metrics = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+    def finish_parent(
+        self, run_id: str, metrics: dict[str, float], tags: dict[str, Any], status: str = "FINISHED"
+    ) -> None:
         now = int(time.time() * 1000)
-        self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
-        tags = [RunTag(k, _param_value(v)) for k, v in summary.items() if k not in metrics]
-        if tags:
-            self.client.log_batch(run_id, tags=tags)
+        finite = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(v)]
+        self.client.log_batch(run_id, metrics=finite, tags=[RunTag(k, _param_value(v)) for k, v in tags.items()])
         self.client.set_terminated(run_id, status)
 
     def trial_logger(

@@ -198,12 +198,13 @@ def run_variant(
         if tracker is not None and parent_run_id is not None:
             if logger is not None:
                 logger.close_open_runs()
-            summary: dict[str, Any] = {"wall_time_s": time.time() - started}
+            metrics: dict[str, float] = {"wall_time_s": time.time() - started}
+            tags: dict[str, Any] = {}
             if status == "FINISHED":
-                summary.update({f"best_{k}": v for k, v in outcome.best_metrics.items()})
-                summary.update({f"best.{k}": v for k, v in outcome.best_params.items()})
-                summary.update({f"trials_{k}": v for k, v in outcome.trials.items()})
-            tracker.finish_parent(parent_run_id, summary, status)
+                metrics.update({f"best_{k}": v for k, v in outcome.best_metrics.items()})
+                metrics.update({f"trials_{k}": v for k, v in outcome.trials.items()})
+                tags = {f"best.{k}": v for k, v in outcome.best_params.items()}
+            tracker.finish_parent(parent_run_id, metrics, tags, status)
 
 
 def summarise(

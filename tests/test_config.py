@@ -1,0 +1,137 @@
+"""Search-space validation: good files load; bad values fail with a message naming the field."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from raytune_fl.cli import main
+from raytune_fl.config import ConfigError, ExperimentConfig, load_space, override, parse_space
+
+from .conftest import REPO, tiny_space
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "search_spaces").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_search_spaces_load(path):
+    space = load_space(path)
+    assert space.variants
+    assert space.tune.metric.startswith("val_")  # tuning never selects on the test set
+
+
+def test_defaults_are_the_papers_setting():
+    base = ExperimentConfig()
+    assert (base.dataset, base.model, base.partition.kind, base.partition.alpha) == (
+        "mnist5k",
+        "simple_cnn",
+        "dirichlet",
+        0.1,
+    )
+    assert base.resources.gpus_per_actor == 0
+
+
+def _mutate(path: str, value):
+    data = copy.deepcopy(tiny_space())
+    node = data
+    *parents, leaf = path.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is _DELETE:
+        del node[leaf]
+    else:
+        node[leaf] = value
+    return data
+
+
+_DELETE = object()
+
+BAD = [
+    ("variants.full.method", "fedmagic", ["variants.full", "unknown method 'fedmagic'", "fedavg", "univarfl"]),
+    ("variants.full.search.mu", {"loguniform": [1.0, 0.1]}, ["variants.full.search.mu", "low < high"]),
+    ("variants.full.search.mu", {"loguniform": [0.0, 1.0]}, ["variants.full.search.mu", "low > 0"]),
+    ("variants.full.search.mu", {"uniform": [0, 1], "choice": [1]}, ["variants.full.search.mu", "exactly one"]),
+    ("variants.full.search.gamma", {"uniform": [0, 1]}, ["search.gamma", "no hyperparameter 'gamma'", "mu"]),
+    ("variants.full.fixed", {"mu": 0.1}, ["both fixed and searched"]),
+    ("variants", {}, ["variants"]),
+    ("base.partition.alpha", 0, ["base.partition.alpha", "greater than 0"]),
+    ("base.partition.alpha", -1.0, ["base.partition.alpha"]),
+    ("base.partition.clients", 0, ["base.partition.clients"]),
+    ("base.partition.kind", "shards9", ["partition.kind", "unknown partitioner", "dirichlet", "iid"]),
+    ("base.dataset", "imagenet22k", ["dataset", "unknown dataset", "mnist5k", "digits"]),
+    ("base.model", "vit_huge", ["model", "unknown model", "simple_cnn"]),
+    ("base.participation", 1.5, ["base.participation", "less than or equal to 1"]),
+    ("base.participation", 0, ["base.participation"]),
+    ("base.rounds", 0, ["base.rounds"]),
+    ("base.batch_size", 1, ["base.batch_size"]),
+    ("base.optimizer.lr", -0.1, ["base.optimizer.lr"]),
+    ("base.resources.gpus_per_actor", -1, ["base.resources.gpus_per_actor"]),
+    ("base.rouns", 5, ["base.rouns", "Extra inputs are not permitted"]),
+    ("tune.metric", "test_acc", ["tune.metric", "val_acc"]),
+    ("tune.num_samples", 0, ["tune.num_samples"]),
+    ("name", "", ["name"]),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "expected"), BAD, ids=[f"{p}={v}" for p, v, _ in BAD])
+def test_bad_value_names_the_field(path, value, expected):
+    with pytest.raises(ConfigError) as caught:
+        parse_space(_mutate(path, value), "space.yaml")
+    message = str(caught.value)
+    for fragment in expected:
+        assert fragment in message, message
+
+
+def test_negative_hyperparameter_is_rejected_when_the_method_is_built():
+    from raytune_fl.methods import build_method
+
+    with pytest.raises(ValueError, match="mu: must be a number >= 0"):
+        build_method("fedprox", {"mu": -1.0}, num_classes=10)
+    with pytest.raises(ValueError, match="sigma"):
+        build_method("feduv", {"sigma": 0}, num_classes=10)
+
+
+def test_override_revalidates():
+    space = parse_space(tiny_space())
+    assert override(space, {"base.rounds": 7}).base.rounds == 7
+    with pytest.raises(ConfigError, match="base.rounds"):
+        override(space, {"base.rounds": 0})
+
+
+def _write(tmp_path, data) -> str:
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("extra_args", "expected"),
+    [
+        (["--rounds", "0"], "base.rounds"),
+        (["--num-samples", "0"], "tune.num_samples"),
+        (["--variants", "full,nope"], "--variants: unknown variant(s) nope; the file has: fedavg, full"),
+    ],
+)
+def test_cli_rejects_bad_values_without_traceback(tmp_path, capsys, extra_args, expected):
+    code = main(["--space", _write(tmp_path, tiny_space()), "--storage", str(tmp_path / "r"), *extra_args])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert expected in err
+    assert "Traceback" not in err
+
+
+def test_cli_missing_file_and_bad_yaml(tmp_path, capsys):
+    assert main(["--space", str(tmp_path / "missing.yaml")]) == 2
+    assert "--space: no such file" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    assert main(["--space", str(bad)]) == 2
+    assert "not valid YAML" in capsys.readouterr().err
+
+
+def test_cli_unwritable_storage(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code = main(["--space", _write(tmp_path, tiny_space()), "--storage", str(blocker / "sub")])
+    assert code == 2
+    assert "--storage: cannot write" in capsys.readouterr().err

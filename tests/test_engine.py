@@ -1,0 +1,103 @@
+"""The round driver: data preparation, client sampling, determinism in-process and on Ray actors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from raytune_fl.config import ExperimentConfig, ResourcesConfig
+from raytune_fl.engine.federation import Federation, prepare_data, sample_clients
+
+EXPERIMENT = ExperimentConfig.model_validate(
+    {
+        "dataset": "digits",
+        "partition": {"kind": "dirichlet", "alpha": 0.3, "clients": 4, "min_size": 20, "seed": 1},
+        "rounds": 2,
+        "batch_size": 32,
+        "resources": {"actors": 2, "cpus_per_actor": 1},
+    }
+)
+
+
+def test_client_train_and_validation_parts_are_disjoint_and_complete():
+    data = prepare_data(EXPERIMENT)
+    everything = np.concatenate(data.train_parts + data.val_parts)
+    assert len(everything) == len(np.unique(everything)) == len(data.dataset.y_train)
+    for train, val in zip(data.train_parts, data.val_parts):
+        assert len(val) == round(0.1 * (len(train) + len(val)))
+    assert np.array_equal(data.val_indices, np.sort(np.concatenate(data.val_parts)))
+
+
+def test_client_sampling_is_seeded_and_sized():
+    picks = [sample_clients(100, 0.1, seed=3, round_index=r) for r in (1, 2)]
+    assert all(len(p) == 10 and p == sorted(set(p)) for p in picks)
+    assert picks[0] != picks[1]
+    assert sample_clients(100, 0.1, seed=3, round_index=1) == picks[0]
+    assert sample_clients(10, 1.0, seed=0, round_index=5) == list(range(10))
+    assert sample_clients(10, 0.01, seed=0, round_index=1).__len__() == 1  # at least one client
+
+
+def _run(experiment: ExperimentConfig, method: str, params: dict, pool_factory=None) -> list[dict]:
+    rows: list[dict] = []
+    kwargs = {} if pool_factory is None else {"pool_factory": pool_factory}
+    Federation(experiment, method, params, **kwargs).run(rows.append)
+    return [{k: v for k, v in row.items() if not k.endswith("_s")} for row in rows]  # drop timings
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # the actors train with one thread each: same kernels, same floats
+    yield
+    torch.set_num_threads(before)
+
+
+def test_same_seed_gives_identical_round_metrics(one_thread):
+    first = _run(EXPERIMENT, "univarfl", {"mu": 0.5})
+    second = _run(EXPERIMENT, "univarfl", {"mu": 0.5})
+    assert first == second
+    assert [row["round"] for row in first] == [1, 2]
+    assert {
+        "val_acc",
+        "val_loss",
+        "test_acc",
+        "test_loss",
+        "train_loss",
+        "train_ce",
+        "term_variance",
+        "term_energy",
+    } <= set(first[0])
+    other_seed = _run(EXPERIMENT.model_copy(update={"seed": 1}), "univarfl", {"mu": 0.5})
+    assert other_seed != first
+
+
+def test_partial_participation_trains_the_sampled_clients_only(one_thread):
+    experiment = EXPERIMENT.model_copy(update={"participation": 0.5})
+    rows = _run(experiment, "fedavg", {})
+    assert [row["clients"] for row in rows] == [2, 2]
+
+
+def test_ray_actors_give_the_in_process_metrics(ray_cluster, one_thread):
+    from raytune_fl.actors import ray_pool_factory
+
+    local = _run(EXPERIMENT, "feduv", {})
+    on_actors = _run(EXPERIMENT, "feduv", {}, pool_factory=ray_pool_factory(EXPERIMENT.resources))
+    assert on_actors == local  # order of replies does not matter: aggregation sorts by client
+    again = _run(EXPERIMENT, "feduv", {}, pool_factory=ray_pool_factory(ResourcesConfig(actors=1)))
+    assert again == local  # nor does the number of actors
+
+
+def test_a_round_that_never_finishes_times_out(ray_cluster):
+    from raytune_fl.actors import RayActorPool
+    from raytune_fl.engine.federation import worker_spec
+
+    data = prepare_data(EXPERIMENT)
+    spec = worker_spec(EXPERIMENT, data, "fedavg", {})
+    # a GPU the local cluster does not have: the actors can never be placed, the driver must not hang
+    pool = RayActorPool(data, spec, ResourcesConfig(actors=1, gpus_per_actor=1, round_timeout_s=2))
+    try:
+        with pytest.raises(TimeoutError, match="did not start within 2s"):
+            pool.ready()
+    finally:
+        pool.close()

@@ -1,0 +1,95 @@
+"""A real `mlflow server` (bound to 127.0.0.1): the same study logs to it through --mlflow-uri unchanged."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from raytune_fl.cli import main
+
+from .conftest import tiny_space
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    port = _free_port()
+    log = open(tmp_path / "server.log", "w")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'server.db'}",
+            "--artifacts-destination",
+            str(tmp_path / "artifacts"),
+            "--workers",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
+                if reply.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+        if process.poll() is not None:
+            pytest.fail(f"mlflow server exited: {(tmp_path / 'server.log').read_text()[-2000:]}")
+    else:
+        process.kill()
+        pytest.fail("mlflow server did not answer /health within 90 s")
+    yield url
+    process.terminate()
+    process.wait(timeout=30)
+    log.close()
+
+
+def test_study_logs_to_a_server(ray_cluster, mlflow_server, tmp_path):
+    data = tiny_space("served")
+    data["base"]["rounds"] = 2
+    data["tune"]["num_samples"] = 2
+    space = tmp_path / "served.yaml"
+    space.write_text(yaml.safe_dump(data))
+    args = [
+        "--space",
+        str(space),
+        "--mlflow-uri",
+        mlflow_server,
+        "--storage",
+        str(tmp_path / "ray"),
+        "--variants",
+        "full",
+    ]
+    assert main(args) == 0
+    client = MlflowClient(mlflow_server)
+    experiment = client.get_experiment_by_name("served")
+    runs = client.search_runs([experiment.experiment_id])
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(runs) == 3 and len(children) == 2
+    assert all(r.info.status == "FINISHED" for r in runs)
+    history = client.get_metric_history(children[0].info.run_id, "val_acc")
+    assert [m.step for m in history] == [1, 2]
+    assert client.list_artifacts(children[0].info.run_id)[0].path == "round_metrics.parquet"

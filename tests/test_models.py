@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from raytune_fl.models import MODELS, build_model
+from raytune_fl.models.simple_cnn import parameter_count
+from raytune_fl.registry import UnknownNameError
+
+
+def test_simple_cnn_matches_the_workload_model():
+    model = build_model("simple_cnn", 1, 10, (28, 28))
+    assert parameter_count(model) == 161_306  # ../shared/WORKLOAD.md
+    names = {name.split(".")[0] for name, _ in model.named_parameters()}
+    assert names == {"encoder", "projector", "classifier"}
+    logits, z = model(torch.randn(4, 1, 28, 28))
+    assert logits.shape == (4, 10) and z.shape == (4, 256)
+    assert (z >= 0).all()  # z is the projector output after its final ReLU
+
+
+@pytest.mark.parametrize(("channels", "size", "classes"), [(1, (8, 8), 10), (3, (32, 32), 100), (3, (96, 96), 10)])
+def test_simple_cnn_any_image_size(channels, size, classes):
+    model = build_model("simple_cnn", channels, classes, size)
+    logits, z = model(torch.randn(2, channels, *size))
+    assert logits.shape == (2, classes) and z.shape == (2, 256)
+    assert torch.isfinite(logits).all()
+
+
+def test_unknown_model_lists_known():
+    with pytest.raises(UnknownNameError, match="unknown model 'resnet999'; known: simple_cnn"):
+        MODELS.get("resnet999")
