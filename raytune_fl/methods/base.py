@@ -7,7 +7,7 @@ There is one local training loop (raytune_fl.engine.local); a method never copie
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor, nn
@@ -58,9 +58,14 @@ class MethodSpec:
     """A registered method: its hyperparameters with defaults, and how to build it."""
 
     name: str
-    defaults: Mapping[str, Any]  # None means "derived from the data" (documented per method)
+    defaults: Mapping[str, Any]  # None means "derived from the data", explained in `derived`
     build: Callable[[dict[str, Any], int], Method]  # (resolved hyperparameters, num_classes) -> Method
     summary: str = ""
+    derived: Mapping[str, str] = field(default_factory=dict)  # e.g. {"lambda": "D/4"}: how a None default resolves
+
+    def describe(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Hyperparameters for display: derived defaults shown as their rule instead of None."""
+        return {k: self.derived.get(k, v) if v is None else v for k, v in {**self.defaults, **params}.items()}
 
 
 METHODS: Registry[MethodSpec] = Registry("method")

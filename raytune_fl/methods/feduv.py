@@ -64,6 +64,7 @@ METHODS.register("feduv")(
         "feduv",
         {"mu": 0.5, "lambda": None, "sigma": "median"},
         build,
-        "classifier std hinge + RBF uniformity",
+        summary="classifier std hinge + RBF uniformity",
+        derived={"lambda": "D/4"},
     )
 )

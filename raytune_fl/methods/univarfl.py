@@ -53,6 +53,7 @@ METHODS.register("univarfl")(
         "univarfl",
         {"mu": 0.5, "lambda": None, "eps": 1e-2, "include_diagonal": False},
         build,
-        "classifier variance hinge + hyperspherical energy",
+        derived={"lambda": "D/4"},
+        summary="classifier variance hinge + hyperspherical energy",
     )
 )

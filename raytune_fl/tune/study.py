@@ -236,6 +236,5 @@ def summarise(
     full, value, best = max(candidates, key=lambda c: (c[0], sign * c[1]))
     keep = ("val_acc", "val_loss", "test_acc", "test_loss", "round")
     best_metrics = {k: float(best.metrics[k]) for k in keep if k in best.metrics}
-    defaults = METHODS.get(method).defaults
-    params = {**defaults, **fixed, **best.config}
+    params = METHODS.get(method).describe({**fixed, **best.config})
     return VariantOutcome(variant, method, params, best_metrics, counts, None, "", 0.0, errors)
