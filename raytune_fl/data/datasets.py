@@ -25,6 +25,11 @@ class ArrayDataset:
     x_test: np.ndarray
     y_test: np.ndarray
     num_classes: int
+    # Feature shift: the domain (e.g. PACS style, rotation angle) of each sample, or None for one domain.
+    domains_train: np.ndarray | None = None  # int64 (N,), values index domain_names
+    domains_test: np.ndarray | None = None
+    domain_names: tuple[str, ...] = ()
+    class_names: tuple[str, ...] = ()
 
     @property
     def in_channels(self) -> int:
