@@ -90,6 +90,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
+    from raytune_fl.engine.federation import prepare_data
+
+    try:  # the dataset and its partition, checked before any Ray process starts
+        data = prepare_data(space.base)
+    except (OSError, ValueError) as error:
+        print(f"error: base.dataset/base.partition: {error}", file=sys.stderr)
+        return 2
+    summary = data.num_clients, len(data.dataset.y_train), len(data.val_indices), len(data.dataset.y_test)
+    print("data: {} clients, {} train samples ({} held out for validation), {} test samples".format(*summary))
+
     from raytune_fl.tracking import StudyTracker, default_tracking_uri
 
     uri = args.mlflow_uri or default_tracking_uri()
@@ -112,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     outcomes = []
     for name in variants:
         print(f"=== variant {name} (method {space.variants[name].method}) ===", flush=True)
-        outcomes.append(run_variant(space, name, storage=args.storage, tracker=tracker))
+        outcomes.append(run_variant(space, name, storage=args.storage, tracker=tracker, data=data))
     print_summary(outcomes, uri, space.name, time.time() - started)
     return 0 if all(o.best_metrics for o in outcomes) else 1
 

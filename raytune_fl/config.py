@@ -25,7 +25,10 @@ class _Strict(BaseModel):
 class PartitionConfig(_Strict):
     kind: str = "dirichlet"  # label shift is the setting every paper in scope evaluates
     clients: int = Field(10, ge=1)  # the FedUV/UniVarFL papers' client count
-    alpha: float = Field(0.1, gt=0)  # Dirichlet concentration; 0.1 = strongly non-IID (used by dirichlet only)
+    # Dirichlet concentration, 0.1 = strongly non-IID: label skew for dirichlet, size skew for quantity_skew,
+    # and label skew inside each domain for domain_split when set explicitly (unset there = IID per domain)
+    alpha: float = Field(0.1, gt=0)
+    classes_per_client: int = Field(2, ge=1)  # shards: McMahan et al.'s pathological split
     min_size: int = Field(10, ge=0)  # a client needs a few samples for batch statistics and a validation share
     seed: int = 0  # the partition is a setting, fixed independently of the training seed
     val_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # each client's held-out share; tuning selects on it
@@ -35,6 +38,13 @@ class OptimizerConfig(_Strict):
     lr: float = Field(0.01, gt=0)  # FedUV's official small-CNN settings
     momentum: float = Field(0.9, ge=0, lt=1)
     weight_decay: float = Field(1e-5, ge=0)
+
+
+class AugmentConfig(_Strict):
+    """Training-time augmentation, per batch on the client's device; never applied to evaluation."""
+
+    crop_padding: int = Field(0, ge=0)  # random crop after padding by this many pixels (CIFAR: 4); 0 = off
+    horizontal_flip: bool = False  # off by default: digits are not mirror-symmetric
 
 
 class ResourcesConfig(_Strict):
@@ -56,6 +66,7 @@ class ExperimentConfig(_Strict):
     participation: float = Field(1.0, gt=0, le=1)  # fraction of clients sampled each round
     local_epochs: int = Field(1, ge=1)
     batch_size: int = Field(64, ge=2)  # >= 2: BatchNorm and the batch-statistic regularizers need pairs
+    augment: AugmentConfig = AugmentConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
     resources: ResourcesConfig = ResourcesConfig()
     seed: int = 0  # model initialisation, batch order and client sampling

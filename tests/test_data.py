@@ -221,8 +221,8 @@ def test_partition_error_is_value_error() -> None:
 
 
 def test_unknown_partitioner_lists_known_names() -> None:
-    with pytest.raises(UnknownNameError, match="dirichlet, iid"):
-        partition("shards", np.zeros(10, dtype=np.int64), 2, seed=0)
+    with pytest.raises(UnknownNameError, match="dirichlet, domain, domain_split, iid, quantity_skew, shards"):
+        partition("nope", np.zeros(10, dtype=np.int64), 2, seed=0)
     assert {"iid", "dirichlet"} <= set(PARTITIONERS.names())
 
 

@@ -1,13 +1,33 @@
 """Datasets (in-memory numpy arrays) and client partitioners for federated simulation."""
 
 from raytune_fl.data.datasets import DATASETS, ArrayDataset, load_dataset
-from raytune_fl.data.partition import PARTITIONERS, PartitionError, dirichlet, iid, partition
+from raytune_fl.data.partition import (
+    PARTITIONERS,
+    PartitionError,
+    client_domains,
+    dirichlet,
+    domain,
+    domain_split,
+    iid,
+    partition,
+    quantity_skew,
+    shards,
+)
+from raytune_fl.data.record import partition_heatmap, partition_table, save_partition_parquet
 from raytune_fl.data.split import label_histogram, train_val_split
 
 __all__ = [
     "DATASETS",
     "PARTITIONERS",
     "ArrayDataset",
+    "client_domains",
+    "domain",
+    "domain_split",
+    "partition_heatmap",
+    "partition_table",
+    "quantity_skew",
+    "save_partition_parquet",
+    "shards",
     "PartitionError",
     "dirichlet",
     "iid",

@@ -8,13 +8,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from raytune_fl.config import ExperimentConfig
+from raytune_fl.config import ExperimentConfig, PartitionConfig
 from raytune_fl.data import ArrayDataset, load_dataset, partition, train_val_split
+from raytune_fl.engine.augment import AugmentSpec
 from raytune_fl.engine.local import LocalSettings
 from raytune_fl.engine.pool import ClientPool, InProcessPool
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec, load_weights, read_weights
@@ -39,23 +41,49 @@ class FederatedData:
     def val_indices(self) -> np.ndarray:
         return np.sort(np.concatenate(self.val_parts))
 
+    @property
+    def client_parts(self) -> list[np.ndarray]:
+        """Each client's whole share (train and validation), as the partitioner made it."""
+        return [np.sort(np.concatenate([t, v])) for t, v in zip(self.train_parts, self.val_parts)]
+
 
 def prepare_data(experiment: ExperimentConfig) -> FederatedData:
     dataset = load_dataset(experiment.dataset, root=experiment.root)
     spec = experiment.partition
-    extra = {"alpha": spec.alpha} if spec.kind == "dirichlet" else {}
-    parts = partition(spec.kind, dataset.y_train, spec.clients, seed=spec.seed, min_size=spec.min_size, **extra)
+    parts = partition(
+        spec.kind,
+        dataset.y_train,
+        spec.clients,
+        seed=spec.seed,
+        min_size=spec.min_size,
+        domains=dataset.domains_train,
+        **partition_kwargs(spec),
+    )
     splits = [
         train_val_split(part, spec.val_fraction, seed=spec.seed * 100_003 + cid) for cid, part in enumerate(parts)
     ]
     return FederatedData(dataset, [train for train, _ in splits], [val for _, val in splits])
 
 
+def partition_kwargs(spec: PartitionConfig) -> dict[str, Any]:
+    """The kind-specific settings a partitioner takes (a partitioner rejects ones it does not use)."""
+    if spec.kind in ("dirichlet", "quantity_skew"):
+        return {"alpha": spec.alpha}
+    if spec.kind == "shards":
+        return {"classes_per_client": spec.classes_per_client}
+    if spec.kind == "domain_split" and "alpha" in spec.model_fields_set:
+        return {"alpha": spec.alpha}
+    return {}
+
+
 def worker_spec(experiment: ExperimentConfig, data: FederatedData, method: str, params: dict, device: str = "cpu"):
     dataset = data.dataset
     model = ModelSpec(experiment.model, dataset.in_channels, dataset.num_classes, dataset.image_size)
     opt = experiment.optimizer
-    local = LocalSettings(experiment.local_epochs, experiment.batch_size, opt.lr, opt.momentum, opt.weight_decay)
+    augment = AugmentSpec(experiment.augment.crop_padding, experiment.augment.horizontal_flip)
+    local = LocalSettings(
+        experiment.local_epochs, experiment.batch_size, opt.lr, opt.momentum, opt.weight_decay, augment
+    )
     return WorkerSpec(model, method, dict(params), local, experiment.seed, device)
 
 

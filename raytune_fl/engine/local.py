@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from raytune_fl.engine.augment import AugmentSpec, augment_batch
 from raytune_fl.methods.base import Batch, Method
 
 
@@ -18,6 +19,7 @@ class LocalSettings:
     lr: float
     momentum: float
     weight_decay: float
+    augment: AugmentSpec = AugmentSpec()  # all off by default: the loop then draws no extra random numbers
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ def train_local(
             index = order[start : start + settings.batch_size]
             if index.numel() < 2:  # BatchNorm and the batch-statistic terms need two samples
                 continue
-            xb, yb = x[index], y[index]
+            xb, yb = augment_batch(x[index], settings.augment, generator), y[index]
             logits, z = model(xb)
             ce = F.cross_entropy(logits, yb)
             values: list[Tensor] = [ce]

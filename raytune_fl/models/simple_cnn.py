@@ -19,6 +19,18 @@ def _out_size(size: int, kernel: int, stride: int, padding: int) -> int:
     return (size + 2 * padding - kernel) // stride + 1
 
 
+def projection_head(in_features: int, width: int = 256) -> nn.Sequential:
+    """The projector every model shares: Linear -> BN -> ReLU -> Linear -> BN -> ReLU; its output is z."""
+    return nn.Sequential(
+        nn.Linear(in_features, width),
+        nn.BatchNorm1d(width),
+        nn.ReLU(),
+        nn.Linear(width, width),
+        nn.BatchNorm1d(width),
+        nn.ReLU(),
+    )
+
+
 class SimpleCNN(nn.Module):
     def __init__(
         self,
@@ -46,14 +58,7 @@ class SimpleCNN(nn.Module):
             channels = out
         layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
         self.encoder = nn.Sequential(*layers)
-        self.projector = nn.Sequential(
-            nn.Linear(channels, width),
-            nn.BatchNorm1d(width),
-            nn.ReLU(),
-            nn.Linear(width, width),
-            nn.BatchNorm1d(width),
-            nn.ReLU(),
-        )
+        self.projector = projection_head(channels, width)
         self.classifier = nn.Linear(width, num_classes)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:

@@ -18,6 +18,9 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from ray import tune
 
+from raytune_fl.data.record import partition_heatmap, partition_table, save_partition_parquet
+from raytune_fl.engine.federation import FederatedData
+
 # Tune's own bookkeeping keys: not our metrics
 _TUNE_KEYS = {
     "training_iteration",
@@ -76,6 +79,23 @@ class StudyTracker:
         self.log_params(run.info.run_id, params)
         self.client.log_dict(run.info.run_id, config, "config.yaml")
         return run.info.run_id
+
+    def log_partition(self, run_id: str, data: FederatedData, title: str) -> pd.DataFrame:
+        """Per client: sample count and label histogram, as Parquet and a heat map, under partition/."""
+        dataset = data.dataset
+        table = partition_table(
+            dataset.y_train,
+            data.client_parts,
+            dataset.num_classes,
+            class_names=dataset.class_names,
+            domains=dataset.domains_train,
+            domain_names=dataset.domain_names,
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            save_partition_parquet(table, Path(tmp) / "partition.parquet")
+            partition_heatmap(table, Path(tmp) / "partition.png", title)
+            self.client.log_artifacts(run_id, tmp, artifact_path="partition")
+        return table
 
     def log_params(self, run_id: str, params: dict[str, Any]) -> None:
         items = [Param(k, _param_value(v)) for k, v in params.items()]

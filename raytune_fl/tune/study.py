@@ -16,6 +16,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.optuna import OptunaSearch
 
 from raytune_fl.config import SearchSpace, flatten
+from raytune_fl.engine.federation import FederatedData, prepare_data
 from raytune_fl.methods import METHODS
 from raytune_fl.tracking import StudyTracker
 from raytune_fl.tune.resources import placement_group_factory
@@ -98,6 +99,7 @@ def run_variant(
     storage: str | Path,
     tracker: StudyTracker | None,
     out: Callable[[str], None] = _print,
+    data: FederatedData | None = None,
 ) -> VariantOutcome:
     started = time.time()
     variant = space.variants[variant_name]
@@ -152,6 +154,9 @@ def run_variant(
                 "tune": settings.model_dump(mode="json"),
             },
         )
+        data = data or prepare_data(base)  # the same seeded partition every trial of this study builds
+        part = base.partition
+        tracker.log_partition(parent_run_id, data, f"{base.dataset}: {part.kind}, {part.clients} clients")
         logger = tracker.trial_logger(parent_run_id, variant_name, variant.method, base_params, base.rounds)
         callbacks.append(logger)
     trainable = tune.with_resources(

@@ -1,0 +1,66 @@
+"""Training-time batch augmentation on tensors, per batch on the client's device.
+
+Randomness is per sample and comes only from the generator the local loop passes in (a CPU
+``torch.Generator``), so a trial replays exactly. Draw order per batch: crop offsets (rows, then
+columns), then the flip mask. With every option off the input is returned as is and nothing is
+drawn, so switching augmentation off leaves training bit-identical. Never used for evaluation.
+
+Random crop pads with constant zeros, as torchvision's ``RandomCrop(size, padding=p)`` does. The
+datasets here are normalised, so zero is the dataset mean intensity rather than black; zero padding
+also works for any padding, whereas reflect padding needs ``p`` below the image size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torchvision.transforms.v2 import functional as TF
+
+
+@dataclass(frozen=True)
+class AugmentSpec:
+    crop_padding: int = 0  # random crop back to the input size after zero-padding every side by this much; 0 = off
+    horizontal_flip: bool = False  # mirror each sample left-right with probability 1/2
+
+    def __post_init__(self) -> None:
+        if self.crop_padding < 0:
+            raise ValueError(f"crop_padding must be >= 0, got {self.crop_padding}")
+
+    @property
+    def active(self) -> bool:
+        return self.crop_padding > 0 or self.horizontal_flip
+
+
+def augment_batch(x: Tensor, spec: AugmentSpec, generator: torch.Generator) -> Tensor:
+    """Augment a batch ``(B, ..., H, W)``; each sample gets its own crop offset and flip draw.
+
+    Returns ``x`` itself (no draws) when ``spec`` is all off. Otherwise a new tensor of the same
+    shape, dtype and device as ``x``.
+    """
+    if not spec.active:
+        return x
+    if x.dim() < 3:
+        raise ValueError(f"expected a batch (B, ..., H, W), got shape {tuple(x.shape)}")
+    if spec.crop_padding:
+        x = _random_crop(x, spec.crop_padding, generator)
+    if spec.horizontal_flip:
+        flip = torch.rand(x.shape[0], generator=generator, device="cpu") < 0.5
+        flip = flip.to(x.device).view(-1, *([1] * (x.dim() - 1)))
+        x = torch.where(flip, TF.horizontal_flip(x), x)
+    return x
+
+
+def _random_crop(x: Tensor, padding: int, generator: torch.Generator) -> Tensor:
+    """Zero-pad by ``padding`` on every side, then cut an HxW window at a per-sample offset in [0, 2p]."""
+    batch, height, width = x.shape[0], x.shape[-2], x.shape[-1]
+    offsets = torch.randint(0, 2 * padding + 1, (2, batch), generator=generator, device="cpu").to(x.device)
+    padded = TF.pad(x, [padding], fill=0, padding_mode="constant")  # (B, ..., H + 2p, W + 2p)
+    lead = [1] * (x.dim() - 3)  # broadcast the per-sample indices over channel (and any other) dims
+    rows = offsets[0].view(-1, 1) + torch.arange(height, device=x.device)  # (B, H)
+    rows = rows.view(batch, *lead, height, 1).expand(*padded.shape[:-2], height, padded.shape[-1])
+    padded = padded.gather(-2, rows)  # (B, ..., H, W + 2p)
+    cols = offsets[1].view(-1, 1) + torch.arange(width, device=x.device)  # (B, W)
+    cols = cols.view(batch, *lead, 1, width).expand(*padded.shape[:-1], width)
+    return padded.gather(-1, cols)  # (B, ..., H, W)
