@@ -1,0 +1,57 @@
+"""Feature shift end to end: the embedded rotated-MNIST search space through scripts/tune.py's path."""
+
+from __future__ import annotations
+
+import pandas as pd
+import torch
+from mlflow.tracking import MlflowClient
+
+from raytune_fl.cli import main
+from raytune_fl.config import load_space, override
+from raytune_fl.engine.federation import Federation, prepare_data
+
+from .conftest import REPO
+
+SPACE = REPO / "search_spaces" / "rotated.yaml"
+
+
+def test_clients_are_domains():
+    data = prepare_data(load_space(SPACE).base)
+    domains = data.dataset.domains_train
+    assert data.num_clients == len(data.dataset.domain_names) == 6
+    for client, part in enumerate(data.client_parts):
+        assert set(domains[part].tolist()) == {client}  # one rotation per client, all of it
+    assert sum(len(p) for p in data.client_parts) == len(domains)
+
+
+def test_augmentation_changes_training_and_off_is_the_default():
+    space = override(load_space(SPACE), {"base.rounds": 1, "base.partition.clients": 6})
+    base = space.base.model_copy(update={"resources": space.base.resources.model_copy(update={"actors": 0})})
+    torch.set_num_threads(1)
+    plain, augmented = [], []
+    Federation(base, "fedavg", {}).run(plain.append)
+    flipped = base.model_copy(update={"augment": base.augment.model_copy(update={"crop_padding": 2})})
+    Federation(flipped, "fedavg", {}).run(augmented.append)
+    assert plain[0]["train_loss"] != augmented[0]["train_loss"]
+
+
+def test_rotated_space_runs_through_tune_and_logs_the_partition(ray_cluster, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = ["--space", str(SPACE), "--rounds", "2", "--num-samples", "1", "--variants", "univarfl,fedavg"]
+    assert main([*args, "--mlflow-uri", uri, "--storage", str(tmp_path / "ray")]) == 0
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("rotated")
+    parents = client.search_runs([experiment.experiment_id], "tags.stage = 'tune'")
+    parent = next(
+        r for r in parents if r.data.tags.get("variant") == "univarfl" and "mlflow.parentRunId" not in r.data.tags
+    )
+    assert {a.path for a in client.list_artifacts(parent.info.run_id, "partition")} == {
+        "partition/partition.parquet",
+        "partition/partition.png",
+    }
+    table = pd.read_parquet(client.download_artifacts(parent.info.run_id, "partition/partition.parquet"))
+    assert list(table["domain"]) == ["rot0", "rot15", "rot30", "rot45", "rot60", "rot75"]
+    assert table["num_samples"].sum() == 4000
+    counts = table.drop(columns=["client", "num_samples", "domain"])
+    assert list(counts.columns) == [str(digit) for digit in range(10)]
+    assert (counts.sum(axis=1) == table["num_samples"]).all()
