@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-import importlib
-import sys
-
 import pytest
 import torch
 from torch import nn
@@ -10,25 +7,6 @@ from torch import nn
 from raytune_fl.engine.augment import AugmentSpec, augment_batch
 from raytune_fl.models import MODELS, build_model
 from raytune_fl.models.simple_cnn import parameter_count
-
-RESNET_MODULE = "raytune_fl.models.resnet"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def resnet_registered():
-    """Register the ResNets for these tests only, unless the package already did.
-
-    Until raytune_fl/models/__init__.py imports the module, test_models.py expects simple_cnn to be the only
-    model, so whatever this fixture registered is taken out again afterwards.
-    """
-    fresh = RESNET_MODULE not in sys.modules
-    before = dict(MODELS._entries)
-    yield importlib.import_module(RESNET_MODULE)
-    if fresh:
-        MODELS._entries.clear()
-        MODELS._entries.update(before)
-        del sys.modules[RESNET_MODULE]
-
 
 # ----------------------------------------------------------------------------------------------- models
 
