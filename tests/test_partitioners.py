@@ -12,17 +12,9 @@ from raytune_fl.data.partition import PARTITIONERS, PartitionError, client_domai
 from raytune_fl.data.record import partition_heatmap, partition_table, save_partition_parquet
 from raytune_fl.data.split import label_histogram
 
+from .test_data import assert_valid_partition
+
 NEW_KINDS = ("shards", "quantity_skew", "domain", "domain_split")
-
-
-def assert_valid_partition(parts: list[np.ndarray], n: int, num_clients: int) -> None:
-    assert len(parts) == num_clients
-    for p in parts:
-        assert p.dtype == np.int64 and p.ndim == 1
-        assert np.all(np.diff(p) > 0), "each part sorted and without duplicates"
-    everything = np.concatenate(parts)
-    assert len(everything) == n, "parts are disjoint"
-    np.testing.assert_array_equal(np.sort(everything), np.arange(n))
 
 
 @pytest.fixture(scope="module")
