@@ -55,6 +55,15 @@ class ResourcesConfig(_Strict):
     round_timeout_s: float = Field(600.0, gt=0)  # a driver wait longer than this is a hang, not a slow round
 
 
+class DiagnosticsConfig(_Strict):
+    """Cheap diagnostics run every round; costly ones every `every` rounds and at the last round."""
+
+    spectrum: bool = True  # singular values of the classifier weight: one small SVD
+    client_accuracy: bool = True  # per-client accuracy of the global model: from the validation pass itself
+    decomposition: bool = True  # FedLD's loss decomposition: evaluates every sampled client's model (costly)
+    every: int = Field(5, ge=0)  # rounds between costly diagnostics; 0 switches them off
+
+
 class ExperimentConfig(_Strict):
     """One federated experiment: everything a trial needs except the method's hyperparameters."""
 
@@ -71,6 +80,7 @@ class ExperimentConfig(_Strict):
     resources: ResourcesConfig = ResourcesConfig()
     seed: int = 0  # model initialisation, batch order and client sampling
     eval_batch_size: int = Field(500, ge=1)
+    diagnostics: DiagnosticsConfig = DiagnosticsConfig()
 
     @model_validator(mode="after")
     def _names_exist(self) -> ExperimentConfig:
@@ -126,7 +136,7 @@ class VariantConfig(_Strict):
 
     @model_validator(mode="after")
     def _known_hyperparameters(self) -> VariantConfig:
-        from raytune_fl.methods import METHODS
+        from raytune_fl.methods import METHODS, build_method
 
         if self.method not in METHODS:
             raise ValueError(f"method: unknown method {self.method!r}; known: {', '.join(METHODS)}")
@@ -141,6 +151,10 @@ class VariantConfig(_Strict):
         both = set(self.fixed) & set(self.search)
         if both:
             raise ValueError(f"{', '.join(sorted(both))}: both fixed and searched; keep one")
+        try:  # bad fixed values (a typo in `fidelity`, a negative weight) fail here, not in a trial
+            build_method(self.method, self.fixed, 10)
+        except ValueError as error:
+            raise ValueError(f"fixed: {error}") from None
         return self
 
 

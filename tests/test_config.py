@@ -86,9 +86,9 @@ def test_negative_hyperparameter_is_rejected_when_the_method_is_built():
     from raytune_fl.methods import build_method
 
     with pytest.raises(ValueError, match="mu: must be a number >= 0"):
-        build_method("fedprox", {"mu": -1.0}, num_classes=10)
+        build_method("fedprox", {"mu": -1.0}, 10)
     with pytest.raises(ValueError, match="sigma"):
-        build_method("feduv", {"sigma": 0}, num_classes=10)
+        build_method("feduv", {"sigma": 0}, 10)
 
 
 def test_override_revalidates():

@@ -9,6 +9,7 @@ import torch
 from raytune_fl.aggregators import fedavg, weighted_mean_delta
 from raytune_fl.engine.local import LocalSettings, train_local
 from raytune_fl.methods import METHODS, build_method
+from raytune_fl.methods.base import ClientContext
 from raytune_fl.methods.fedprox import ProximalTerm
 from raytune_fl.models import build_model
 from raytune_fl.types import ClientUpdate
@@ -49,14 +50,14 @@ def test_fedavg_rejects_empty():
 
 def test_unknown_hyperparameter_lists_known():
     with pytest.raises(ValueError, match="no hyperparameter gamma; its hyperparameters: mu, lambda, sigma"):
-        build_method("feduv", {"gamma": 1.0}, num_classes=10)
+        build_method("feduv", {"gamma": 1.0}, 10)
 
 
 @pytest.mark.parametrize(
     ("method", "names"), [("feduv", ["variance", "uniformity"]), ("univarfl", ["variance", "energy"])]
 )
 def test_lambda_defaults_to_a_quarter_of_the_classes(method, names):
-    built = build_method(method, {}, num_classes=10)
+    built = build_method(method, {}, 10)
     assert [t.name for t in built.terms] == names
     assert built.terms[0].weight == 2.5 and built.terms[1].weight == 0.5
 
@@ -71,7 +72,7 @@ def test_zero_weights_switch_terms_off():
 def test_proximal_term_is_anchored_at_round_start():
     model = torch.nn.Linear(2, 1)
     term = ProximalTerm(weight=0.5)
-    term.on_round_start(model)
+    term.on_round_start(ClientContext(model, 0, 1, torch.zeros(1), torch.zeros(1), lr=0.1))
     with torch.no_grad():
         model.weight.add_(torch.tensor([[1.0, -2.0]]))
         model.bias.add_(torch.tensor([3.0]))

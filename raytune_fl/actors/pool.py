@@ -7,7 +7,8 @@ CPU/GPU fractions are reserved by Tune before the trial starts.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import ray
@@ -34,8 +35,10 @@ class ClientActor:
         device = "cuda" if ray.get_gpu_ids() else "cpu"
         self.worker = ClientWorker(dataclasses.replace(spec, device=device), x_train, y_train, parts)
 
-    def train(self, client_id: int, round_index: int, weights: Weights) -> ClientUpdate:
-        return self.worker.train(client_id, round_index, weights)
+    def train(
+        self, client_id: int, round_index: int, weights: Weights, payload: Mapping[str, Any], state: Any
+    ) -> ClientUpdate:
+        return self.worker.train(client_id, round_index, weights, payload, state)
 
     def ready(self) -> bool:
         return True
@@ -62,8 +65,16 @@ class RayActorPool:
             )
         ray.get(done)  # re-raises an actor's constructor error
 
-    def train(self, client_ids: Sequence[int], round_index: int, weights: Weights) -> list[ClientUpdate]:
+    def train(
+        self,
+        client_ids: Sequence[int],
+        round_index: int,
+        weights: Weights,
+        payload: Mapping[str, Any],
+        states: Mapping[int, Any],
+    ) -> list[ClientUpdate]:
         weights_ref = ray.put(weights)  # once per round, shared by every client
+        payload_ref = ray.put(dict(payload))
         queue = sorted(client_ids, key=lambda cid: -self.sizes[cid])  # largest first: shorter round tail
         idle = list(self.actors)
         pending: dict[ray.ObjectRef, tuple[object, int]] = {}
@@ -71,7 +82,8 @@ class RayActorPool:
         while queue or pending:
             while idle and queue:
                 actor, cid = idle.pop(), queue.pop(0)
-                pending[actor.train.remote(cid, round_index, weights_ref)] = (actor, cid)
+                ref = actor.train.remote(cid, round_index, weights_ref, payload_ref, states.get(cid))
+                pending[ref] = (actor, cid)
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=self.timeout_s)
             if not ready:
                 waiting = sorted(cid for _, cid in pending.values())

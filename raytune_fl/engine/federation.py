@@ -17,13 +17,20 @@ import torch.nn.functional as F
 from raytune_fl.config import ExperimentConfig, PartitionConfig
 from raytune_fl.data import ArrayDataset, load_dataset, partition, train_val_split
 from raytune_fl.engine.augment import AugmentSpec
+from raytune_fl.engine.diagnostics import (
+    classifier_spectrum,
+    loss_decomposition,
+    per_client_accuracy,
+    spectrum_summary,
+)
 from raytune_fl.engine.local import LocalSettings
 from raytune_fl.engine.pool import ClientPool, InProcessPool
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec, load_weights, read_weights
 from raytune_fl.methods import Method, build_method
 from raytune_fl.types import ClientUpdate, Weights
 
-RoundCallback = Callable[[dict[str, float]], None]
+RoundCallback = Callable[[dict[str, Any]], None]
+SPECTRUM_KEY = "classifier_spectrum"  # the full spectrum, a list; the summary metrics are sv_*
 PoolFactory = Callable[["FederatedData", WorkerSpec], ClientPool]
 
 
@@ -100,18 +107,26 @@ def sample_clients(num_clients: int, participation: float, seed: int, round_inde
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy of `model` in eval mode."""
+def predict(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sample cross-entropy and correctness of `model` in eval mode."""
     model.eval()
     device = next(model.parameters()).device
-    loss_sum, correct = 0.0, 0
+    losses, correct = [], []
     for start in range(0, x.shape[0], batch_size):
         xb, yb = x[start : start + batch_size].to(device), y[start : start + batch_size].to(device)
         logits, _ = model(xb)
-        loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()
-        correct += int((logits.argmax(dim=1) == yb).sum())
-    n = max(int(x.shape[0]), 1)
-    return loss_sum / n, correct / n
+        losses.append(F.cross_entropy(logits, yb, reduction="none").double().cpu())
+        correct.append((logits.argmax(dim=1) == yb).cpu())
+    if not losses:
+        return np.zeros(0), np.zeros(0, dtype=bool)
+    return torch.cat(losses).numpy(), torch.cat(correct).numpy()
+
+
+def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy of `model` in eval mode."""
+    losses, correct = predict(model, x, y, batch_size)
+    n = max(len(losses), 1)
+    return float(losses.sum()) / n, float(correct.sum()) / n
 
 
 def mean_client_metrics(updates: Sequence[ClientUpdate]) -> dict[str, float]:
@@ -138,47 +153,95 @@ class Federation:
         self.data = data or prepare_data(experiment)
         dataset = self.data.dataset
         self.spec = worker_spec(experiment, self.data, method, params, device)
-        self.method: Method = build_method(method, params, dataset.num_classes)  # fails early on bad params
+        # fails early on bad params; this instance holds the server side (aggregator state)
+        self.method: Method = build_method(method, params, self.spec.method_context(self.data.num_clients))
         self.pool_factory = pool_factory
         self.device = torch.device(device)
         torch.manual_seed(experiment.seed)  # the same initial weights for every method and variant
         self.model = self.spec.model.build().to(self.device)
         self.weights: Weights = read_weights(self.model)
+        self.client_states: dict[int, Any] = {}  # per-client method state, kept here so any worker can train any client
         val = self.data.val_indices
         self.val_x, self.val_y = (
             torch.from_numpy(dataset.x_train[val]),
             torch.from_numpy(dataset.y_train[val]),
         )
+        # which client each validation sample belongs to: per-client accuracy comes from the same pass
+        owner = np.concatenate([np.full(len(part), cid) for cid, part in enumerate(self.data.val_parts)])
+        self.val_owner = owner[np.argsort(np.concatenate(self.data.val_parts), kind="stable")]
         self.test_x, self.test_y = torch.from_numpy(dataset.x_test), torch.from_numpy(dataset.y_test)
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self) -> dict[str, Any]:
         load_weights(self.model, self.weights)
         size = self.experiment.eval_batch_size
-        val_loss, val_acc = evaluate(self.model, self.val_x, self.val_y, size)
+        val_losses, val_correct = predict(self.model, self.val_x, self.val_y, size)
         test_loss, test_acc = evaluate(self.model, self.test_x, self.test_y, size)
-        return {"val_loss": val_loss, "val_acc": val_acc, "test_loss": test_loss, "test_acc": test_acc}
+        metrics: dict[str, Any] = {
+            "val_loss": float(val_losses.mean()) if len(val_losses) else 0.0,
+            "val_acc": float(val_correct.mean()) if len(val_correct) else 0.0,
+            "test_loss": test_loss,
+            "test_acc": test_acc,
+        }
+        wanted = self.experiment.diagnostics
+        if wanted.client_accuracy:
+            metrics.update(per_client_accuracy(val_correct, self.val_owner, self.data.num_clients))
+        if wanted.spectrum:
+            spectrum = classifier_spectrum(self.weights)
+            metrics.update(spectrum_summary(spectrum))
+            metrics[SPECTRUM_KEY] = spectrum.tolist()  # a list: the logger files it as an artifact, not a metric
+        return metrics
 
-    def run(self, on_round: RoundCallback, start_round: int = 1) -> dict[str, float]:
+    def decompose_loss(self, start_weights: Weights, updates: Sequence[ClientUpdate], val_loss: float) -> dict:
+        """FedLD's Eq. 2 for this round's clients: evaluates each client model on its own and on the global data."""
+        size = self.experiment.eval_batch_size
+        x, y = torch.from_numpy(self.data.dataset.x_train), torch.from_numpy(self.data.dataset.y_train)
+        local, shifted = [], []
+        for update in updates:
+            client_weights = {
+                k: start_weights[k] + update.delta[k] if k in update.delta else v for k, v in start_weights.items()
+            }
+            client_weights.update(update.buffers)
+            load_weights(self.model, client_weights)
+            own = torch.from_numpy(self.data.train_parts[update.client_id])
+            local.append(evaluate(self.model, x[own], y[own], size)[0])
+            shifted.append(evaluate(self.model, self.val_x, self.val_y, size)[0])
+        load_weights(self.model, self.weights)
+        return loss_decomposition(val_loss, local, shifted, [u.num_samples for u in updates])
+
+    def costly_round(self, round_index: int) -> bool:
+        every = self.experiment.diagnostics.every
+        return every > 0 and (round_index % every == 0 or round_index == self.experiment.rounds)
+
+    def run(self, on_round: RoundCallback, start_round: int = 1) -> dict[str, Any]:
         exp = self.experiment
         setup_started = time.perf_counter()
         pool = self.pool_factory(self.data, self.spec)
-        metrics: dict[str, float] = {}
+        metrics: dict[str, Any] = {}
         try:
             pool.ready()
             setup_s = time.perf_counter() - setup_started  # reported apart from round times
             for round_index in range(start_round, exp.rounds + 1):
                 started = time.perf_counter()
                 clients = sample_clients(self.data.num_clients, exp.participation, exp.seed, round_index)
+                payload = self.method.aggregator.payload()
+                updates = pool.train(clients, round_index, self.weights, payload, self.client_states)
                 # client order, not arrival order: float sums must not depend on which actor was faster
-                updates = sorted(pool.train(clients, round_index, self.weights), key=lambda u: u.client_id)
-                self.weights = self.method.aggregate(self.weights, updates)
+                updates = sorted(updates, key=lambda u: u.client_id)
+                for update in updates:
+                    if update.state is not None:
+                        self.client_states[update.client_id] = update.state
+                start_weights, self.weights = self.weights, self.method.aggregate(self.weights, updates)
                 metrics = {
                     "round": round_index,
                     **self.evaluate(),
                     **mean_client_metrics(updates),
                     "clients": len(updates),
-                    "round_time_s": time.perf_counter() - started,
                 }
+                metrics["round_time_s"] = time.perf_counter() - started  # diagnostics below are timed apart
+                if exp.diagnostics.decomposition and self.costly_round(round_index):
+                    started = time.perf_counter()
+                    metrics.update(self.decompose_loss(start_weights, updates, metrics["val_loss"]))
+                    metrics["decomposition_s"] = time.perf_counter() - started
                 if round_index == start_round:
                     metrics["setup_s"] = setup_s
                 on_round(metrics)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from raytune_fl.engine.augment import AugmentSpec, augment_batch
-from raytune_fl.methods.base import Batch, Method
+from raytune_fl.methods.base import Batch, ClientContext, Method
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class LocalSettings:
 class LocalResult:
     steps: int
     metrics: dict[str, float]  # means over local batches: loss, ce and term_<name> (unweighted)
+    state: dict[str, Any]  # per-client state the hooks wrote, by hook name (the server keeps it)
+    extras: dict[str, Any]  # what the hooks wrote for the aggregator, by hook name
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -40,14 +43,22 @@ def train_local(
     settings: LocalSettings,
     generator: torch.Generator,
     num_classes: int,
+    client: ClientContext | None = None,
 ) -> LocalResult:
+    """Local SGD on (x, y). `client` carries the client's id, round, state and the server payload."""
+    ctx = client or ClientContext(model, client_id=0, round_index=1, x=x, y=y, lr=settings.lr)
     model.train()
-    # a fresh optimiser every round: momentum does not leak across rounds or clients
+    hooks = method.all_hooks
+    for hook in hooks:
+        hook.on_round_start(ctx)
+    # a fresh optimiser every round: momentum does not leak across rounds or clients. Built after the
+    # hooks so a frozen parameter (requires_grad=False) is left out and never decayed.
     optimizer = torch.optim.SGD(
-        model.parameters(), lr=settings.lr, momentum=settings.momentum, weight_decay=settings.weight_decay
+        [p for p in model.parameters() if p.requires_grad],
+        lr=settings.lr,
+        momentum=settings.momentum,
+        weight_decay=settings.weight_decay,
     )
-    for term in method.terms:
-        term.on_round_start(model)
     names = ["loss", "ce"] + [f"term_{term.name}" for term in method.terms]
     sums = torch.zeros(len(names), dtype=torch.float64)
     steps = 0
@@ -71,13 +82,18 @@ def train_local(
                     loss = loss + term.weight * value
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            for hook in hooks:
+                hook.after_backward(ctx)
             optimizer.step()
             sums += torch.stack([loss.detach(), *(v.detach() for v in values)]).double()
             steps += 1
+            ctx.steps = steps
     means = (sums / max(steps, 1)).tolist()
     if steps and not all(map(_finite, means)):
         raise NonFiniteLossError(f"non-finite local loss: {dict(zip(names, means))}")
-    return LocalResult(steps, dict(zip(names, means)))
+    for hook in hooks:
+        hook.on_round_end(ctx)
+    return LocalResult(steps, dict(zip(names, means)), dict(ctx.new_state), dict(ctx.extras))
 
 
 def _finite(value: float) -> bool:

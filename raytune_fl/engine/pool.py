@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from raytune_fl.engine.worker import ClientWorker
 from raytune_fl.types import ClientUpdate, Weights
@@ -12,7 +12,16 @@ from raytune_fl.types import ClientUpdate, Weights
 class ClientPool(Protocol):
     def ready(self) -> None: ...  # block until the clients can train
 
-    def train(self, client_ids: Sequence[int], round_index: int, weights: Weights) -> list[ClientUpdate]: ...
+    def train(
+        self,
+        client_ids: Sequence[int],
+        round_index: int,
+        weights: Weights,
+        payload: Mapping[str, Any],
+        states: Mapping[int, Any],
+    ) -> list[ClientUpdate]:
+        """Train each client from `weights`; `payload` goes to all, `states[cid]` (if any) to client cid."""
+        ...
 
     def close(self) -> None: ...
 
@@ -26,8 +35,15 @@ class InProcessPool:
     def ready(self) -> None:
         pass
 
-    def train(self, client_ids: Sequence[int], round_index: int, weights: Weights) -> list[ClientUpdate]:
-        return [self.worker.train(cid, round_index, weights) for cid in client_ids]
+    def train(
+        self,
+        client_ids: Sequence[int],
+        round_index: int,
+        weights: Weights,
+        payload: Mapping[str, Any],
+        states: Mapping[int, Any],
+    ) -> list[ClientUpdate]:
+        return [self.worker.train(cid, round_index, weights, payload, states.get(cid)) for cid in client_ids]
 
     def close(self) -> None:
         pass

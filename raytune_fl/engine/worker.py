@@ -15,6 +15,7 @@ import torch
 
 from raytune_fl.engine.local import LocalSettings, train_local
 from raytune_fl.methods import build_method
+from raytune_fl.methods.base import ClientContext, MethodContext
 from raytune_fl.models import build_model
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
 
@@ -39,6 +40,9 @@ class WorkerSpec:
     seed: int
     device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def method_context(self, num_clients: int) -> MethodContext:
+        return MethodContext(self.model.num_classes, self.local.lr, self.local.momentum, num_clients)
 
 
 def client_seed(seed: int, round_index: int, client_id: int) -> int:
@@ -71,18 +75,37 @@ class ClientWorker:
         self.spec = spec
         self.device = torch.device(spec.device)
         self.model = spec.model.build().to(self.device)
-        self.method = build_method(spec.method, dict(spec.method_params), spec.model.num_classes)
+        self.method = build_method(spec.method, dict(spec.method_params), spec.method_context(len(client_indices)))
         self.x, self.y = as_tensor(x_train), as_tensor(y_train)
         self.client_indices = [torch.as_tensor(np.asarray(ix), dtype=torch.long) for ix in client_indices]
 
-    def train(self, client_id: int, round_index: int, weights: Weights) -> ClientUpdate:
+    def train(
+        self,
+        client_id: int,
+        round_index: int,
+        weights: Weights,
+        payload: Mapping[str, Any] | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> ClientUpdate:
+        """One client's local round from the global `weights`; `state` is what this client's hooks kept last time."""
         load_weights(self.model, weights)
         index = self.client_indices[client_id]
         x = self.x[index].to(self.device)
         y = self.y[index].to(self.device)
         generator = torch.Generator().manual_seed(client_seed(self.spec.seed, round_index, client_id))
-        result = train_local(self.model, self.method, x, y, self.spec.local, generator, self.spec.model.num_classes)
+        local = self.spec.local
+        ctx = ClientContext(self.model, client_id, round_index, x, y, local.lr, state or {}, payload or {})
+        result = train_local(self.model, self.method, x, y, local, generator, self.spec.model.num_classes, ctx)
         new = read_weights(self.model)
         delta = {k: v - weights[k] for k, v in new.items() if is_float_entry(v)}
         buffers = {k: v for k, v in new.items() if not is_float_entry(v)}
-        return ClientUpdate(client_id, int(index.numel()), result.steps, delta, buffers, result.metrics)
+        return ClientUpdate(
+            client_id,
+            int(index.numel()),
+            result.steps,
+            delta,
+            buffers,
+            result.metrics,
+            state=result.state or None,
+            extras=result.extras,
+        )

@@ -1,8 +1,8 @@
 """FedAvg (McMahan et al. 2017): cross-entropy only, sample-weighted mean of client models."""
 
 from raytune_fl.aggregators import fedavg
-from raytune_fl.methods.base import METHODS, Method, MethodSpec
+from raytune_fl.methods.base import METHODS, Method, MethodSpec, Stateless
 
 METHODS.register("fedavg")(
-    MethodSpec("fedavg", {}, lambda params, num_classes: Method("fedavg", (), fedavg), "cross-entropy only")
+    MethodSpec("fedavg", {}, lambda params, context: Method("fedavg", (), Stateless(fedavg)), "cross-entropy only")
 )

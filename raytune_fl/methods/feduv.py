@@ -16,7 +16,9 @@ from raytune_fl.methods.base import (
     Batch,
     LocalTerm,
     Method,
+    MethodContext,
     MethodSpec,
+    Stateless,
     active,
     require_non_negative,
 )
@@ -49,14 +51,14 @@ def resolve_lambda(params: dict[str, Any], num_classes: int) -> float:
     return num_classes / 4.0 if params["lambda"] is None else params["lambda"]
 
 
-def build(params: dict[str, Any], num_classes: int) -> Method:
-    params = {**params, "lambda": resolve_lambda(params, num_classes)}
+def build(params: dict[str, Any], context: MethodContext) -> Method:
+    params = {**params, "lambda": resolve_lambda(params, context.num_classes)}
     require_non_negative(params, "mu", "lambda")
     sigma = params["sigma"]
     if sigma != "median" and (isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or sigma <= 0):
         raise ValueError(f"sigma: must be 'median' or a number > 0 (got {sigma!r})")
     terms = [ClassifierVariance(params["lambda"], "std"), RbfUniformity(params["mu"], sigma)]
-    return Method("feduv", active(terms), fedavg)
+    return Method("feduv", active(terms), Stateless(fedavg))
 
 
 METHODS.register("feduv")(

@@ -17,7 +17,9 @@ from raytune_fl.methods.base import (
     Batch,
     LocalTerm,
     Method,
+    MethodContext,
     MethodSpec,
+    Stateless,
     active,
     require_non_negative,
 )
@@ -36,8 +38,8 @@ class HypersphericalEnergy(LocalTerm):
         return hyperspherical_energy(batch.z, self.eps, self.include_diagonal)
 
 
-def build(params: dict[str, Any], num_classes: int) -> Method:
-    params = {**params, "lambda": resolve_lambda(params, num_classes)}
+def build(params: dict[str, Any], context: MethodContext) -> Method:
+    params = {**params, "lambda": resolve_lambda(params, context.num_classes)}
     require_non_negative(params, "mu", "lambda")
     if not isinstance(params["eps"], (int, float)) or params["eps"] <= 0:
         raise ValueError(f"eps: must be a number > 0 (got {params['eps']!r})")
@@ -45,7 +47,7 @@ def build(params: dict[str, Any], num_classes: int) -> Method:
         ClassifierVariance(params["lambda"], "var"),
         HypersphericalEnergy(params["mu"], params["eps"], bool(params["include_diagonal"])),
     ]
-    return Method("univarfl", active(terms), fedavg)
+    return Method("univarfl", active(terms), Stateless(fedavg))
 
 
 METHODS.register("univarfl")(

@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 
 from raytune_fl.data.record import partition_heatmap, partition_table, save_partition_parquet
-from raytune_fl.engine.federation import FederatedData
+from raytune_fl.engine.federation import SPECTRUM_KEY, FederatedData
 
 # Tune's own bookkeeping keys: not our metrics
 _TUNE_KEYS = {
@@ -138,6 +138,7 @@ class MlflowTrialLogger(tune.Callback):
         )
         self.run_ids: dict[str, str] = {}
         self.history: dict[str, list[dict[str, Any]]] = {}
+        self.spectra: dict[str, list[tuple[int, list[float]]]] = {}
         self.trial_index: dict[str, int] = {}
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -153,6 +154,7 @@ class MlflowTrialLogger(tune.Callback):
         run = self.client.create_run(self.tracker.experiment_id, run_name=f"{self.variant}-{index:03d}", tags=tags)
         self.run_ids[trial.trial_id] = run.info.run_id
         self.history[trial.trial_id] = []
+        self.spectra[trial.trial_id] = []
         self.tracker.log_params(run.info.run_id, {**self.base, **trial.config})
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
@@ -165,6 +167,8 @@ class MlflowTrialLogger(tune.Callback):
         batch = [Metric(k, v, now, step) for k, v in metrics.items() if math.isfinite(v)]
         self.client.log_batch(run_id, metrics=batch)
         self.history[trial.trial_id].append({"round": step, **metrics})
+        if isinstance(result.get(SPECTRUM_KEY), list):
+            self.spectra[trial.trial_id].append((step, result[SPECTRUM_KEY]))
 
     def _close(self, trial: Any, status: str, trial_status: str) -> None:
         run_id = self.run_ids.pop(trial.trial_id, None)
@@ -180,6 +184,16 @@ class MlflowTrialLogger(tune.Callback):
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "round_metrics.parquet"
                 pd.DataFrame(rows).to_parquet(path, index=False)
+                self.client.log_artifact(run_id, str(path))
+        spectra = self.spectra.pop(trial.trial_id, [])
+        if spectra:  # the full classifier spectrum per round, long format: round, index, singular_value
+            table = pd.DataFrame(
+                [(step, i, value) for step, values in spectra for i, value in enumerate(values)],
+                columns=["round", "index", "singular_value"],
+            )
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "classifier_spectrum.parquet"
+                table.to_parquet(path, index=False)
                 self.client.log_artifact(run_id, str(path))
         self.client.set_terminated(run_id, status)
 

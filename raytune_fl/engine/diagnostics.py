@@ -1,0 +1,78 @@
+"""Per-round diagnostics beyond accuracy (METHODS.md, "Diagnostics worth logging per round").
+
+Pure numpy on arrays the round driver already has; the driver decides when to pay for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from raytune_fl.types import Weights
+
+CLASSIFIER_WEIGHT = "classifier.weight"  # every registered model names its last linear layer `classifier`
+
+
+def classifier_spectrum(weights: Weights, key: str = CLASSIFIER_WEIGHT) -> np.ndarray:
+    """Singular values of the classifier weight (D x d), descending. FedUV's Fig. 1: they collapse under non-IID."""
+    if key not in weights:
+        raise KeyError(f"no {key!r} in the model's weights; the spectrum diagnostic needs a `classifier` layer")
+    return np.linalg.svd(np.asarray(weights[key], dtype=np.float64), compute_uv=False)
+
+
+def spectrum_summary(singular_values: np.ndarray) -> dict[str, float]:
+    s = np.asarray(singular_values, dtype=np.float64)
+    total = s.sum()
+    if total <= 0:
+        return {"sv_max": 0.0, "sv_min": 0.0, "sv_min_over_max": 0.0, "sv_effective_rank": 0.0}
+    p = s[s > 0] / total
+    return {
+        "sv_max": float(s[0]),
+        "sv_min": float(s[-1]),
+        "sv_min_over_max": float(s[-1] / s[0]),
+        # exp(entropy of the normalised spectrum) (Roy & Vetterli 2007): D when flat, 1 when rank one
+        "sv_effective_rank": float(np.exp(-(p * np.log(p)).sum())),
+    }
+
+
+def per_client_accuracy(correct: np.ndarray, owner: np.ndarray, num_clients: int) -> dict[str, float]:
+    """Accuracy of the global model on each client's held-out samples: unweighted mean, worst, spread.
+
+    `correct[i]` says whether sample i was classified right, `owner[i]` is the client it belongs to.
+    Clients without held-out samples are left out.
+    """
+    counts = np.bincount(owner, minlength=num_clients)
+    hits = np.bincount(owner, weights=correct.astype(np.float64), minlength=num_clients)
+    seen = counts > 0
+    if not seen.any():
+        return {}
+    acc = hits[seen] / counts[seen]
+    return {
+        "client_acc_mean": float(acc.mean()),
+        "client_acc_worst": float(acc.min()),
+        "client_acc_std": float(acc.std()),
+    }
+
+
+def loss_decomposition(
+    global_loss: float,
+    local_losses: Sequence[float],
+    shifted_losses: Sequence[float],
+    num_samples: Sequence[int],
+) -> dict[str, float]:
+    """FedLD's Eq. 2: global loss = local loss + distribution-shift loss + aggregation loss.
+
+    With client models w_k, their sample weights p_k, each client's data D_k and the global
+    (validation) data D: local = sum p_k L(w_k; D_k); shift = sum p_k [L(w_k; D) - L(w_k; D_k)];
+    aggregation = L(w_global; D) - sum p_k L(w_k; D). The three add up to L(w_global; D) exactly.
+    """
+    p = np.asarray(num_samples, dtype=np.float64)
+    p = p / p.sum()
+    local = float(p @ np.asarray(local_losses, dtype=np.float64))
+    on_global = float(p @ np.asarray(shifted_losses, dtype=np.float64))
+    return {
+        "loss_local": local,
+        "loss_shift": on_global - local,
+        "loss_aggregation": float(global_loss) - on_global,
+    }
