@@ -1,6 +1,43 @@
 """Methods by name. Importing this package registers every method."""
 
-from raytune_fl.methods import fedavg, fedprox, feduv, univarfl  # noqa: F401  (registration)
-from raytune_fl.methods.base import METHODS, Batch, LocalTerm, Method, MethodSpec, build_method
+from raytune_fl.methods import (  # noqa: F401  (registration)
+    fedavg,
+    fedavgm,
+    fedbn,
+    fedld,
+    fednova,
+    fedprox,
+    feduv,
+    freeze,
+    moon,
+    qffl,
+    scaffold,
+    univarfl,
+)
+from raytune_fl.methods.base import (
+    METHODS,
+    Batch,
+    ClientContext,
+    ClientHook,
+    LocalTerm,
+    Method,
+    MethodContext,
+    MethodSpec,
+    ServerAggregator,
+    Stateless,
+    build_method,
+)
 
-__all__ = ["METHODS", "Batch", "LocalTerm", "Method", "MethodSpec", "build_method"]
+__all__ = [
+    "METHODS",
+    "Batch",
+    "ClientContext",
+    "ClientHook",
+    "LocalTerm",
+    "Method",
+    "MethodContext",
+    "MethodSpec",
+    "ServerAggregator",
+    "Stateless",
+    "build_method",
+]
