@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from raytune_fl.config import ConfigError, SearchSpace, load_space, override
 from raytune_fl.registry import UnknownNameError
 
@@ -25,6 +27,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-samples", type=int, help="override tune.num_samples (trials per searched variant)")
     parser.add_argument("--variants", help="comma-separated subset of the file's variants, e.g. full,fedavg")
     parser.add_argument("--seed", type=int, help="override base.seed (training) and tune.seed (TPE sampler)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any field by its dotted path, value in YAML, e.g. --set base.partition.alpha=0.5 "
+        "--set variants.full.fixed.fidelity=official (repeatable; applied after the options above)",
+    )
     parser.add_argument(
         "--address",
         help="Ray cluster to join ('auto' or host:port); default: RAY_ADDRESS, else a private local cluster",
@@ -47,6 +57,14 @@ def resolve_space(args: argparse.Namespace) -> tuple[SearchSpace, list[str]]:
     if args.seed is not None:
         changes["base.seed"] = args.seed
         changes["tune.seed"] = args.seed
+    for item in args.set:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. base.rounds=5")
+        try:
+            changes[key.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise ConfigError(f"--set {key.strip()}: the value is not valid YAML: {error}") from None
     if changes:
         space = override(space, changes, source=f"{args.space} with command-line overrides")
     variants = list(space.variants)

@@ -231,8 +231,13 @@ def override(space: SearchSpace, changes: dict[str, Any], source: str = "command
     for dotted, value in changes.items():
         node = data
         *parents, leaf = dotted.split(".")
-        for part in parents:
+        for depth, part in enumerate(parents):
+            if not isinstance(node, dict) or part not in node:
+                where = ".".join(parents[: depth + 1])
+                raise ConfigError(f"{dotted}: {source}: there is no section {where!r}")
             node = node[part]
+        if not isinstance(node, dict):
+            raise ConfigError(f"{dotted}: {source}: {'.'.join(parents)!r} is a value, not a section")
         node[leaf] = value
     return parse_space(data, source)
 

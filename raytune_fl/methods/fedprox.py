@@ -40,4 +40,6 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
     return Method("fedprox", active([ProximalTerm(params["mu"])]), Stateless(fedavg))
 
 
-METHODS.register("fedprox")(MethodSpec("fedprox", {"mu": 0.01}, build, "proximal term (mu/2)||w - w_t||^2"))
+METHODS.register("fedprox")(
+    MethodSpec("fedprox", {"mu": 0.01}, build, "proximal term (mu/2)||w - w_t||^2", as_fedavg={"mu": 0.0})
+)

@@ -57,5 +57,6 @@ METHODS.register("univarfl")(
         build,
         derived={"lambda": "D/4"},
         summary="classifier variance hinge + hyperspherical energy",
+        as_fedavg={"mu": 0.0, "lambda": 0.0},
     )
 )

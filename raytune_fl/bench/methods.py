@@ -1,0 +1,168 @@
+"""Time per round of every method relative to FedAvg, on WORKLOAD.md's workload.
+
+Methods run interleaved (rep 1: every method, rep 2: every method, ...) so slow phases of a shared
+machine hit them alike; each ratio divides by FedAvg's time from the same repetition. A round's
+time is the driver's `round_time_s` (broadcast, local training, aggregation, evaluation); actor
+start-up is reported apart and excluded. The first `warmup` rounds are dropped (kernel warm-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from raytune_fl.config import ExperimentConfig
+from raytune_fl.engine.federation import Federation, in_process_pool, prepare_data
+
+# one representative setting per method: its defaults, which is what a first run uses
+DEFAULT_METHODS: dict[str, tuple[str, dict[str, Any]]] = {
+    "fedavg": ("fedavg", {}),
+    "fedprox": ("fedprox", {}),
+    "feduv": ("feduv", {}),
+    "univarfl": ("univarfl", {}),
+    "moon": ("moon", {}),
+    "freeze": ("freeze", {}),
+    "fedld": ("fedld", {}),
+    "fedld_official": ("fedld", {"fidelity": "official"}),
+    "scaffold": ("scaffold", {}),
+    "fednova": ("fednova", {}),
+    "fedbn": ("fedbn", {}),
+    "fedavgm": ("fedavgm", {}),
+    "qffl": ("qffl", {}),
+}
+
+# ../shared/WORKLOAD.md: mnist5k, Dirichlet(0.1) over 10 clients, the small CNN, SGD 0.01/0.9/1e-5, E=1, B=64
+WORKLOAD = {
+    "dataset": "mnist5k",
+    "partition": {"kind": "dirichlet", "alpha": 0.1, "clients": 10, "min_size": 10, "seed": 0},
+    "model": "simple_cnn",
+    "local_epochs": 1,
+    "batch_size": 64,
+    "optimizer": {"lr": 0.01, "momentum": 0.9, "weight_decay": 1e-5},
+    "diagnostics": {"every": 0},  # the costly diagnostic is timed apart anyway; keep it out of the run
+}
+
+
+@dataclass
+class Timing:
+    variant: str
+    rep: int
+    round_times: list[float]
+    setup_s: float
+    val_acc: float
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.round_times)
+
+
+def run_once(experiment: ExperimentConfig, method: str, params: dict[str, Any], data, pool_factory, warmup: int):
+    rows: list[dict[str, Any]] = []
+    Federation(experiment, method, params, pool_factory=pool_factory, data=data).run(rows.append)
+    times = [row["round_time_s"] for row in rows[warmup:]] or [rows[-1]["round_time_s"]]
+    return times, rows[0].get("setup_s", 0.0), rows[-1]["val_acc"]
+
+
+def benchmark(
+    experiment: ExperimentConfig,
+    variants: dict[str, tuple[str, dict[str, Any]]],
+    reps: int,
+    warmup: int,
+    pool_factory=in_process_pool,
+    log=print,
+) -> list[Timing]:
+    data = prepare_data(experiment)
+    timings: list[Timing] = []
+    for rep in range(1, reps + 1):
+        for variant, (method, params) in variants.items():
+            times, setup_s, val_acc = run_once(experiment, method, params, data, pool_factory, warmup)
+            timings.append(Timing(variant, rep, times, setup_s, val_acc))
+            log(f"rep {rep} {variant:>15}: median {statistics.median(times):.3f} s/round, setup {setup_s:.1f}s")
+    return timings
+
+
+def ratio_table(timings: Sequence[Timing], reference: str = "fedavg") -> list[dict[str, Any]]:
+    """Per variant: median s/round over reps, and the median over reps of (variant / reference, same rep)."""
+    by_rep = {(t.variant, t.rep): t for t in timings}
+    rows = []
+    for variant in dict.fromkeys(t.variant for t in timings):
+        mine = [t for t in timings if t.variant == variant]
+        ratios = [t.median / by_rep[(reference, t.rep)].median for t in mine if (reference, t.rep) in by_rep]
+        rows.append(
+            {
+                "variant": variant,
+                "s_per_round": statistics.median(t.median for t in mine),
+                "ratio": statistics.median(ratios) if ratios else float("nan"),
+                "val_acc": mine[-1].val_acc,
+            }
+        )
+    return rows
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    lines = ["| method | s/round | x FedAvg | val_acc (last round) |", "|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['variant']} | {row['s_per_round']:.3f} | {row['ratio']:.2f} | {row['val_acc']:.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6, help="rounds per run (default %(default)s)")
+    parser.add_argument("--warmup", type=int, default=1, help="leading rounds left out (default %(default)s)")
+    parser.add_argument("--reps", type=int, default=2, help="interleaved repetitions (default %(default)s)")
+    parser.add_argument("--methods", help=f"comma-separated subset of: {', '.join(DEFAULT_METHODS)}")
+    parser.add_argument("--actors", type=int, default=2, help="Ray client actors, 1 CPU each; 0 = in-process")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a workload field")
+    args = parser.parse_args(argv)
+    variants = DEFAULT_METHODS
+    if args.methods:
+        chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
+        unknown = [m for m in chosen if m not in DEFAULT_METHODS]
+        if unknown:
+            print(
+                f"error: --methods: unknown {', '.join(unknown)}; known: {', '.join(DEFAULT_METHODS)}", file=sys.stderr
+            )
+            return 2
+        variants = {m: DEFAULT_METHODS[m] for m in dict.fromkeys(["fedavg", *chosen])}  # FedAvg: the reference
+    import yaml
+
+    config: dict[str, Any] = {
+        **WORKLOAD,
+        "rounds": args.rounds,
+        "resources": {"actors": args.actors, "cpus_per_actor": 1},
+    }
+    for item in args.set:
+        key, _, text = item.partition("=")
+        node = config
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(text)
+    experiment = ExperimentConfig.model_validate(config)
+    pool_factory = in_process_pool
+    if args.actors > 0:
+        import ray
+
+        from raytune_fl.actors import ray_pool_factory
+
+        if not ray.is_initialized():
+            ray.init(address="local", include_dashboard=False, log_to_driver=False)
+        pool_factory = ray_pool_factory(experiment.resources)
+    else:
+        import torch
+
+        torch.set_num_threads(1)
+    started = time.perf_counter()
+    timings = benchmark(experiment, variants, args.reps, args.warmup, pool_factory)
+    print(
+        f"\n{len(variants)} methods x {args.reps} reps x {args.rounds} rounds, {args.actors} actors: "
+        f"{time.perf_counter() - started:.0f}s"
+    )
+    print(format_table(ratio_table(timings)))
+    return 0

@@ -1,0 +1,90 @@
+"""Per-round diagnostics: hand-checked maths, and what the round driver reports when."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from raytune_fl.config import ExperimentConfig
+from raytune_fl.engine.diagnostics import (
+    classifier_spectrum,
+    loss_decomposition,
+    per_client_accuracy,
+    spectrum_summary,
+)
+from raytune_fl.engine.federation import SPECTRUM_KEY, Federation
+
+
+def test_spectrum_of_a_hand_made_classifier():
+    # rows scaled copies of orthonormal directions: singular values are the row norms, descending
+    weight = np.array([[3.0, 0.0, 0.0], [0.0, 0.0, 4.0]], np.float32)
+    s = classifier_spectrum({"classifier.weight": weight})
+    np.testing.assert_allclose(s, [4.0, 3.0])
+    summary = spectrum_summary(s)
+    assert summary["sv_max"] == 4.0 and summary["sv_min"] == 3.0
+    assert summary["sv_min_over_max"] == pytest.approx(0.75)
+    # p = [4/7, 3/7]; exp(-(4/7 ln 4/7 + 3/7 ln 3/7)) = 1.9601...
+    p = np.array([4 / 7, 3 / 7])
+    assert summary["sv_effective_rank"] == pytest.approx(np.exp(-(p * np.log(p)).sum()))
+    assert spectrum_summary(np.ones(10))["sv_effective_rank"] == pytest.approx(10.0)  # flat: full rank
+    assert spectrum_summary(np.array([2.0, 0.0]))["sv_effective_rank"] == pytest.approx(1.0)  # rank one
+    with pytest.raises(KeyError, match="classifier"):
+        classifier_spectrum({"fc.weight": weight})
+
+
+def test_per_client_accuracy_by_hand():
+    correct = np.array([1, 0, 1, 1, 1, 0], bool)
+    owner = np.array([0, 0, 1, 1, 1, 3])  # client 2 holds nothing and is left out
+    stats = per_client_accuracy(correct, owner, num_clients=4)
+    # client accuracies 1/2, 3/3, 0/1: mean 0.5, worst 0, std sqrt(((0)^2 + 0.5^2 + 0.5^2) / 3)
+    assert stats["client_acc_mean"] == pytest.approx(0.5)
+    assert stats["client_acc_worst"] == 0.0
+    assert stats["client_acc_std"] == pytest.approx(np.sqrt(0.5 / 3))
+
+
+def test_loss_decomposition_by_hand_and_it_adds_up():
+    # p = [1/4, 3/4]; local = 1/4*0.2 + 3/4*0.6 = 0.5; on global data = 1/4*1.0 + 3/4*2.0 = 1.75
+    parts = loss_decomposition(global_loss=1.5, local_losses=[0.2, 0.6], shifted_losses=[1.0, 2.0], num_samples=[1, 3])
+    assert parts["loss_local"] == pytest.approx(0.5)
+    assert parts["loss_shift"] == pytest.approx(1.25)
+    assert parts["loss_aggregation"] == pytest.approx(-0.25)  # averaging helped: the global model beats its clients
+    assert sum(parts.values()) == pytest.approx(1.5)
+
+
+def _experiment(**diagnostics) -> ExperimentConfig:
+    return ExperimentConfig.model_validate(
+        {
+            "dataset": "digits",
+            "partition": {"kind": "dirichlet", "alpha": 0.3, "clients": 4, "min_size": 20, "seed": 1},
+            "rounds": 3,
+            "batch_size": 32,
+            "diagnostics": {"every": 2, **diagnostics},
+        }
+    )
+
+
+def test_the_round_driver_reports_cheap_diagnostics_every_round_and_costly_ones_every_k():
+    rows: list[dict] = []
+    federation = Federation(_experiment(), "fedavg", {})
+    federation.run(rows.append)
+    for row in rows:
+        assert len(row[SPECTRUM_KEY]) == 10  # digits: D = 10 singular values
+        assert row["sv_max"] == pytest.approx(row[SPECTRUM_KEY][0])
+        assert row["client_acc_worst"] <= row["client_acc_mean"] <= 1.0
+    # every = 2 and the last round (3)
+    assert ["loss_local" in row for row in rows] == [False, True, True]
+    for row in rows[1:]:
+        total = row["loss_local"] + row["loss_shift"] + row["loss_aggregation"]
+        assert total == pytest.approx(row["val_loss"], rel=1e-9)
+        assert row["loss_local"] < row["val_loss"]  # clients fit their own data better than the pooled data
+    # each validation sample is attributed to the client whose held-out part it came from
+    data = federation.data
+    for cid, part in enumerate(data.val_parts):
+        mine = data.val_indices[federation.val_owner == cid]
+        assert np.array_equal(mine, np.sort(part))
+
+
+def test_diagnostics_can_be_switched_off():
+    rows: list[dict] = []
+    Federation(_experiment(spectrum=False, client_accuracy=False, every=0), "fedavg", {}).run(rows.append)
+    assert not any(k.startswith(("sv_", "client_acc", "loss_")) or k == SPECTRUM_KEY for k in rows[-1])
