@@ -25,5 +25,10 @@ def test_a_trial_that_cannot_fit_fails_fast_with_the_fields_to_change():
 
 
 def test_derived_defaults_are_described_not_none():
-    assert METHODS.get("feduv").describe({"mu": 0.1}) == {"mu": 0.1, "lambda": "D/4", "sigma": "median"}
+    assert METHODS.get("feduv").describe({"mu": 0.1}) == {
+        "mu": 0.1,
+        "lambda": "D/4 (paper) or 2.5 (official)",
+        "sigma": "median",
+        "fidelity": "paper",
+    }
     assert METHODS.get("univarfl").describe({"lambda": 1.0})["lambda"] == 1.0

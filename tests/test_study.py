@@ -72,6 +72,17 @@ def test_metrics_per_round_with_step_equal_to_round(study):
     assert list(table["round"]) == [1, 2, 3]
     val = client.get_metric_history(run.info.run_id, "val_acc")
     assert list(table["val_acc"]) == [m.value for m in val]
+    # the classifier's full spectrum per round is an artifact; its summary is a metric
+    spectrum = pd.read_parquet(client.download_artifacts(run.info.run_id, "classifier_spectrum.parquet"))
+    assert list(spectrum.columns) == ["round", "index", "singular_value"]
+    assert len(spectrum) == 3 * 10  # 3 rounds x D = 10 singular values
+    for step, group in spectrum.groupby("round"):
+        values = list(group.sort_values("index")["singular_value"])
+        assert values == sorted(values, reverse=True)
+        assert values[0] == pytest.approx(table.set_index("round").loc[step, "sv_max"])
+    for key in ("client_acc_mean", "client_acc_worst", "client_acc_std", "sv_effective_rank"):
+        assert [m.step for m in client.get_metric_history(run.info.run_id, key)] == [1, 2, 3], key
+    assert "classifier_spectrum" not in run.data.metrics
 
 
 def test_parent_records_the_validation_selected_best(study):

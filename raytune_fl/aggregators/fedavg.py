@@ -8,6 +8,17 @@ import numpy as np
 
 from raytune_fl.types import ClientUpdate, Weights
 
+RUNNING_STATISTICS = ("running_mean", "running_var")
+
+
+def is_running_statistic(key: str) -> bool:
+    """BatchNorm running statistics: averaged by every server rule, never scaled, projected or given momentum.
+
+    They are not gradients: a server learning rate, momentum or extrapolation can push a running
+    variance below zero (NaN at evaluation).
+    """
+    return key.endswith(RUNNING_STATISTICS)
+
 
 def weighted_mean_delta(updates: Sequence[ClientUpdate]) -> Weights:
     if not updates:

@@ -1,1 +1,59 @@
-"""Placeholder: filled in by the method-library work (#3)."""
+"""FedAvgM (Hsu, Qi & Brown, 2019): FedAvg's mean delta drives a server-side momentum.
+
+    v <- server_momentum * v + mean_delta;   w <- w_t + server_lr * v
+
+Local training is plain cross-entropy. The velocity v is server state (checkpointed with
+state_dict); server_momentum = 0 with server_lr = 1 is FedAvg.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from raytune_fl.aggregators.fedavgm import fedavgm
+from raytune_fl.methods.base import METHODS, Method, MethodContext, MethodSpec, ServerAggregator
+from raytune_fl.types import ClientUpdate, Weights
+
+
+class ServerMomentum(ServerAggregator):
+    def __init__(self, server_momentum: float, server_lr: float) -> None:
+        self.server_momentum = float(server_momentum)
+        self.server_lr = float(server_lr)
+        self.velocity: Weights = {}  # empty: zeros
+
+    def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
+        new, self.velocity = fedavgm(global_weights, updates, self.velocity, self.server_momentum, self.server_lr)
+        return new
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"velocity": {key: value.copy() for key, value in self.velocity.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.velocity = {key: np.array(value, copy=True) for key, value in state.get("velocity", {}).items()}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def build(params: dict[str, Any], context: MethodContext) -> Method:
+    beta, lr = params["server_momentum"], params["server_lr"]
+    if not (_is_number(beta) and 0 <= beta < 1):
+        raise ValueError(f"server_momentum: must be in [0, 1) (got {beta!r})")
+    if not (_is_number(lr) and 0 < lr < float("inf")):
+        raise ValueError(f"server_lr: must be a finite number > 0 (got {lr!r})")
+    return Method("fedavgm", (), ServerMomentum(beta, lr))
+
+
+METHODS.register("fedavgm")(
+    MethodSpec(
+        "fedavgm",
+        {"server_momentum": 0.9, "server_lr": 1.0},
+        build,
+        summary="server momentum on FedAvg's mean delta: v <- beta v + delta, w <- w + server_lr v",
+        as_fedavg={"server_momentum": 0.0},
+    )
+)

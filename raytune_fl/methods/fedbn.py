@@ -1,1 +1,72 @@
-"""Placeholder: filled in by the method-library work (#3)."""
+"""FedBN (Li, Jiang, Zhang, Kamp & Dou, ICLR 2021): BatchNorm layers stay local to each client.
+
+Every BatchNorm module's state_dict entries (weight, bias, running_mean, running_var,
+num_batches_tracked) are per-client state: at round start a returning client loads its own over
+the global ones it was just sent; at round end it stores them again. Everything else is trained
+from the global weights as usual.
+
+The server runs plain FedAvg over every entry. The global model's BN entries are thus the average
+of the participating clients' own, used only when the server evaluates the global model: a client
+never trains from them after its first round (in its first round it has no state of its own yet,
+so one round from a fresh state is exactly FedAvg).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from raytune_fl.aggregators import fedavg
+from raytune_fl.methods.base import METHODS, ClientContext, ClientHook, Method, MethodContext, MethodSpec, Stateless
+
+
+def batchnorm_keys(model: nn.Module) -> list[str]:
+    """The state_dict keys that belong to BatchNorm modules, in state_dict order."""
+    keys: list[str] = []
+    for prefix, module in model.named_modules():
+        if isinstance(module, _BatchNorm):
+            # the module's own state_dict holds exactly its entries (affine / tracking flags respected)
+            keys += [f"{prefix}.{name}" if prefix else name for name in module.state_dict()]
+    return keys
+
+
+class LocalBatchNorm(ClientHook):
+    name = "local_bn"
+
+    def on_round_start(self, ctx: ClientContext) -> None:
+        own: Mapping[str, np.ndarray] | None = ctx.state.get(self.name)
+        if own is None:  # first round of this client: it starts from the global BN entries
+            return
+        keys = batchnorm_keys(ctx.model)
+        if set(own) != set(keys):
+            raise ValueError(f"fedbn: stored BatchNorm entries {sorted(own)} do not match the model's {keys}")
+        entries = ctx.model.state_dict()  # shares storage with the model: copy_ writes into it
+        with torch.no_grad():
+            for key in keys:
+                entries[key].copy_(torch.from_numpy(np.array(own[key])))
+
+    def on_round_end(self, ctx: ClientContext) -> None:
+        entries = ctx.model.state_dict()
+        ctx.new_state[self.name] = {
+            key: entries[key].detach().cpu().numpy().copy() for key in batchnorm_keys(ctx.model)
+        }
+
+
+def build(params: dict[str, Any], context: MethodContext) -> Method:
+    return Method("fedbn", (), Stateless(fedavg), hooks=(LocalBatchNorm(),))
+
+
+METHODS.register("fedbn")(
+    MethodSpec(
+        "fedbn",
+        {},
+        build,
+        summary="BatchNorm weights and statistics stay per client; the rest is FedAvg",
+        as_fedavg={},  # a client's first round trains from the global BN entries: exactly FedAvg
+    )
+)

@@ -1,7 +1,9 @@
 """FedUV (Son et al., CVPR 2024): classifier variance (std hinge) + RBF uniformity of z.
 
-Hyperparameters: lambda (variance weight; None = D/4 as in the paper, the official code fixes 2.5),
-mu (uniformity weight), sigma (RBF bandwidth; "median" = the batch's median squared distance).
+Hyperparameters: lambda (variance weight; None = D/4 as in the paper, 2.5 as in the official code),
+mu (uniformity weight), sigma (RBF bandwidth; "median" = the batch's median squared distance),
+fidelity ("paper", or "official" for the official code's kernel exp(-d^2/sigma), its median bandwidth kept
+in the graph and taken over non-zero distances only, and lambda = 2.5).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from raytune_fl.methods.base import (
     MethodSpec,
     Stateless,
     active,
+    require_choice,
     require_non_negative,
 )
 from raytune_fl.methods.losses import classifier_variance, rbf_uniformity
@@ -36,37 +39,51 @@ class ClassifierVariance(LocalTerm):
         return classifier_variance(batch.logits, self.statistic)
 
 
+FIDELITIES = ("paper", "official")
+# rbf_uniformity's options per fidelity (METHODS.md, "Gaussian (RBF) uniformity")
+KERNEL_OPTIONS: dict[str, dict[str, Any]] = {
+    "paper": {},
+    "official": {"scale": 1.0, "detach_median": False, "drop_zero_distances": True},
+}
+OFFICIAL_LAMBDA = 2.5  # the official code's fixed variance weight
+
+
 class RbfUniformity(LocalTerm):
     name = "uniformity"
 
-    def __init__(self, weight: float, sigma: float | str) -> None:
+    def __init__(self, weight: float, sigma: float | str, fidelity: str = "paper") -> None:
         super().__init__(weight)
-        self.sigma = sigma
+        self.sigma, self.fidelity = sigma, fidelity
 
     def loss(self, batch: Batch) -> Tensor:
-        return rbf_uniformity(batch.z, self.sigma)
+        return rbf_uniformity(batch.z, self.sigma, **KERNEL_OPTIONS[self.fidelity])
 
 
 def resolve_lambda(params: dict[str, Any], num_classes: int) -> float:
-    return num_classes / 4.0 if params["lambda"] is None else params["lambda"]
+    """lambda = None: D/4 (paper), or 2.5 with fidelity "official" (UniVarFL has no fidelity key: paper)."""
+    if params["lambda"] is not None:
+        return params["lambda"]
+    return OFFICIAL_LAMBDA if params.get("fidelity", "paper") == "official" else num_classes / 4.0
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
+    require_choice(params, "fidelity", FIDELITIES)
     params = {**params, "lambda": resolve_lambda(params, context.num_classes)}
     require_non_negative(params, "mu", "lambda")
     sigma = params["sigma"]
     if sigma != "median" and (isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or sigma <= 0):
         raise ValueError(f"sigma: must be 'median' or a number > 0 (got {sigma!r})")
-    terms = [ClassifierVariance(params["lambda"], "std"), RbfUniformity(params["mu"], sigma)]
+    terms = [ClassifierVariance(params["lambda"], "std"), RbfUniformity(params["mu"], sigma, params["fidelity"])]
     return Method("feduv", active(terms), Stateless(fedavg))
 
 
 METHODS.register("feduv")(
     MethodSpec(
         "feduv",
-        {"mu": 0.5, "lambda": None, "sigma": "median"},
+        {"mu": 0.5, "lambda": None, "sigma": "median", "fidelity": "paper"},
         build,
         summary="classifier std hinge + RBF uniformity",
-        derived={"lambda": "D/4"},
+        derived={"lambda": "D/4 (paper) or 2.5 (official)"},
+        as_fedavg={"mu": 0.0, "lambda": 0.0},
     )
 )

@@ -4,6 +4,7 @@
 - ``rbf_uniformity``: FedUV ``L_U`` (Gaussian-kernel uniformity of the representation).
 - ``hyperspherical_energy``: UniVarFL ``L_HE``.
 - ``proximal``: FedProx ``0.5 * ||w - w_t||^2`` (the caller multiplies by ``mu``).
+- ``margin_control``: FedLD's margin term ``log(1 + ||.||^2)`` (paper: per-sample logits; official: softmax).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from torch import Tensor
 
 Statistic = Literal["std", "var"]
 Hinge = Literal["linear", "squared", "none"]
+MarginForm = Literal["paper", "official"]
 
 # Floor under the RBF bandwidth: keeps the division finite on a collapsed batch (all rows identical).
 _MIN_SIGMA = 1e-12
@@ -84,35 +86,49 @@ def _pairwise_sq_distances(z: Tensor) -> Tensor:
     return (z[i] - z[j]).pow(2).sum(dim=1)
 
 
-def median_sq_distance(z: Tensor) -> Tensor:
-    """Median of the squared pairwise distances (pairs i<j), detached from the graph.
+def median_sq_distance(z: Tensor, *, detach: bool = True, drop_zeros: bool = False) -> Tensor:
+    """Median of the squared pairwise distances (pairs i<j); by default detached, over all pairs (the paper).
 
-    ``torch.median`` returns the lower of the two middle values for an even count, as in the
-    official FedUV code (which also drops zero distances first; we keep all pairs, per the paper).
+    ``torch.median`` returns the lower of the two middle values for an even count, as in the official
+    FedUV code. That code keeps the median in the graph (``detach=False``) and drops zero distances
+    (coincident rows) first (``drop_zeros=True``); if every distance is zero the median is 0.
     """
     _require_batch(z, "z")
-    return _pairwise_sq_distances(z.detach()).median()
+    sq = _pairwise_sq_distances(z.detach() if detach else z)
+    if drop_zeros:
+        sq = sq[sq > 0]
+        if sq.numel() == 0:
+            return z.new_zeros(())
+    return sq.median()
 
 
-def rbf_uniformity(z: Tensor, sigma: float | Literal["median"] = "median") -> Tensor:
-    """FedUV ``L_U = mean_{i<j} exp(-||z_i - z_j||^2 / (2 sigma))``.
+def rbf_uniformity(
+    z: Tensor,
+    sigma: float | Literal["median"] = "median",
+    *,
+    scale: float = 2.0,
+    detach_median: bool = True,
+    drop_zero_distances: bool = False,
+) -> Tensor:
+    """FedUV ``L_U = mean_{i<j} exp(-||z_i - z_j||^2 / (scale * sigma))``, ``scale = 2`` as in the paper.
 
-    ``sigma="median"`` uses the batch's median squared distance, recomputed per call and
-    detached (the official code keeps it in the graph and uses ``exp(-d^2/sigma)``). sigma is
-    floored at 1e-12 so a fully collapsed batch gives a finite value (1.0) rather than NaN.
+    ``sigma="median"`` uses the batch's median squared distance, recomputed per call. The defaults follow
+    the paper; the official code is ``scale=1, detach_median=False, drop_zero_distances=True`` (see
+    ``median_sq_distance``). sigma is floored at 1e-12 so a fully collapsed batch gives a finite value
+    (1.0) rather than NaN.
     """
     _require_batch(z, "z")
     sq = _pairwise_sq_distances(z)
     if isinstance(sigma, str):
         if sigma != "median":
             raise ValueError(f"sigma must be a positive float or 'median', got {sigma!r}")
-        bandwidth = median_sq_distance(z)
+        bandwidth = median_sq_distance(z, detach=detach_median, drop_zeros=drop_zero_distances)
     else:
         if sigma <= 0:
             raise ValueError(f"sigma must be positive, got {sigma}")
         bandwidth = torch.tensor(float(sigma), dtype=sq.dtype, device=sq.device)
     bandwidth = bandwidth.clamp_min(_MIN_SIGMA)
-    return torch.exp(-sq / (2 * bandwidth)).mean()
+    return torch.exp(-sq / (scale * bandwidth)).mean()
 
 
 def hyperspherical_energy(z: Tensor, eps: float = 1e-2, include_diagonal: bool = False) -> Tensor:
@@ -142,3 +158,18 @@ def proximal(params: Iterable[Tensor], anchors: Iterable[Tensor]) -> Tensor:
         raise ValueError("proximal needs at least one parameter")
     total = sum((w - a.detach()).pow(2).sum() for w, a in zip(params, anchors))
     return 0.5 * total
+
+
+def margin_control(logits: Tensor, form: MarginForm = "paper") -> Tensor:
+    """FedLD's margin term (Zeng et al., MICCAI 2024), without its weight lambda.
+
+    paper: ``mean_i log(1 + ||f(x_i)||_2^2)`` on each sample's logits; official code:
+    ``log(1 + ||softmax(f(X))||_F^2)``, one Frobenius norm of the whole batch's probabilities.
+    """
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be 2-D (n x classes), got shape {tuple(logits.shape)}")
+    if form == "paper":
+        return torch.log1p(logits.pow(2).sum(dim=1)).mean()
+    if form == "official":
+        return torch.log1p(F.softmax(logits, dim=1).pow(2).sum())
+    raise ValueError(f"form must be 'paper' or 'official', got {form!r}")

@@ -1,1 +1,120 @@
-"""Placeholder: filled in by the method-library work (#3)."""
+"""MOON, model-contrastive federated learning (Li, He & Song, CVPR 2021).
+
+Adds `mu * l_con` to the cross-entropy, where for each sample
+
+    l_con = -log( exp(cos(z, z_glob)/tau) / (exp(cos(z, z_glob)/tau) + exp(cos(z, z_prev)/tau)) )
+
+pulls the local representation z towards the global model's (z_glob) and away from the one this
+client's model produced after its previous local round (z_prev). Both reference models are frozen,
+in eval mode and run without gradients. A client's first round has no previous model: the term is 0.
+The previous model travels as per-client state (its full state_dict as numpy arrays).
+Aggregator: FedAvg.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from raytune_fl.aggregators import fedavg
+from raytune_fl.methods.base import (
+    METHODS,
+    Batch,
+    ClientContext,
+    LocalTerm,
+    Method,
+    MethodContext,
+    MethodSpec,
+    Stateless,
+    active,
+    require_non_negative,
+)
+
+
+def model_contrastive(z: Tensor, z_glob: Tensor, z_prev: Tensor, tau: float) -> Tensor:
+    """MOON's l_con averaged over the batch; rows of the three (n x d) tensors are paired."""
+    sim_glob = F.cosine_similarity(z, z_glob, dim=1) / tau
+    sim_prev = F.cosine_similarity(z, z_prev, dim=1) / tau
+    # -log(e^a / (e^a + e^b)) = log(1 + e^(b - a)) = softplus(b - a), stable for small tau
+    return F.softplus(sim_prev - sim_glob).mean()
+
+
+def _to_numpy(model: nn.Module) -> dict[str, np.ndarray]:
+    return {key: value.detach().cpu().numpy().copy() for key, value in model.state_dict().items()}
+
+
+def _load_numpy(model: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
+    model.load_state_dict({key: torch.from_numpy(np.array(value)) for key, value in weights.items()})
+
+
+def _frozen_copy(model: nn.Module) -> nn.Module:
+    twin = copy.deepcopy(model)
+    for p in twin.parameters():
+        p.requires_grad_(False)
+        p.grad = None
+    return twin.eval()
+
+
+class ModelContrastiveTerm(LocalTerm):
+    name = "contrastive"
+
+    def __init__(self, weight: float, tau: float) -> None:
+        super().__init__(weight)
+        self.tau = float(tau)
+        # Frozen twins of the training model, deep-copied once and reloaded every round (not per batch).
+        self._source: nn.Module | None = None
+        self._global: nn.Module | None = None
+        self._previous: nn.Module | None = None
+        self._has_previous = False
+
+    def on_round_start(self, ctx: ClientContext) -> None:
+        if self._source is not ctx.model:  # first use, or a different model object: rebuild the twins
+            self._source = ctx.model
+            self._global = _frozen_copy(ctx.model)
+            self._previous = _frozen_copy(ctx.model)
+        assert self._global is not None and self._previous is not None
+        self._global.load_state_dict(ctx.model.state_dict())  # the global weights the round starts from
+        previous = ctx.state.get(self.name)
+        self._has_previous = previous is not None
+        if previous is not None:
+            _load_numpy(self._previous, previous)
+
+    def loss(self, batch: Batch) -> Tensor:
+        if not self._has_previous:
+            # a constant zero: adds nothing to the loss nor to any gradient, and backward still works
+            return batch.z.new_zeros(())
+        assert self._global is not None and self._previous is not None
+        with torch.no_grad():
+            _, z_glob = self._global(batch.x)
+            _, z_prev = self._previous(batch.x)
+        return model_contrastive(batch.z, z_glob, z_prev, self.tau)
+
+    def on_round_end(self, ctx: ClientContext) -> None:
+        # this client's model after local training: next time it trains, this is its z_prev model
+        ctx.new_state[self.name] = _to_numpy(ctx.model)
+
+
+def build(params: dict[str, Any], context: MethodContext) -> Method:
+    require_non_negative(params, "mu")
+    tau = params["tau"]
+    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0:
+        raise ValueError(f"tau: must be a number > 0 (got {tau!r})")
+    # mu = 0 drops the term entirely (no reference forwards, no state): plain FedAvg
+    return Method("moon", active([ModelContrastiveTerm(params["mu"], tau)]), Stateless(fedavg))
+
+
+METHODS.register("moon")(
+    MethodSpec(
+        "moon",
+        {"mu": 1.0, "tau": 0.5},
+        build,
+        summary="model-contrastive term: z near the global model's, away from the client's previous",
+        as_fedavg={"mu": 0.0},
+    )
+)

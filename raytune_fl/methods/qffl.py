@@ -1,1 +1,83 @@
-"""Placeholder: filled in by the method-library work (#3)."""
+"""q-FFL / q-FedAvg (Li, Sanjabi, Beirami & Smith, ICLR 2020): fair resource allocation.
+
+A hook records F_k, the mean cross-entropy of the *global* model on the client's training data,
+before local training; the server re-weights the client deltas by F_k^q with Li et al.'s
+Lipschitz-normalised step (raytune_fl.aggregators.qffl, L = 1/lr). Our clients are weighted by
+p_k = n_k / n, so q = 0 is exactly FedAvg; larger q favours clients the global model serves badly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from raytune_fl.aggregators.qffl import qffl
+from raytune_fl.methods.base import (
+    METHODS,
+    ClientContext,
+    ClientHook,
+    Method,
+    MethodContext,
+    MethodSpec,
+    ServerAggregator,
+    require_non_negative,
+)
+from raytune_fl.types import ClientUpdate, Weights
+
+NAME = "qffl"
+
+
+class GlobalLoss(ClientHook):
+    """F_k: the global model's mean cross-entropy on this client's data, measured before any local step."""
+
+    name = NAME
+    batch_size = 512  # evaluation only: no gradients kept, so larger than a training batch
+
+    @torch.no_grad()
+    def on_round_start(self, ctx: ClientContext) -> None:
+        was_training = ctx.model.training
+        ctx.model.eval()  # BatchNorm's running statistics: the global model as it is, not updated by this pass
+        try:
+            total = 0.0
+            for start in range(0, ctx.x.shape[0], self.batch_size):
+                logits, _ = ctx.model(ctx.x[start : start + self.batch_size])
+                y = ctx.y[start : start + self.batch_size]
+                total += F.cross_entropy(logits.double(), y, reduction="sum").item()
+        finally:
+            ctx.model.train(was_training)
+        ctx.extras[self.name] = np.float64(total / max(ctx.x.shape[0], 1))
+
+
+class QFairAggregator(ServerAggregator):
+    def __init__(self, q: float, lr: float) -> None:
+        self.q = float(q)
+        self.lr = float(lr)
+
+    def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
+        missing = [u.client_id for u in updates if NAME not in u.extras]
+        if missing:
+            raise ValueError(f"q-FFL: clients {missing} sent no global-model loss (extras[{NAME!r}])")
+        return qffl(global_weights, updates, [float(u.extras[NAME]) for u in updates], self.q, self.lr)
+
+
+def build(params: dict[str, Any], context: MethodContext) -> Method:
+    require_non_negative(params, "q")
+    if not math.isfinite(params["q"]):
+        raise ValueError(f"q: must be a finite number >= 0 (got {params['q']!r})")
+    return Method(NAME, (), QFairAggregator(params["q"], context.lr), hooks=(GlobalLoss(),))
+
+
+METHODS.register(NAME)(
+    MethodSpec(
+        NAME,
+        {"q": 1.0},
+        build,
+        summary="q-FedAvg: client deltas re-weighted by F_k^q (global-model loss), Lipschitz step L = 1/lr",
+        as_fedavg={"q": 0.0},
+    )
+)

@@ -1,1 +1,121 @@
-"""Placeholder: filled in by the method-library work (#3)."""
+"""SCAFFOLD, option II (Karimireddy et al., ICML 2020): control variates correct client drift.
+
+Each local step uses g(w) - c_i + c instead of g(w), where c_i is this client's control variate
+(per-client state) and c the server's (broadcast as the payload). After K local steps:
+
+    c_i+ = c_i - c + (w_t - w) / (K * lr)        (K: the effective step count a_K with momentum, below)
+
+The client keeps c_i+ and sends c_i+ - c_i; the server moves c by |S|/N times the mean of those
+deltas. The weights are aggregated as FedAvg's sample-weighted mean (the paper: unweighted mean,
+global step 1). From a fresh state (c = c_i = 0) one round is exactly FedAvg's.
+
+With client SGD momentum the correction still enters through the gradient, and K is replaced by
+the momentum-effective step count a_K (FedNova's): with K it diverges at rho = 0.9, see
+raytune_fl.aggregators.scaffold. Without momentum a_K = K, the paper's rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from raytune_fl.aggregators.fedavg import fedavg
+from raytune_fl.aggregators.fednova import effective_steps
+from raytune_fl.aggregators.scaffold import client_control_update, server_control_update
+from raytune_fl.methods.base import (
+    METHODS,
+    ClientContext,
+    ClientHook,
+    Method,
+    MethodContext,
+    MethodSpec,
+    ServerAggregator,
+)
+from raytune_fl.types import ClientUpdate, Weights
+
+NAME = "scaffold"
+
+
+def _snapshot(params: Mapping[str, nn.Parameter]) -> Weights:
+    return {name: p.detach().cpu().numpy().copy() for name, p in params.items()}
+
+
+def _or_zeros(variate: Mapping[str, np.ndarray] | None, like: Weights) -> Weights:
+    variate = variate or {}
+    return {name: np.asarray(variate[name]) if name in variate else np.zeros_like(w) for name, w in like.items()}
+
+
+class ScaffoldCorrection(ClientHook):
+    name = NAME
+
+    def __init__(self, momentum: float = 0.0) -> None:
+        self.momentum = momentum  # the clients' SGD momentum, for the effective step count
+
+    def on_round_start(self, ctx: ClientContext) -> None:
+        self.params = {name: p for name, p in ctx.model.named_parameters() if p.requires_grad}
+        self.start = _snapshot(self.params)  # w_t
+        self.c_i = _or_zeros(ctx.state.get(self.name), self.start)
+        self.c = _or_zeros(ctx.payload.get(self.name), self.start)
+        # c - c_i is fixed for the whole round: build it once, on the parameters' device and dtype
+        self.correction = {
+            name: torch.as_tensor(self.c[name] - self.c_i[name]).to(p.device, p.dtype)
+            for name, p in self.params.items()
+        }
+
+    def after_backward(self, ctx: ClientContext) -> None:
+        for name, p in self.params.items():
+            if p.grad is not None:
+                p.grad.add_(self.correction[name])
+
+    def on_round_end(self, ctx: ClientContext) -> None:
+        new = client_control_update(
+            self.c_i, self.c, self.start, _snapshot(self.params), ctx.steps, ctx.lr, self.momentum
+        )
+        ctx.new_state[self.name] = new
+        ctx.extras[self.name] = {name: new[name] - self.c_i[name] for name in new}
+        self.correction = {}
+
+
+class ScaffoldServer(ServerAggregator):
+    """FedAvg on the weights; holds and updates the server control variate c."""
+
+    def __init__(self, num_clients: int) -> None:
+        self.num_clients = num_clients
+        self.c: Weights = {}  # empty: zeros, until the first round's deltas arrive
+
+    def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
+        new = fedavg(global_weights, updates)
+        missing = [u.client_id for u in updates if NAME not in u.extras]
+        if missing:
+            raise ValueError(f"SCAFFOLD: clients {missing} sent no control-variate delta (extras[{NAME!r}])")
+        self.c = server_control_update(self.c, [u.extras[NAME] for u in updates], self.num_clients)
+        return new
+
+    def payload(self) -> dict[str, Any]:
+        return {NAME: self.c}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"c": {name: value.copy() for name, value in self.c.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.c = {name: np.array(value, copy=True) for name, value in state.get("c", {}).items()}
+
+
+def build(params: dict[str, Any], context: MethodContext) -> Method:
+    effective_steps(0, context.momentum)  # refuses a momentum outside [0, 1) before any training
+    return Method(NAME, (), ScaffoldServer(context.num_clients), hooks=(ScaffoldCorrection(context.momentum),))
+
+
+METHODS.register(NAME)(
+    MethodSpec(
+        NAME,
+        {},
+        build,
+        summary="control variates c, c_i correct each local gradient by c - c_i (option II)",
+        as_fedavg={},  # fresh state: c = c_i = 0, so no correction and FedAvg's aggregation
+    )
+)

@@ -239,7 +239,16 @@ def summarise(
     sign = 1 if mode == "max" else -1
     # Prefer trials that ran every round: an ASHA-stopped trial's score is from an earlier round.
     full, value, best = max(candidates, key=lambda c: (c[0], sign * c[1]))
-    keep = ("val_acc", "val_loss", "test_acc", "test_loss", "round")
+    keep = (
+        "val_acc",
+        "val_loss",
+        "test_acc",
+        "test_loss",
+        "round",
+        "client_acc_mean",
+        "client_acc_worst",
+        "sv_effective_rank",
+    )
     best_metrics = {k: float(best.metrics[k]) for k in keep if k in best.metrics}
     params = METHODS.get(method).describe({**fixed, **best.config})
     return VariantOutcome(variant, method, params, best_metrics, counts, None, "", 0.0, errors)
