@@ -88,3 +88,29 @@ def test_diagnostics_can_be_switched_off():
     rows: list[dict] = []
     Federation(_experiment(spectrum=False, client_accuracy=False, every=0), "fedavg", {}).run(rows.append)
     assert not any(k.startswith(("sv_", "client_acc", "loss_")) or k == SPECTRUM_KEY for k in rows[-1])
+
+
+def test_fedbn_is_also_scored_with_each_clients_own_batchnorm():
+    import torch
+
+    from raytune_fl.engine.federation import predict
+    from raytune_fl.engine.worker import load_weights
+    from raytune_fl.methods.fedbn import with_own_batchnorm
+
+    rows: list[dict] = []
+    federation = Federation(_experiment(every=0), "fedbn", {})
+    federation.run(rows.append)
+    assert all("personal_val_acc" in row for row in rows)
+    # recompute the last round by hand: client c's held-out samples under global weights + c's own BN
+    hits = 0
+    for cid in range(federation.data.num_clients):
+        mine = torch.from_numpy(np.flatnonzero(federation.val_owner == cid))
+        own = with_own_batchnorm(federation.weights, federation.client_states[cid])
+        assert any(not np.array_equal(own[k], federation.weights[k]) for k in own)  # its BN differs from the mean
+        load_weights(federation.model, own)
+        hits += int(predict(federation.model, federation.val_x[mine], federation.val_y[mine], 500)[1].sum())
+    assert rows[-1]["personal_val_acc"] == pytest.approx(hits / len(federation.val_y))
+    assert rows[-1]["personal_client_acc_worst"] <= rows[-1]["personal_client_acc_mean"]
+    plain: list[dict] = []
+    Federation(_experiment(every=0), "fedavg", {}).run(plain.append)
+    assert not any(k.startswith("personal_") for k in plain[-1])  # the global model is every FedAvg client's

@@ -182,6 +182,8 @@ class Federation:
             "test_loss": test_loss,
             "test_acc": test_acc,
         }
+        if self.method.personalise is not None:
+            metrics.update(self.evaluate_personalised())
         wanted = self.experiment.diagnostics
         if wanted.client_accuracy:
             metrics.update(per_client_accuracy(val_correct, self.val_owner, self.data.num_clients))
@@ -190,6 +192,21 @@ class Federation:
             metrics.update(spectrum_summary(spectrum))
             metrics[SPECTRUM_KEY] = spectrum.tolist()  # a list: the logger files it as an artifact, not a metric
         return metrics
+
+    def evaluate_personalised(self) -> dict[str, float]:
+        """Each client's held-out samples under the model that client uses (method.personalise)."""
+        size = self.experiment.eval_batch_size
+        correct = np.zeros(len(self.val_y), dtype=bool)
+        for cid in range(self.data.num_clients):
+            mine = np.flatnonzero(self.val_owner == cid)
+            if len(mine) == 0:
+                continue
+            load_weights(self.model, self.method.personalise(self.weights, self.client_states.get(cid, {})))
+            index = torch.from_numpy(mine)
+            correct[mine] = predict(self.model, self.val_x[index], self.val_y[index], size)[1]
+        load_weights(self.model, self.weights)
+        spread = per_client_accuracy(correct, self.val_owner, self.data.num_clients)
+        return {"personal_val_acc": float(correct.mean()), **{f"personal_{k}": v for k, v in spread.items()}}
 
     def decompose_loss(self, start_weights: Weights, updates: Sequence[ClientUpdate], val_loss: float) -> dict:
         """FedLD's Eq. 2 for this round's clients: evaluates each client model on its own and on the global data."""

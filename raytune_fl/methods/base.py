@@ -123,6 +123,9 @@ class Method:
     terms: tuple[LocalTerm, ...]  # only terms with a non-zero weight: a switched-off term costs nothing
     aggregator: ServerAggregator
     hooks: tuple[ClientHook, ...] = ()  # hooks that add no loss
+    # the model a client actually uses: the global weights with its own per-client parts (FedBN: its
+    # BatchNorm), given the client's state. None: every client uses the global model as it is.
+    personalise: Callable[[Weights, Mapping[str, Any]], Weights] | None = None
 
     def __post_init__(self) -> None:
         names = [hook.name for hook in self.all_hooks]

@@ -8,7 +8,9 @@ from the global weights as usual.
 The server runs plain FedAvg over every entry. The global model's BN entries are thus the average
 of the participating clients' own, used only when the server evaluates the global model: a client
 never trains from them after its first round (in its first round it has no state of its own yet,
-so one round from a fresh state is exactly FedAvg).
+so one round from a fresh state is exactly FedAvg). Because that averaged-BN global model is not
+what any client uses, the round driver also reports `personal_*` metrics: each client's held-out
+samples classified by the global weights with that client's own BatchNorm (FedBN's own protocol).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from raytune_fl.aggregators import fedavg
 from raytune_fl.methods.base import METHODS, ClientContext, ClientHook, Method, MethodContext, MethodSpec, Stateless
+from raytune_fl.types import Weights
 
 
 def batchnorm_keys(model: nn.Module) -> list[str]:
@@ -57,8 +60,13 @@ class LocalBatchNorm(ClientHook):
         }
 
 
+def with_own_batchnorm(global_weights: Weights, state: Mapping[str, Any]) -> Weights:
+    """A client's model: the global weights with its own BatchNorm entries (none yet: the global ones)."""
+    return {**global_weights, **state.get(LocalBatchNorm.name, {})}
+
+
 def build(params: dict[str, Any], context: MethodContext) -> Method:
-    return Method("fedbn", (), Stateless(fedavg), hooks=(LocalBatchNorm(),))
+    return Method("fedbn", (), Stateless(fedavg), hooks=(LocalBatchNorm(),), personalise=with_own_batchnorm)
 
 
 METHODS.register("fedbn")(

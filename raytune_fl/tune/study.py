@@ -248,6 +248,7 @@ def summarise(
         "client_acc_mean",
         "client_acc_worst",
         "sv_effective_rank",
+        "personal_val_acc",
     )
     best_metrics = {k: float(best.metrics[k]) for k in keep if k in best.metrics}
     params = METHODS.get(method).describe({**fixed, **best.config})
