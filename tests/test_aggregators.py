@@ -15,12 +15,13 @@ from raytune_fl.aggregators.fednova import effective_steps, fednova
 from raytune_fl.aggregators.qffl import qffl
 from raytune_fl.aggregators.scaffold import client_control_update, server_control_update
 from raytune_fl.engine.local import LocalSettings
-from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec, read_weights
+from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import build_method
 from raytune_fl.methods.base import ClientContext, MethodContext
 from raytune_fl.methods.qffl import GlobalLoss
 from raytune_fl.methods.scaffold import ScaffoldCorrection, ScaffoldServer
 from raytune_fl.types import ClientUpdate
+from raytune_fl.weights import read_weights
 
 
 def _f32(values) -> np.ndarray:

@@ -18,9 +18,10 @@ import pytest
 import torch
 
 from raytune_fl.engine.local import LocalSettings
-from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec, read_weights
+from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import METHODS, Method, build_method
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
+from raytune_fl.weights import read_weights
 
 SETTINGS = LocalSettings(epochs=1, batch_size=16, lr=0.05, momentum=0.9, weight_decay=1e-4)
 MODEL = ModelSpec("simple_cnn", 1, 10, (8, 8))

@@ -94,8 +94,8 @@ def test_fedbn_is_also_scored_with_each_clients_own_batchnorm():
     import torch
 
     from raytune_fl.engine.federation import predict
-    from raytune_fl.engine.worker import load_weights
     from raytune_fl.methods.fedbn import with_own_batchnorm
+    from raytune_fl.weights import load_weights
 
     rows: list[dict] = []
     federation = Federation(_experiment(every=0), "fedbn", {})

@@ -20,30 +20,44 @@ def is_running_statistic(key: str) -> bool:
     return key.endswith(RUNNING_STATISTICS)
 
 
-def weighted_mean_delta(updates: Sequence[ClientUpdate]) -> Weights:
+def weighted_mean_delta(updates: Sequence[ClientUpdate], scales: Sequence[float] | None = None) -> Weights:
+    """sum_i (n_i / n) * s_i * delta_i (s_i = 1 without `scales`; always 1 for BatchNorm running statistics).
+
+    With every s_i == 1.0 the arithmetic is FedAvg's bit for bit, which FedNova and q-FFL rely on.
+    """
     if not updates:
         raise ValueError("cannot aggregate zero client updates")
+    if scales is not None and len(scales) != len(updates):
+        raise ValueError(f"{len(scales)} scales for {len(updates)} updates")
     total = sum(u.num_samples for u in updates)
     if total <= 0:
         raise ValueError("client updates carry no samples")
     # sorted by client id: float sums then do not depend on the order replies arrived in
-    ordered = sorted(updates, key=lambda u: u.client_id)
+    pairs = sorted(zip(updates, scales or [1.0] * len(updates)), key=lambda pair: pair[0].client_id)
+    first = pairs[0][0]
     mean: Weights = {}
-    for key in ordered[0].delta:
-        acc = np.zeros_like(ordered[0].delta[key], dtype=np.float64)
-        for update in ordered:
-            acc += (update.num_samples / total) * update.delta[key]
-        mean[key] = acc.astype(ordered[0].delta[key].dtype)
+    for key in first.delta:
+        acc = np.zeros_like(first.delta[key], dtype=np.float64)
+        plain = is_running_statistic(key)  # BatchNorm statistics: FedAvg's mean, never rescaled
+        for update, scale in pairs:
+            acc += ((update.num_samples / total) * (1.0 if plain else scale)) * update.delta[key]
+        mean[key] = acc.astype(first.delta[key].dtype)
     return mean
 
 
-def fedavg(global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
-    mean = weighted_mean_delta(updates)
+def apply_delta(global_weights: Weights, delta: Weights, updates: Sequence[ClientUpdate]) -> Weights:
+    """w_t + delta on float entries; integer buffers (num_batches_tracked) from the lowest client id, not averaged."""
     first = min(updates, key=lambda u: u.client_id)
-    new: Weights = {}
-    for key, value in global_weights.items():
-        if key in mean:
-            new[key] = value + mean[key]
-        else:  # integer buffers (BatchNorm's num_batches_tracked) are not averaged: take the first client's
-            new[key] = first.buffers.get(key, value)
-    return new
+    return {
+        key: value + delta[key] if key in delta else first.buffers.get(key, value)
+        for key, value in global_weights.items()
+    }
+
+
+def fedavg(global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
+    return apply_delta(global_weights, weighted_mean_delta(updates), updates)
+
+
+def scaled_fedavg(global_weights: Weights, updates: Sequence[ClientUpdate], scales: Sequence[float]) -> Weights:
+    """w_t + sum_i (n_i / n) * s_i * delta_i: FedNova's and q-FFL's update shape."""
+    return apply_delta(global_weights, weighted_mean_delta(updates, scales), updates)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from raytune_fl.aggregators.fedavg import is_running_statistic
+from raytune_fl.aggregators.fedavg import scaled_fedavg
 from raytune_fl.types import ClientUpdate, Weights
 
 
@@ -29,35 +29,6 @@ def effective_steps(steps: int, momentum: float) -> float:
         raise ValueError(f"client momentum must be in [0, 1) for the effective step count (got {momentum!r})")
     k = np.arange(1, steps + 1, dtype=np.float64)
     return float(np.sum((1.0 - momentum**k) / (1.0 - momentum)))
-
-
-def scaled_fedavg(global_weights: Weights, updates: Sequence[ClientUpdate], scales: Sequence[float]) -> Weights:
-    """w_t + sum_i (n_i / n) * s_i * delta_i, integer buffers from the lowest client id.
-
-    BatchNorm running statistics get FedAvg's mean (s_i = 1): they are not gradients.
-
-    Same arithmetic as FedAvg's, so s_i == 1.0 for all i reproduces FedAvg bit for bit.
-    """
-    if not updates:
-        raise ValueError("cannot aggregate zero client updates")
-    if len(scales) != len(updates):
-        raise ValueError(f"{len(scales)} scales for {len(updates)} updates")
-    total = sum(u.num_samples for u in updates)
-    if total <= 0:
-        raise ValueError("client updates carry no samples")
-    pairs = sorted(zip(updates, scales), key=lambda pair: pair[0].client_id)  # order-free float sums
-    first = pairs[0][0]
-    new: Weights = {}
-    for key, value in global_weights.items():
-        if key not in first.delta:  # integer buffers are not averaged: take the first client's, as FedAvg does
-            new[key] = first.buffers.get(key, value)
-            continue
-        acc = np.zeros_like(first.delta[key], dtype=np.float64)
-        plain = is_running_statistic(key)  # BatchNorm statistics: FedAvg's mean, never rescaled
-        for update, scale in pairs:
-            acc += ((update.num_samples / total) * (1.0 if plain else scale)) * update.delta[key]
-        new[key] = np.asarray(value + acc.astype(first.delta[key].dtype))
-    return new
 
 
 def fednova(global_weights: Weights, updates: Sequence[ClientUpdate], momentum: float = 0.0) -> Weights:

@@ -20,8 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from raytune_fl.aggregators.fedavg import is_running_statistic
-from raytune_fl.aggregators.fednova import scaled_fedavg
+from raytune_fl.aggregators.fedavg import is_running_statistic, scaled_fedavg
 from raytune_fl.types import ClientUpdate, Weights
 
 

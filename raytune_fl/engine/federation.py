@@ -25,9 +25,10 @@ from raytune_fl.engine.diagnostics import (
 )
 from raytune_fl.engine.local import LocalSettings
 from raytune_fl.engine.pool import ClientPool, InProcessPool
-from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec, load_weights, read_weights
+from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import Method, build_method
 from raytune_fl.types import ClientUpdate, Weights
+from raytune_fl.weights import load_weights, read_weights
 
 RoundCallback = Callable[[dict[str, Any]], None]
 SPECTRUM_KEY = "classifier_spectrum"  # the full spectrum, a list; the summary metrics are sv_*

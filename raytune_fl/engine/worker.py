@@ -5,7 +5,6 @@ Plain Python, no Ray: the in-process pool calls it directly and each Ray actor w
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +17,7 @@ from raytune_fl.methods import build_method
 from raytune_fl.methods.base import ClientContext, MethodContext
 from raytune_fl.models import build_model
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
+from raytune_fl.weights import as_tensor, load_weights, read_weights
 
 
 @dataclass(frozen=True)
@@ -48,20 +48,6 @@ class WorkerSpec:
 def client_seed(seed: int, round_index: int, client_id: int) -> int:
     """Independent, reproducible stream per (seed, round, client), whichever worker trains it."""
     return int(np.random.SeedSequence([seed, round_index, client_id]).generate_state(1, np.uint64)[0] >> 1)
-
-
-def as_tensor(array: np.ndarray) -> torch.Tensor:
-    with warnings.catch_warnings():  # object-store arrays are read-only; we never write through them
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(array)
-
-
-def load_weights(model: torch.nn.Module, weights: Weights) -> None:
-    model.load_state_dict({key: as_tensor(value) for key, value in weights.items()})
-
-
-def read_weights(model: torch.nn.Module) -> Weights:
-    return {key: value.detach().cpu().numpy().copy() for key, value in model.state_dict().items()}
 
 
 class ClientWorker:

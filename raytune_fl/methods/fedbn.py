@@ -26,6 +26,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from raytune_fl.aggregators import fedavg
 from raytune_fl.methods.base import METHODS, ClientContext, ClientHook, Method, MethodContext, MethodSpec, Stateless
 from raytune_fl.types import Weights
+from raytune_fl.weights import numpy_copy
 
 
 def batchnorm_keys(model: nn.Module) -> list[str]:
@@ -55,9 +56,7 @@ class LocalBatchNorm(ClientHook):
 
     def on_round_end(self, ctx: ClientContext) -> None:
         entries = ctx.model.state_dict()
-        ctx.new_state[self.name] = {
-            key: entries[key].detach().cpu().numpy().copy() for key in batchnorm_keys(ctx.model)
-        }
+        ctx.new_state[self.name] = numpy_copy({key: entries[key] for key in batchnorm_keys(ctx.model)})
 
 
 def with_own_batchnorm(global_weights: Weights, state: Mapping[str, Any]) -> Weights:

@@ -14,10 +14,8 @@ Aggregator: FedAvg.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -35,6 +33,7 @@ from raytune_fl.methods.base import (
     active,
     require_non_negative,
 )
+from raytune_fl.weights import load_weights, read_weights
 
 
 def model_contrastive(z: Tensor, z_glob: Tensor, z_prev: Tensor, tau: float) -> Tensor:
@@ -43,14 +42,6 @@ def model_contrastive(z: Tensor, z_glob: Tensor, z_prev: Tensor, tau: float) -> 
     sim_prev = F.cosine_similarity(z, z_prev, dim=1) / tau
     # -log(e^a / (e^a + e^b)) = log(1 + e^(b - a)) = softplus(b - a), stable for small tau
     return F.softplus(sim_prev - sim_glob).mean()
-
-
-def _to_numpy(model: nn.Module) -> dict[str, np.ndarray]:
-    return {key: value.detach().cpu().numpy().copy() for key, value in model.state_dict().items()}
-
-
-def _load_numpy(model: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
-    model.load_state_dict({key: torch.from_numpy(np.array(value)) for key, value in weights.items()})
 
 
 def _frozen_copy(model: nn.Module) -> nn.Module:
@@ -83,7 +74,7 @@ class ModelContrastiveTerm(LocalTerm):
         previous = ctx.state.get(self.name)
         self._has_previous = previous is not None
         if previous is not None:
-            _load_numpy(self._previous, previous)
+            load_weights(self._previous, previous)
 
     def loss(self, batch: Batch) -> Tensor:
         if not self._has_previous:
@@ -97,7 +88,7 @@ class ModelContrastiveTerm(LocalTerm):
 
     def on_round_end(self, ctx: ClientContext) -> None:
         # this client's model after local training: next time it trains, this is its z_prev model
-        ctx.new_state[self.name] = _to_numpy(ctx.model)
+        ctx.new_state[self.name] = read_weights(ctx.model)
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from raytune_fl.aggregators.fedavg import fedavg
 from raytune_fl.aggregators.fednova import effective_steps
@@ -36,12 +35,9 @@ from raytune_fl.methods.base import (
     ServerAggregator,
 )
 from raytune_fl.types import ClientUpdate, Weights
+from raytune_fl.weights import numpy_copy
 
 NAME = "scaffold"
-
-
-def _snapshot(params: Mapping[str, nn.Parameter]) -> Weights:
-    return {name: p.detach().cpu().numpy().copy() for name, p in params.items()}
 
 
 def _or_zeros(variate: Mapping[str, np.ndarray] | None, like: Weights) -> Weights:
@@ -57,7 +53,7 @@ class ScaffoldCorrection(ClientHook):
 
     def on_round_start(self, ctx: ClientContext) -> None:
         self.params = {name: p for name, p in ctx.model.named_parameters() if p.requires_grad}
-        self.start = _snapshot(self.params)  # w_t
+        self.start = numpy_copy(self.params)  # w_t
         self.c_i = _or_zeros(ctx.state.get(self.name), self.start)
         self.c = _or_zeros(ctx.payload.get(self.name), self.start)
         # c - c_i is fixed for the whole round: build it once, on the parameters' device and dtype
@@ -73,7 +69,7 @@ class ScaffoldCorrection(ClientHook):
 
     def on_round_end(self, ctx: ClientContext) -> None:
         new = client_control_update(
-            self.c_i, self.c, self.start, _snapshot(self.params), ctx.steps, ctx.lr, self.momentum
+            self.c_i, self.c, self.start, numpy_copy(self.params), ctx.steps, ctx.lr, self.momentum
         )
         ctx.new_state[self.name] = new
         ctx.extras[self.name] = {name: new[name] - self.c_i[name] for name in new}
