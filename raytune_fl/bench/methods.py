@@ -29,6 +29,8 @@ DEFAULT_METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "freeze": ("freeze", {}),
     "fedld": ("fedld", {}),
     "fedld_official": ("fedld", {"fidelity": "official"}),
+    "fedld_margin": ("fedld", {"principal": False}),
+    "fedld_principal": ("fedld", {"lambda": 0.0}),
     "scaffold": ("scaffold", {}),
     "fednova": ("fednova", {}),
     "fedbn": ("fedbn", {}),
@@ -55,6 +57,7 @@ class Timing:
     round_times: list[float]
     setup_s: float
     val_acc: float
+    personal_val_acc: float  # NaN unless the method personalises (FedBN)
 
     @property
     def median(self) -> float:
@@ -65,7 +68,7 @@ def run_once(experiment: ExperimentConfig, method: str, params: dict[str, Any], 
     rows: list[dict[str, Any]] = []
     Federation(experiment, method, params, pool_factory=pool_factory, data=data).run(rows.append)
     times = [row["round_time_s"] for row in rows[warmup:]] or [rows[-1]["round_time_s"]]
-    return times, rows[0].get("setup_s", 0.0), rows[-1]["val_acc"]
+    return times, rows[0].get("setup_s", 0.0), rows[-1]["val_acc"], rows[-1].get("personal_val_acc", float("nan"))
 
 
 def benchmark(
@@ -80,8 +83,8 @@ def benchmark(
     timings: list[Timing] = []
     for rep in range(1, reps + 1):
         for variant, (method, params) in variants.items():
-            times, setup_s, val_acc = run_once(experiment, method, params, data, pool_factory, warmup)
-            timings.append(Timing(variant, rep, times, setup_s, val_acc))
+            times, setup_s, val_acc, personal = run_once(experiment, method, params, data, pool_factory, warmup)
+            timings.append(Timing(variant, rep, times, setup_s, val_acc, personal))
             log(f"rep {rep} {variant:>15}: median {statistics.median(times):.3f} s/round, setup {setup_s:.1f}s")
     return timings
 
@@ -99,15 +102,22 @@ def ratio_table(timings: Sequence[Timing], reference: str = "fedavg") -> list[di
                 "s_per_round": statistics.median(t.median for t in mine),
                 "ratio": statistics.median(ratios) if ratios else float("nan"),
                 "val_acc": mine[-1].val_acc,
+                "personal_val_acc": mine[-1].personal_val_acc,
             }
         )
     return rows
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    lines = ["| method | s/round | x FedAvg | val_acc (last round) |", "|---|---|---|---|"]
+    lines = [
+        "| method | s/round | x FedAvg | val_acc (last round) | personal_val_acc |",
+        "|---|---|---|---|---|",
+    ]
     for row in rows:
-        lines.append(f"| {row['variant']} | {row['s_per_round']:.3f} | {row['ratio']:.2f} | {row['val_acc']:.3f} |")
+        personal = "" if row["personal_val_acc"] != row["personal_val_acc"] else f"{row['personal_val_acc']:.3f}"
+        lines.append(
+            f"| {row['variant']} | {row['s_per_round']:.3f} | {row['ratio']:.2f} | {row['val_acc']:.3f} | {personal} |"
+        )
     return "\n".join(lines)
 
 
