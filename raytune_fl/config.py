@@ -55,6 +55,43 @@ class ResourcesConfig(_Strict):
     round_timeout_s: float = Field(600.0, gt=0)  # a driver wait longer than this is a hang, not a slow round
 
 
+class FaultsConfig(_Strict):
+    """What happens when a client actor dies mid-round (see README, "when things go wrong")."""
+
+    # a client lost with its actor is retried on a restarted actor this many times in the round, then left out of
+    # that round's aggregate (the round completes with the others; its state is the driver's, so it is intact)
+    retries: int = Field(2, ge=0)
+    # chaos testing: (round, client) pairs whose actor exits (os._exit) just before training that client, on the
+    # first attempt only; proves a study survives lost actors on your own cluster
+    inject_kills: list[tuple[int, int]] = []
+
+
+class SystemConfig(_Strict):
+    """Simulated system heterogeneity, seeded by `seed` and recorded per client and round.
+
+    Simulated time: one unit = one local step of a client at the median speed.
+    """
+
+    dropout: float = Field(0.0, ge=0, lt=1)  # probability that a sampled client never reports in a round
+    # local steps per client and round, drawn uniformly from [low, high] (FedNova's unequal local work);
+    # unset = local_epochs over the client's data
+    local_steps: tuple[int, int] | None = None
+    speed_sigma: float = Field(0.0, ge=0)  # client speeds ~ LogNormal(0, sigma), fixed per client; 0 = equal
+    # synchronous rounds: updates that take longer than this (simulated time) are dropped as late; unset = wait
+    deadline: float | None = Field(None, gt=0)
+
+    @field_validator("local_steps")
+    @classmethod
+    def _steps_range(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
+        if value is not None and not 1 <= value[0] <= value[1]:
+            raise ValueError(f"local_steps needs 1 <= low <= high (got [{value[0]}, {value[1]}])")
+        return value
+
+    @property
+    def active(self) -> bool:
+        return bool(self.dropout or self.local_steps or self.speed_sigma or self.deadline)
+
+
 class DiagnosticsConfig(_Strict):
     """Cheap diagnostics run every round; costly ones every `every` rounds and at the last round."""
 
@@ -81,6 +118,9 @@ class ExperimentConfig(_Strict):
     seed: int = 0  # model initialisation, batch order and client sampling
     eval_batch_size: int = Field(500, ge=1)
     diagnostics: DiagnosticsConfig = DiagnosticsConfig()
+    system: SystemConfig = SystemConfig()
+    faults: FaultsConfig = FaultsConfig()
+    checkpoint_every: int = Field(1, ge=0)  # rounds between trial checkpoints (resume); 0 = none
 
     @model_validator(mode="after")
     def _names_exist(self) -> ExperimentConfig:
