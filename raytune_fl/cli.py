@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -43,7 +44,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--storage", default="ray_results", help="directory for Ray Tune results (default: %(default)s)"
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the study a killed run left in --storage (same --space and overrides): finished variants "
+        "are kept, the interrupted one resumes its trials from their last checkpoints, the rest start",
+    )
     return parser
+
+
+_ADDRESS = re.compile(r"(?:ray://)?(?:\[[0-9A-Fa-f:.]+\]|[\w.-]+):(\d{1,5})")
 
 
 def resolve_space(args: argparse.Namespace) -> tuple[SearchSpace, list[str]]:
@@ -77,6 +87,13 @@ def resolve_space(args: argparse.Namespace) -> tuple[SearchSpace, list[str]]:
                 f"the file has: {', '.join(space.variants)}"
             )
         variants = chosen
+    if args.address is not None:  # a malformed address would only fail inside ray.init, with a traceback
+        match = _ADDRESS.fullmatch(args.address)
+        if args.address not in ("auto", "local") and not (match and 1 <= int(match[1]) <= 65535):
+            raise ConfigError(
+                f"--address {args.address!r}: expected 'auto', 'local', host:port or ray://host:port "
+                "with a port in 1..65535"
+            )
     storage = Path(args.storage)
     try:
         storage.mkdir(parents=True, exist_ok=True)
@@ -108,12 +125,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
+    from raytune_fl.data import load_dataset
     from raytune_fl.engine.federation import prepare_data
 
+    base, spec = space.base, space.base.partition
     try:  # the dataset and its partition, checked before any Ray process starts
-        data = prepare_data(space.base)
+        # loaded first (and cached) so that missing or malformed files are reported against `root`
+        samples = len(load_dataset(base.dataset, root=base.root).y_train)
     except (OSError, ValueError) as error:
-        print(f"error: base.dataset/base.partition: {error}", file=sys.stderr)
+        print(f"error: base.root: {error}", file=sys.stderr)
+        return 2
+    too_few = None  # the partitioner's own message would name its arguments, not the fields
+    if spec.clients > samples:
+        too_few = f"base.partition.clients: {spec.clients} clients but dataset {base.dataset!r} has {samples} "
+        too_few += f"training samples; at most {samples}"
+    elif spec.clients * spec.min_size > samples:
+        too_few = f"base.partition.min_size: {spec.clients} clients x min_size {spec.min_size} exceed the {samples} "
+        too_few += f"training samples of dataset {base.dataset!r}; at most {samples // spec.clients}"
+    if too_few:
+        print(f"error: {too_few}", file=sys.stderr)
+        return 2
+    try:
+        data = prepare_data(base)
+    except (OSError, ValueError) as error:  # e.g. no Dirichlet draw gives every client min_size samples
+        print(f"error: base.partition: {error}", file=sys.stderr)
         return 2
     summary = data.num_clients, len(data.dataset.y_train), len(data.val_indices), len(data.dataset.y_test)
     print("data: {} clients, {} train samples ({} held out for validation), {} test samples".format(*summary))
@@ -123,7 +158,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     uri = args.mlflow_uri or default_tracking_uri()
     print(f"MLflow tracking URI: {uri}  (experiment {space.name!r})", flush=True)
     print(f"Ray Tune results:    {Path(args.storage).resolve()}", flush=True)
-    tracker = StudyTracker(uri, space.name)
+    from raytune_fl.tune.manifest import StudyManifest
+
+    try:  # before Ray starts: a resume of a study that does not exist (or changed) fails here
+        if args.resume:
+            manifest = StudyManifest.load(args.storage, space, uri)
+        else:
+            manifest = StudyManifest.start(args.storage, space, uri)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    try:
+        tracker = StudyTracker(uri, space.name)
+    except Exception as error:  # each tracking backend (files, SQLAlchemy, HTTP) fails with its own exception types
+        print(f"error: --mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
 
     import ray
 
@@ -131,16 +180,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     from raytune_fl.tune.resources import check_fits
 
     start_ray(args.address)
+    cluster = ray.cluster_resources()
+    where = ray.get_runtime_context().gcs_address
+    print(f"Ray cluster: {where} ({cluster.get('CPU', 0):g} CPU, {cluster.get('GPU', 0):g} GPU)", flush=True)
     try:
-        check_fits(space.base.resources, ray.cluster_resources())
+        check_fits(space.base.resources, cluster)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     started = time.time()
     outcomes = []
     for name in variants:
+        done = manifest.outcome(name) if args.resume else None
+        if done is not None:
+            print(f"=== variant {name}: finished before the interruption, kept ===", flush=True)
+            outcomes.append(done)
+            continue
         print(f"=== variant {name} (method {space.variants[name].method}) ===", flush=True)
-        outcomes.append(run_variant(space, name, storage=args.storage, tracker=tracker, data=data))
+        outcome = run_variant(
+            space,
+            name,
+            storage=args.storage,
+            tracker=tracker,
+            data=data,
+            resume=manifest.run(name) if args.resume else None,
+            on_start=lambda run, name=name: manifest.started(name, run),
+        )
+        manifest.finished(name, outcome)
+        outcomes.append(outcome)
     print_summary(outcomes, uri, space.name, time.time() - started)
     return 0 if all(o.best_metrics for o in outcomes) else 1
 

@@ -6,8 +6,9 @@ Defaults live here, each with a one-line reason, so a YAML file only states what
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -19,7 +20,13 @@ class ConfigError(ValueError):
 
 class _Strict(BaseModel):
     # extra="forbid": a misspelt key is an error that names it, never a silently ignored setting.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: a NaN or infinite rate, weight or timeout would only fail (or silently poison) a trial.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# Seeds: numpy's default_rng/SeedSequence refuse negative seeds, and its legacy RandomState (Optuna's TPE
+# sampler) anything from 2**32 on.
+Seed = Annotated[int, Field(ge=0, lt=2**32)]
 
 
 class PartitionConfig(_Strict):
@@ -30,7 +37,7 @@ class PartitionConfig(_Strict):
     alpha: float = Field(0.1, gt=0)
     classes_per_client: int = Field(2, ge=1)  # shards: McMahan et al.'s pathological split
     min_size: int = Field(10, ge=0)  # a client needs a few samples for batch statistics and a validation share
-    seed: int = 0  # the partition is a setting, fixed independently of the training seed
+    seed: Seed = 0  # the partition is a setting, fixed independently of the training seed
     val_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # each client's held-out share; tuning selects on it
 
 
@@ -53,6 +60,14 @@ class ResourcesConfig(_Strict):
     gpus_per_actor: float = Field(0.0, ge=0)  # fractional GPU per actor; 0 on CPU machines
     driver_cpus: float = Field(0.0, ge=0)  # the round driver mostly waits on actors; evaluation is small
     round_timeout_s: float = Field(600.0, gt=0)  # a driver wait longer than this is a hang, not a slow round
+
+    @field_validator("cpus_per_actor", "gpus_per_actor", "driver_cpus")
+    @classmethod
+    def _ray_precision(cls, value: float) -> float:
+        # Ray refuses (when the trial creates its actors) a non-zero quantity below its resource unit
+        if 0 < value < 1e-4:
+            raise ValueError(f"must be 0 or at least 0.0001 (Ray's smallest resource unit; got {value})")
+        return value
 
 
 class FaultsConfig(_Strict):
@@ -115,7 +130,7 @@ class ExperimentConfig(_Strict):
     augment: AugmentConfig = AugmentConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
     resources: ResourcesConfig = ResourcesConfig()
-    seed: int = 0  # model initialisation, batch order and client sampling
+    seed: Seed = 0  # model initialisation, batch order and client sampling
     eval_batch_size: int = Field(500, ge=1)
     diagnostics: DiagnosticsConfig = DiagnosticsConfig()
     system: SystemConfig = SystemConfig()
@@ -134,6 +149,15 @@ class ExperimentConfig(_Strict):
         ):
             if value not in registry:
                 raise ValueError(f"{field_name}: unknown {registry.kind} {value!r}; known: {', '.join(registry)}")
+        # a kill that names no round or client that exists would never fire: the chaos test would prove nothing
+        for round_index, client in self.faults.inject_kills:
+            if not 1 <= round_index <= self.rounds:
+                raise ValueError(f"faults.inject_kills: round {round_index} is outside 1..{self.rounds} (rounds)")
+            if not 0 <= client < self.partition.clients:
+                raise ValueError(
+                    f"faults.inject_kills: client {client} is outside 0..{self.partition.clients - 1} "
+                    "(partition.clients)"
+                )
         return self
 
 
@@ -188,13 +212,20 @@ class VariantConfig(_Strict):
                         f"{section}.{name}: method {self.method!r} has no hyperparameter {name!r}; "
                         f"its hyperparameters: {', '.join(known) or '(none)'}"
                     )
-        both = set(self.fixed) & set(self.search)
-        if both:
-            raise ValueError(f"{', '.join(sorted(both))}: both fixed and searched; keep one")
+        for name in sorted(set(self.fixed) & set(self.search)):
+            raise ValueError(f"search.{name}: both fixed and searched; keep one")
         try:  # bad fixed values (a typo in `fidelity`, a negative weight) fail here, not in a trial
             build_method(self.method, self.fixed, 10)
         except ValueError as error:
             raise ValueError(f"fixed: {error}") from None
+        for name, dist in self.search.items():
+            # a range's ends (and every choice) must be valid values: the method's checks are monotone in
+            # practice (>= 0, > 0, <= 1), so the ends stand for the whole range a trial may draw from
+            for value in getattr(dist, dist.kind):  # (low, high), or the choices
+                try:
+                    build_method(self.method, {**self.fixed, name: value}, 10)
+                except ValueError as error:
+                    raise ValueError(f"search.{name}: {dist.kind} value {value!r} is not allowed: {error}") from None
         return self
 
 
@@ -212,7 +243,7 @@ class TuneSettings(_Strict):
     max_concurrent: int = Field(1, ge=1)  # trials at once; on 2 cores one trial already fills the machine
     metric: Literal["val_acc", "val_loss"] = "val_acc"  # validation only: the test set never steers tuning
     scheduler: SchedulerConfig = SchedulerConfig()
-    seed: int = 0  # TPE sampler seed
+    seed: Seed = 0  # TPE sampler seed
 
     @property
     def mode(self) -> str:
@@ -236,12 +267,43 @@ class SearchSpace(_Strict):
         return value
 
 
+# a validator message that starts with a field path ("partition.kind: unknown ...") continues the error's location
+_FIELD_PREFIX = re.compile(r"([A-Za-z_]\w*(?:\.\w+)*): ")
+
+
+def _model_at(loc: tuple[int | str, ...], model: Any = None) -> type[BaseModel] | None:
+    """The model class found at `loc` inside a SearchSpace (through dict values and optional sections)."""
+    model = model or SearchSpace
+    for part in loc:
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            field = model.model_fields.get(str(part))
+            model = field.annotation if field else None
+        elif get_origin(model) is dict:
+            model = get_args(model)[1]
+        else:
+            return None
+        args = [arg for arg in get_args(model) if arg is not type(None)]
+        if get_origin(model) is not dict and len(args) == 1:  # `X | None` -> X
+            model = args[0]
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
 def format_validation_error(error: ValidationError, source: str) -> str:
+    """One line per problem, each starting with the full dotted path of the field, then what is allowed."""
     lines = [f"{source}: {error.error_count()} problem(s)"]
     for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        parts = [str(part) for part in item["loc"]]
         message = item["msg"].removeprefix("Value error, ")
-        lines.append(f"  {where}: {message}")
+        while match := _FIELD_PREFIX.match(message):
+            parts.append(match[1])
+            message = message[match.end() :]
+        if item["type"] == "extra_forbidden":
+            parent = _model_at(item["loc"][:-1])
+            if parent is not None:
+                message += f"; known keys: {', '.join(parent.model_fields)}"
+        elif item["type"] not in ("missing", "value_error", "model_type", "dict_type"):
+            message += f" (got {item['input']!r:.80})"  # pydantic's own messages omit the value
+        lines.append(f"  {'.'.join(parts) or '(top level)'}: {message}")
     return "\n".join(lines)
 
 
@@ -274,7 +336,8 @@ def override(space: SearchSpace, changes: dict[str, Any], source: str = "command
         for depth, part in enumerate(parents):
             if not isinstance(node, dict) or part not in node:
                 where = ".".join(parents[: depth + 1])
-                raise ConfigError(f"{dotted}: {source}: there is no section {where!r}")
+                known = f"; known: {', '.join(node)}" if isinstance(node, dict) else ""
+                raise ConfigError(f"{dotted}: {source}: there is no section {where!r}{known}")
             node = node[part]
         if not isinstance(node, dict):
             raise ConfigError(f"{dotted}: {source}: {'.'.join(parents)!r} is a value, not a section")

@@ -24,6 +24,7 @@ class ClientUpdate:
     metrics: dict[str, float]  # per-batch means: loss, ce, term_<name>
     state: Any = None  # per-client method state, kept by the server between rounds
     extras: dict[str, Any] = field(default_factory=dict)
+    staleness: int = 0  # server versions between the model this client started from and the one it is applied to
 
 
 def is_float_entry(array: np.ndarray) -> bool:

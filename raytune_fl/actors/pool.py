@@ -2,19 +2,29 @@
 
 Inside a Tune trial the actors land in the trial's placement group (one bundle each), so their
 CPU/GPU fractions are reserved by Tune before the trial starts.
+
+Failure policy: an actor that dies while training a client (node lost, OOM kill, os._exit), or does not
+answer within `resources.round_timeout_s`, is replaced by a fresh actor in the same bundle and the client
+is retried there, up to `faults.retries` times; after that the client comes back as `ClientLost` and the
+round completes without it. Per-client method state lives in the round driver, so nothing is lost with
+an actor. This is the only module that calls ray.wait.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import ray
+from ray.exceptions import RayActorError
 
-from raytune_fl.config import ResourcesConfig
+from raytune_fl.config import FaultsConfig, ResourcesConfig
 from raytune_fl.engine.federation import FederatedData
+from raytune_fl.engine.pool import ClientLost, Outcome, TrainJob, WorkerFailure, run_job
 from raytune_fl.engine.worker import ClientWorker, WorkerSpec
 from raytune_fl.types import ClientUpdate, Weights
 
@@ -27,6 +37,7 @@ class ClientActor:
         y_train: np.ndarray,
         parts: list[np.ndarray],
         threads: int,
+        kills: frozenset[tuple[int, int]] = frozenset(),
     ) -> None:
         import torch
 
@@ -34,25 +45,49 @@ class ClientActor:
         # With num_gpus=0 an actor on a GPU node still sees the GPUs: decide from Ray's assignment.
         device = "cuda" if ray.get_gpu_ids() else "cpu"
         self.worker = ClientWorker(dataclasses.replace(spec, device=device), x_train, y_train, parts)
+        self.kills = kills
 
-    def train(
-        self, client_id: int, round_index: int, weights: Weights, payload: Mapping[str, Any], state: Any
-    ) -> ClientUpdate:
-        return self.worker.train(client_id, round_index, weights, payload, state)
+    def train(self, job: TrainJob, weights: Weights, payload: Mapping[str, Any], attempt: int) -> ClientUpdate:
+        if attempt == 0 and (job.round_index, job.client_id) in self.kills:
+            os._exit(1)  # chaos testing: die the way a lost node or an OOM kill does, mid-round
+        return run_job(self.worker, dataclasses.replace(job, weights=weights, payload=payload))
 
     def ready(self) -> bool:
         return True
 
 
+@dataclasses.dataclass
+class _InFlight:
+    slot: int
+    ticket: int
+    job: TrainJob
+    attempt: int
+    deadline: float
+
+
 class RayActorPool:
-    def __init__(self, data: FederatedData, spec: WorkerSpec, resources: ResourcesConfig) -> None:
+    def __init__(
+        self, data: FederatedData, spec: WorkerSpec, resources: ResourcesConfig, faults: FaultsConfig | None = None
+    ) -> None:
         self.timeout_s = resources.round_timeout_s
+        faults = faults or FaultsConfig()
+        self.retries = faults.retries
         self.sizes = [len(part) for part in data.train_parts]
-        remote = ray.remote(ClientActor).options(num_cpus=resources.cpus_per_actor, num_gpus=resources.gpus_per_actor)
-        # the training arrays go into the object store once; every actor reads them zero-copy
+        self.remote = ray.remote(ClientActor).options(
+            num_cpus=resources.cpus_per_actor, num_gpus=resources.gpus_per_actor
+        )
+        # the training arrays go into the object store once; every actor (and every restarted one) reads them zero-copy
         x_ref, y_ref = ray.put(data.dataset.x_train), ray.put(data.dataset.y_train)
         threads = max(1, int(resources.cpus_per_actor))
-        self.actors = [remote.remote(spec, x_ref, y_ref, data.train_parts, threads) for _ in range(resources.actors)]
+        self.actor_args = (spec, x_ref, y_ref, data.train_parts, threads, frozenset(map(tuple, faults.inject_kills)))
+        self.actors = [self.remote.remote(*self.actor_args) for _ in range(resources.actors)]
+        self.idle = list(range(len(self.actors)))
+        self.queue: list[tuple[int, TrainJob, int]] = []  # (ticket, job, attempt)
+        self.in_flight: dict[ray.ObjectRef, _InFlight] = {}
+        self.done: dict[int, Outcome] = {}
+        self.failures: list[WorkerFailure] = []
+        self.refs: dict[int, tuple[object, ray.ObjectRef]] = {}  # id(weights or payload) -> (object, its ref)
+        self.next_ticket = 0
 
     def ready(self) -> None:
         """Block until every actor has started (torch imported, data loaded), so round 1 times training only."""
@@ -65,46 +100,81 @@ class RayActorPool:
             )
         ray.get(done)  # re-raises an actor's constructor error
 
-    def train(
-        self,
-        client_ids: Sequence[int],
-        round_index: int,
-        weights: Weights,
-        payload: Mapping[str, Any],
-        states: Mapping[int, Any],
-    ) -> list[ClientUpdate]:
-        weights_ref = ray.put(weights)  # once per round, shared by every client
-        payload_ref = ray.put(dict(payload))
-        queue = sorted(client_ids, key=lambda cid: -self.sizes[cid])  # largest first: shorter round tail
-        idle = list(self.actors)
-        pending: dict[ray.ObjectRef, tuple[object, int]] = {}
-        updates: list[ClientUpdate] = []
-        while queue or pending:
-            while idle and queue:
-                actor, cid = idle.pop(), queue.pop(0)
-                ref = actor.train.remote(cid, round_index, weights_ref, payload_ref, states.get(cid))
-                pending[ref] = (actor, cid)
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=self.timeout_s)
-            if not ready:
-                waiting = sorted(cid for _, cid in pending.values())
-                raise TimeoutError(
-                    f"round {round_index}: no client update for {self.timeout_s:.0f}s "
-                    f"(waiting for clients {waiting}); raise resources.round_timeout_s if rounds are this slow"
-                )
+    def submit(self, job: TrainJob) -> int:
+        self.next_ticket += 1
+        self.queue.append((self.next_ticket, job, 0))
+        self._dispatch()
+        return self.next_ticket
+
+    def collect(self, tickets: Sequence[int]) -> dict[int, Outcome]:
+        while any(t not in self.done for t in tickets):
+            self._dispatch()
+            if not self.in_flight:
+                raise RuntimeError(f"tickets {[t for t in tickets if t not in self.done]} were never submitted")
+            now = time.monotonic()
+            wait_s = max(0.05, min(f.deadline for f in self.in_flight.values()) - now)
+            ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=wait_s)
             for ref in ready:
-                actor, _ = pending.pop(ref)
-                updates.append(ray.get(ref))
-                idle.append(actor)
-        return updates
+                flight = self.in_flight.pop(ref)
+                try:
+                    self.done[flight.ticket] = ray.get(ref)
+                    self.idle.append(flight.slot)
+                except RayActorError as error:
+                    self._lost(flight, error.__class__.__name__)
+            now = time.monotonic()
+            for ref, flight in list(self.in_flight.items()):
+                if now >= flight.deadline:  # a hang: the actor is replaced like a dead one
+                    del self.in_flight[ref]
+                    self._lost(flight, f"no reply within round_timeout_s={self.timeout_s:g}s")
+        outcomes = {t: self.done.pop(t) for t in tickets}
+        self._forget_unused_refs()
+        return outcomes
+
+    def drain_failures(self) -> list[WorkerFailure]:
+        failures, self.failures = self.failures, []
+        return failures
 
     def close(self) -> None:
         for actor in self.actors:
             ray.kill(actor)
-        self.actors = []
+        self.actors, self.idle, self.in_flight, self.refs = [], [], {}, {}
+
+    def _dispatch(self) -> None:
+        # largest client first: a shorter round tail when clients outnumber actors
+        self.queue.sort(key=lambda item: (-self.sizes[item[1].client_id], item[0]))
+        while self.idle and self.queue:
+            slot = self.idle.pop()
+            ticket, job, attempt = self.queue.pop(0)
+            bare = dataclasses.replace(job, weights={}, payload={})  # the big parts travel as shared refs
+            ref = self.actors[slot].train.remote(bare, self._ref(job.weights), self._ref(job.payload), attempt)
+            self.in_flight[ref] = _InFlight(slot, ticket, job, attempt, time.monotonic() + self.timeout_s)
+
+    def _ref(self, value: object) -> ray.ObjectRef:
+        """The global weights go into the object store once per version, however many clients read them."""
+        key = id(value)
+        if key not in self.refs:
+            self.refs[key] = (value, ray.put(value))
+        return self.refs[key][1]
+
+    def _forget_unused_refs(self) -> None:
+        jobs = [job for _, job, _ in self.queue] + [f.job for f in self.in_flight.values()]
+        used = {id(job.weights) for job in jobs} | {id(job.payload) for job in jobs}
+        self.refs = {k: v for k, v in self.refs.items() if k in used}
+
+    def _lost(self, flight: _InFlight, error: str) -> None:
+        job = flight.job
+        self.failures.append(WorkerFailure(job.round_index, job.client_id, flight.attempt, error))
+        ray.kill(self.actors[flight.slot])  # a hung actor must not keep its bundle
+        self.actors[flight.slot] = self.remote.remote(*self.actor_args)
+        self.idle.append(flight.slot)
+        if flight.attempt < self.retries:
+            self.queue.append((flight.ticket, job, flight.attempt + 1))
+        else:
+            self.done[flight.ticket] = ClientLost(job.client_id, flight.attempt + 1, error)
 
 
-def ray_pool_factory(resources: ResourcesConfig):
+def ray_pool_factory(resources: ResourcesConfig, faults: FaultsConfig | None = None):
     def make(data: FederatedData, spec: WorkerSpec) -> RayActorPool:
-        return RayActorPool(data, spec, resources)
+        return RayActorPool(data, spec, resources, faults)
 
     return make

@@ -5,8 +5,11 @@ Knows nothing of Ray Tune or MLflow: each round's metrics go to one callback.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,15 +26,18 @@ from raytune_fl.engine.diagnostics import (
     per_client_accuracy,
     spectrum_summary,
 )
-from raytune_fl.engine.local import LocalSettings
-from raytune_fl.engine.pool import ClientPool, InProcessPool
+from raytune_fl.engine.fedbuff import BufferedAsync
+from raytune_fl.engine.local import LocalSettings, NonFiniteLossError
+from raytune_fl.engine.pool import ClientLost, ClientPool, InProcessPool, TrainJob, train_all
+from raytune_fl.engine.system import ClientPlan, ClientRecord, SystemModel
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import Method, build_method
-from raytune_fl.types import ClientUpdate, Weights
+from raytune_fl.types import ClientUpdate, Weights, is_float_entry
 from raytune_fl.weights import load_weights, read_weights
 
 RoundCallback = Callable[[dict[str, Any]], None]
 SPECTRUM_KEY = "classifier_spectrum"  # the full spectrum, a list; the summary metrics are sv_*
+CLIENT_LOG_KEY = "client_log"  # per-client rows of the round (status, steps, simulated time), a list
 PoolFactory = Callable[["FederatedData", WorkerSpec], ClientPool]
 
 
@@ -132,6 +138,8 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_siz
 
 def mean_client_metrics(updates: Sequence[ClientUpdate]) -> dict[str, float]:
     """Sample-weighted mean of the clients' local training metrics."""
+    if not updates:
+        return {}
     total = sum(u.num_samples for u in updates)
     keys = updates[0].metrics.keys()
     return {
@@ -162,6 +170,15 @@ class Federation:
         self.model = self.spec.model.build().to(self.device)
         self.weights: Weights = read_weights(self.model)
         self.client_states: dict[int, Any] = {}  # per-client method state, kept here so any worker can train any client
+        sizes = [len(part) for part in self.data.train_parts]
+        exp = experiment
+        self.system = SystemModel(exp.system, sizes, exp.batch_size, exp.local_epochs, exp.seed)
+        if experiment.system.deadline is not None and self.method.buffer_size is not None:
+            raise ValueError("system.deadline: FedBuff has no round deadline (late updates are applied stale)")
+        self.round = 0  # rounds completed
+        self.sim_time = 0.0  # simulated clock (system heterogeneity)
+        self.failures_total = 0  # worker deaths survived so far
+        self.async_state: dict[str, Any] | None = None  # FedBuff's clients in flight and buffer, for checkpoints
         val = self.data.val_indices
         self.val_x, self.val_y = (
             torch.from_numpy(dataset.x_train[val]),
@@ -230,39 +247,140 @@ class Federation:
         every = self.experiment.diagnostics.every
         return every > 0 and (round_index % every == 0 or round_index == self.experiment.rounds)
 
-    def run(self, on_round: RoundCallback, start_round: int = 1) -> dict[str, Any]:
-        exp = self.experiment
+    # ---- the run ---------------------------------------------------------------------------------
+
+    def run(self, on_round: RoundCallback) -> dict[str, Any]:
+        """Rounds `self.round + 1 .. rounds` (a restored federation continues where its checkpoint was taken).
+
+        Each round's metrics go to `on_round`. A NaN/Inf loss or model ends the run with one last report
+        carrying `diverged = 1` and the worst score (val_acc 0, val_loss inf), so a study moves on.
+        """
         setup_started = time.perf_counter()
         pool = self.pool_factory(self.data, self.spec)
-        metrics: dict[str, Any] = {}
+        self._on_round, self._last = on_round, {}
+        self._setup_s: float | None = None
         try:
             pool.ready()
-            setup_s = time.perf_counter() - setup_started  # reported apart from round times
-            for round_index in range(start_round, exp.rounds + 1):
-                started = time.perf_counter()
-                clients = sample_clients(self.data.num_clients, exp.participation, exp.seed, round_index)
-                payload = self.method.aggregator.payload()
-                updates = pool.train(clients, round_index, self.weights, payload, self.client_states)
-                # client order, not arrival order: float sums must not depend on which actor was faster
-                updates = sorted(updates, key=lambda u: u.client_id)
-                for update in updates:
-                    if update.state is not None:
-                        self.client_states[update.client_id] = update.state
-                start_weights, self.weights = self.weights, self.method.aggregate(self.weights, updates)
-                metrics = {
-                    "round": round_index,
-                    **self.evaluate(),
-                    **mean_client_metrics(updates),
-                    "clients": len(updates),
-                }
-                metrics["round_time_s"] = time.perf_counter() - started  # diagnostics below are timed apart
-                if exp.diagnostics.decomposition and self.costly_round(round_index):
-                    started = time.perf_counter()
-                    metrics.update(self.decompose_loss(start_weights, updates, metrics["val_loss"]))
-                    metrics["decomposition_s"] = time.perf_counter() - started
-                if round_index == start_round:
-                    metrics["setup_s"] = setup_s
-                on_round(metrics)
+            self._setup_s = time.perf_counter() - setup_started  # reported apart from round times
+            if self.method.buffer_size is None:
+                while self.round < self.experiment.rounds:
+                    self._synchronous_round(pool)
+            else:
+                BufferedAsync(self, pool).run()
+        except NonFiniteLossError as error:
+            self._report_divergence(str(error).splitlines()[0])
         finally:
             pool.close()
-        return metrics
+        return self._last
+
+    def _synchronous_round(self, pool: ClientPool) -> None:
+        round_index, exp = self.round + 1, self.experiment
+        started = time.perf_counter()
+        clients = sample_clients(self.data.num_clients, exp.participation, exp.seed, round_index)
+        plans = self.system.plan(clients, round_index)
+        payload = self.method.aggregator.payload()
+        jobs = [
+            TrainJob(p.client_id, round_index, self.weights, payload, self.client_states.get(p.client_id), p.max_steps)
+            for p in plans
+            if p.trains
+        ]
+        outcomes = {o.client_id: o for o in train_all(pool, jobs)}
+        log = [
+            ClientRecord(round_index, p.client_id, outcome_status(outcomes.get(p.client_id), p), p.steps, p.sim_time)
+            for p in plans
+        ]
+        updates = [o for o in outcomes.values() if isinstance(o, ClientUpdate)]
+        self.sim_time += self.system.round_duration(plans)
+        self.finish_round(round_index, updates, log, pool, started)
+
+    def finish_round(
+        self,
+        round_index: int,
+        updates: Sequence[ClientUpdate],
+        log: Sequence[ClientRecord],
+        pool: ClientPool,
+        started: float,
+    ) -> None:
+        """Keep client states, aggregate, evaluate and report round `round_index` (both schedules end here)."""
+        # client order, not arrival order: float sums must not depend on which actor was faster
+        updates = sorted(updates, key=lambda u: u.client_id)
+        for update in updates:
+            if update.state is not None:
+                self.client_states[update.client_id] = update.state
+        start_weights = self.weights
+        if updates:  # everyone dropped, late or lost: the model stays as it was
+            self.weights = self.method.aggregate(self.weights, updates)
+        if not all(np.isfinite(v).all() for v in self.weights.values() if is_float_entry(v)):
+            raise NonFiniteLossError("the aggregated model has NaN/Inf weights")
+        self.round = round_index
+        failures = pool.drain_failures()
+        self.failures_total += len(failures)
+        metrics: dict[str, Any] = {"round": round_index, **self.evaluate()}
+        if not math.isfinite(metrics["val_loss"]):
+            raise NonFiniteLossError(f"validation loss is {metrics['val_loss']}")
+        metrics.update(mean_client_metrics(updates))
+        counts = Counter(record.status for record in log)
+        metrics.update(
+            clients=len(updates),
+            clients_sampled=len(log),
+            clients_dropped=counts["dropped"],
+            clients_late=counts["late"],
+            clients_lost=counts["lost"],
+            actor_failures=len(failures),
+            actor_failures_total=self.failures_total,
+        )
+        if self.experiment.system.active or self.method.buffer_size is not None:
+            metrics["sim_time"] = self.sim_time
+        if self.method.buffer_size is not None:
+            staleness = [u.staleness for u in updates]
+            metrics.update(staleness_mean=float(np.mean(staleness)), staleness_max=max(staleness))
+        metrics[CLIENT_LOG_KEY] = [dataclasses.asdict(record) for record in log]  # filed as an artifact
+        metrics["round_time_s"] = time.perf_counter() - started  # diagnostics below are timed apart
+        if self.experiment.diagnostics.decomposition and self.costly_round(round_index) and updates:
+            started = time.perf_counter()
+            metrics.update(self.decompose_loss(start_weights, updates, metrics["val_loss"]))
+            metrics["decomposition_s"] = time.perf_counter() - started
+        if self._setup_s is not None:
+            metrics["setup_s"], self._setup_s = self._setup_s, None
+        self._last = metrics
+        self._on_round(metrics)
+
+    def _report_divergence(self, reason: str) -> None:
+        metrics: dict[str, Any] = {
+            "round": self.round + 1 if self.round < self.experiment.rounds else self.round,
+            "diverged": 1.0,
+            "val_acc": 0.0,  # the worst score, so the searcher learns to avoid this region
+            "val_loss": float("inf"),
+            "divergence": reason,
+        }
+        self._last = metrics
+        self._on_round(metrics)
+
+    # ---- checkpoints -----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the next round depends on. Random streams are keyed by (seed, round, client): no RNG state."""
+        return {
+            "round": self.round,
+            "weights": self.weights,
+            "client_states": self.client_states,
+            "aggregator": self.method.aggregator.state_dict(),
+            "sim_time": self.sim_time,
+            "failures_total": self.failures_total,
+            "asynchronous": self.async_state,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.round = int(state["round"])
+        self.weights = dict(state["weights"])
+        self.client_states = dict(state["client_states"])
+        self.method.aggregator.load_state_dict(state["aggregator"])
+        self.sim_time = float(state["sim_time"])
+        self.failures_total = int(state["failures_total"])
+        self.async_state = state.get("asynchronous")
+
+
+def outcome_status(outcome: Any, plan: ClientPlan) -> str:
+    if not plan.trains:
+        return plan.status
+    return "lost" if isinstance(outcome, ClientLost) else "trained"

@@ -44,8 +44,12 @@ def train_local(
     generator: torch.Generator,
     num_classes: int,
     client: ClientContext | None = None,
+    max_steps: int | None = None,
 ) -> LocalResult:
-    """Local SGD on (x, y). `client` carries the client's id, round, state and the server payload."""
+    """Local SGD on (x, y). `client` carries the client's id, round, state and the server payload.
+
+    `max_steps` (system heterogeneity): exactly that many steps, reshuffling each pass, instead of `epochs`.
+    """
     ctx = client or ClientContext(model, client_id=0, round_index=1, x=x, y=y, lr=settings.lr)
     model.train()
     hooks = method.all_hooks
@@ -63,9 +67,14 @@ def train_local(
     sums = torch.zeros(len(names), dtype=torch.float64)
     steps = 0
     n = x.shape[0]
-    for _ in range(settings.epochs):
+    passes = settings.epochs if max_steps is None else max_steps  # a step budget takes at most one pass per step
+    for _ in range(passes):
+        if max_steps is not None and steps >= max_steps:
+            break
         order = torch.randperm(n, generator=generator)
         for start in range(0, n, settings.batch_size):
+            if max_steps is not None and steps >= max_steps:
+                break
             index = order[start : start + settings.batch_size]
             if index.numel() < 2:  # BatchNorm and the batch-statistic terms need two samples
                 continue

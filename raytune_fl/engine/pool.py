@@ -1,49 +1,110 @@
-"""How the round driver reaches its clients. The in-process pool is here; the Ray pool is in actors/."""
+"""How the round driver reaches its clients. The in-process pool is here; the Ray pool is in actors/.
+
+A pool takes train jobs (`submit`) and hands back their outcomes (`collect`), so the synchronous round
+(submit all, collect all) and FedBuff's asynchronous schedule (collect one at a time, in simulated time)
+share one transport. A client whose worker dies is retried by the pool and, past its retries, comes
+back as `ClientLost`: the round driver decides what a lost client means.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from raytune_fl.engine.worker import ClientWorker
 from raytune_fl.types import ClientUpdate, Weights
 
 
+@dataclass(frozen=True)
+class TrainJob:
+    """One client's local round."""
+
+    client_id: int
+    round_index: int  # the round the update is for (methods see it)
+    weights: Weights  # the global model the client starts from
+    payload: Mapping[str, Any]  # what the server broadcasts with the weights (SCAFFOLD's c, ...)
+    state: Any = None  # this client's method state from its last round
+    max_steps: int | None = None  # a step budget instead of local_epochs (system heterogeneity)
+    stream: int | None = None  # random-number stream key when the round is not unique (asynchronous dispatches)
+
+
+@dataclass(frozen=True)
+class ClientLost:
+    """A client whose worker died on every attempt: it contributes nothing to this round."""
+
+    client_id: int
+    attempts: int
+    error: str
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """One worker death (or hang past the timeout) while training a client; the pool restarted the worker."""
+
+    round_index: int
+    client_id: int
+    attempt: int  # 0 = the first try
+    error: str
+
+
+Outcome = ClientUpdate | ClientLost
+
+
 class ClientPool(Protocol):
     def ready(self) -> None: ...  # block until the clients can train
 
-    def train(
-        self,
-        client_ids: Sequence[int],
-        round_index: int,
-        weights: Weights,
-        payload: Mapping[str, Any],
-        states: Mapping[int, Any],
-    ) -> list[ClientUpdate]:
-        """Train each client from `weights`; `payload` goes to all, `states[cid]` (if any) to client cid."""
+    def submit(self, job: TrainJob) -> int:
+        """Queue a job; returns its ticket. Training may start at once, in the background."""
+        ...
+
+    def collect(self, tickets: Sequence[int]) -> dict[int, Outcome]:
+        """Block until every ticket has an outcome (an update, or ClientLost past the retries)."""
+        ...
+
+    def drain_failures(self) -> list[WorkerFailure]:
+        """The worker failures since the last call."""
         ...
 
     def close(self) -> None: ...
 
 
+def train_all(pool: ClientPool, jobs: Sequence[TrainJob]) -> list[Outcome]:
+    """The synchronous round: every job submitted at once, outcomes in job order."""
+    tickets = [pool.submit(job) for job in jobs]
+    outcomes = pool.collect(tickets)
+    return [outcomes[t] for t in tickets]
+
+
+def run_job(worker: ClientWorker, job: TrainJob) -> ClientUpdate:
+    return worker.train(job.client_id, job.round_index, job.weights, job.payload, job.state, job.max_steps, job.stream)
+
+
 class InProcessPool:
-    """Trains clients one after another in this process: no Ray, for debugging and baselines."""
+    """Trains clients one after another in this process: no Ray, for debugging and baselines.
+
+    Jobs run when collected; results are the same as training at submission because a job carries
+    everything it depends on. A Python exception (e.g. a diverged loss) propagates: there is no worker to lose.
+    """
 
     def __init__(self, worker: ClientWorker) -> None:
         self.worker = worker
+        self.jobs: dict[int, TrainJob] = {}
+        self.next_ticket = 0
 
     def ready(self) -> None:
         pass
 
-    def train(
-        self,
-        client_ids: Sequence[int],
-        round_index: int,
-        weights: Weights,
-        payload: Mapping[str, Any],
-        states: Mapping[int, Any],
-    ) -> list[ClientUpdate]:
-        return [self.worker.train(cid, round_index, weights, payload, states.get(cid)) for cid in client_ids]
+    def submit(self, job: TrainJob) -> int:
+        self.next_ticket += 1
+        self.jobs[self.next_ticket] = job
+        return self.next_ticket
+
+    def collect(self, tickets: Sequence[int]) -> dict[int, Outcome]:
+        return {t: run_job(self.worker, self.jobs.pop(t)) for t in tickets}
+
+    def drain_failures(self) -> list[WorkerFailure]:
+        return []
 
     def close(self) -> None:
-        pass
+        self.jobs.clear()

@@ -72,16 +72,25 @@ class ClientWorker:
         weights: Weights,
         payload: Mapping[str, Any] | None = None,
         state: Mapping[str, Any] | None = None,
+        max_steps: int | None = None,
+        stream: int | None = None,
     ) -> ClientUpdate:
-        """One client's local round from the global `weights`; `state` is what this client's hooks kept last time."""
+        """One client's local round from the global `weights`; `state` is what this client's hooks kept last time.
+
+        `stream` keys the client's random numbers when the round alone does not (asynchronous dispatches).
+        """
         load_weights(self.model, weights)
         index = self.client_indices[client_id]
         x = self.x[index].to(self.device)
         y = self.y[index].to(self.device)
-        generator = torch.Generator().manual_seed(client_seed(self.spec.seed, round_index, client_id))
+        generator = torch.Generator().manual_seed(
+            client_seed(self.spec.seed, round_index if stream is None else stream, client_id)
+        )
         local = self.spec.local
         ctx = ClientContext(self.model, client_id, round_index, x, y, local.lr, state or {}, payload or {})
-        result = train_local(self.model, self.method, x, y, local, generator, self.spec.model.num_classes, ctx)
+        result = train_local(
+            self.model, self.method, x, y, local, generator, self.spec.model.num_classes, ctx, max_steps
+        )
         new = read_weights(self.model)
         delta = {k: v - weights[k] for k, v in new.items() if is_float_entry(v)}
         buffers = {k: v for k, v in new.items() if not is_float_entry(v)}

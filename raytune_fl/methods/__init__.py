@@ -4,6 +4,7 @@ from raytune_fl.methods import (  # noqa: F401  (registration)
     fedavg,
     fedavgm,
     fedbn,
+    fedbuff,
     fedld,
     fednova,
     fedprox,

@@ -126,6 +126,9 @@ class Method:
     # the model a client actually uses: the global weights with its own per-client parts (FedBN: its
     # BatchNorm), given the client's state. None: every client uses the global model as it is.
     personalise: Callable[[Weights, Mapping[str, Any]], Weights] | None = None
+    # asynchronous buffered aggregation (FedBuff): the round driver aggregates every `buffer_size` arrivals
+    # instead of waiting for the sampled clients; None: synchronous rounds
+    buffer_size: int | None = None
 
     def __post_init__(self) -> None:
         names = [hook.name for hook in self.all_hooks]

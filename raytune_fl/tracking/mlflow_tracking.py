@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 
 from raytune_fl.data.record import partition_heatmap, partition_table, save_partition_parquet
-from raytune_fl.engine.federation import SPECTRUM_KEY, FederatedData
+from raytune_fl.engine.federation import CLIENT_LOG_KEY, SPECTRUM_KEY, FederatedData
 
 # Tune's own bookkeeping keys: not our metrics
 _TUNE_KEYS = {
@@ -102,6 +102,22 @@ class StudyTracker:
         for start in range(0, len(items), 100):  # MLflow caps a batch at 100 params
             self.client.log_batch(run_id, params=items[start : start + 100])
 
+    def reopen(self, run_id: str) -> None:
+        """A resumed study continues in the run it started in (no new parent, no orphan)."""
+        self.client.update_run(run_id, status="RUNNING")
+
+    def close_running_children(self, parent_run_id: str, status: str = "KILLED") -> int:
+        """Child runs still RUNNING once a study ends belong to trials that died with a killed driver before
+        Tune recorded them (a resume re-creates such trials under new runs); they are closed, not left RUNNING."""
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}' and attributes.status = 'RUNNING'",
+        )
+        for run in runs:
+            self.client.set_tag(run.info.run_id, "trial_status", "interrupted")
+            self.client.set_terminated(run.info.run_id, status)
+        return len(runs)
+
     def finish_parent(
         self, run_id: str, metrics: dict[str, float], tags: dict[str, Any], status: str = "FINISHED"
     ) -> None:
@@ -111,13 +127,24 @@ class StudyTracker:
         self.client.set_terminated(run_id, status)
 
     def trial_logger(
-        self, parent_run_id: str, variant: str, method: str, base_params: dict[str, Any], rounds: int
+        self,
+        parent_run_id: str,
+        variant: str,
+        method: str,
+        base_params: dict[str, Any],
+        rounds: int,
+        resuming: bool = False,
     ) -> MlflowTrialLogger:
-        return MlflowTrialLogger(self, parent_run_id, variant, method, base_params, rounds)
+        return MlflowTrialLogger(self, parent_run_id, variant, method, base_params, rounds, resuming)
 
 
 class MlflowTrialLogger(tune.Callback):
-    """A Tune callback (runs in the driver): one child run per trial, metrics per round (step = round)."""
+    """A Tune callback (runs in the driver): one child run per trial, metrics per round (step = round).
+
+    Resuming (Tuner.restore), a trial continues in its own run: found by its `trial_id` tag, reopened, and
+    rounds it already logged are not logged twice (a trial restarts from its last checkpoint, which may be
+    a round or two before the last round the killed driver logged; the seeded rounds repeat exactly).
+    """
 
     def __init__(
         self,
@@ -127,6 +154,7 @@ class MlflowTrialLogger(tune.Callback):
         method: str,
         base: dict[str, Any],
         rounds: int,
+        resuming: bool = False,
     ) -> None:
         self.tracker, self.client = tracker, tracker.client
         self.parent_run_id, self.variant, self.method, self.base, self.rounds = (
@@ -136,39 +164,83 @@ class MlflowTrialLogger(tune.Callback):
             base,
             rounds,
         )
+        self.resuming = resuming
         self.run_ids: dict[str, str] = {}
         self.history: dict[str, list[dict[str, Any]]] = {}
         self.spectra: dict[str, list[tuple[int, list[float]]]] = {}
+        self.client_logs: dict[str, list[dict[str, Any]]] = {}
+        self.diverged: dict[str, str] = {}
         self.trial_index: dict[str, int] = {}
 
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        index = self.trial_index.setdefault(trial.trial_id, len(self.trial_index))
-        tags = {
-            "mlflow.parentRunId": self.parent_run_id,
-            "variant": self.variant,
-            "method": self.method,
-            "trial_id": trial.trial_id,
-            "stage": "tune",
-            "trial_status": "running",
-        }
-        run = self.client.create_run(self.tracker.experiment_id, run_name=f"{self.variant}-{index:03d}", tags=tags)
-        self.run_ids[trial.trial_id] = run.info.run_id
-        self.history[trial.trial_id] = []
+    def _existing_run(self, trial_id: str) -> Any:
+        runs = self.client.search_runs(
+            [self.tracker.experiment_id],
+            filter_string=f"tags.mlflow.parentRunId = '{self.parent_run_id}' and tags.trial_id = '{trial_id}'",
+        )
+        return runs[0] if runs else None
+
+    def _open(self, trial: Any) -> str:
+        """The trial's run: already open, or found again (resume), or new."""
+        if trial.trial_id in self.run_ids:
+            return self.run_ids[trial.trial_id]
+        existing = self._existing_run(trial.trial_id) if self.resuming else None
+        rows: list[dict[str, Any]] = []
+        if existing is not None:
+            run_id = existing.info.run_id
+            self.client.update_run(run_id, status="RUNNING")
+            self.client.set_tag(run_id, "resumed", "true")
+            rows = self._logged_rows(run_id, existing.data.metrics)
+        else:
+            if self.resuming and not self.trial_index:  # number new runs after the ones the first attempt made
+                done = self.client.search_runs(
+                    [self.tracker.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{self.parent_run_id}'"
+                )
+                self.trial_index = {run.data.tags.get("trial_id", run.info.run_id): i for i, run in enumerate(done)}
+            index = self.trial_index.setdefault(trial.trial_id, len(self.trial_index))
+            tags = {
+                "mlflow.parentRunId": self.parent_run_id,
+                "variant": self.variant,
+                "method": self.method,
+                "trial_id": trial.trial_id,
+                "stage": "tune",
+                "trial_status": "running",
+            }
+            run = self.client.create_run(self.tracker.experiment_id, run_name=f"{self.variant}-{index:03d}", tags=tags)
+            run_id = run.info.run_id
+            self.tracker.log_params(run_id, {**self.base, **trial.config})
+        self.run_ids[trial.trial_id] = run_id
+        self.history[trial.trial_id] = rows
         self.spectra[trial.trial_id] = []
-        self.tracker.log_params(run.info.run_id, {**self.base, **trial.config})
+        self.client_logs[trial.trial_id] = []
+        return run_id
+
+    def _logged_rows(self, run_id: str, latest: dict[str, float]) -> list[dict[str, Any]]:
+        by_round: dict[int, dict[str, Any]] = {}
+        for key in latest:
+            for point in self.client.get_metric_history(run_id, key):
+                by_round.setdefault(point.step, {"round": point.step})[key] = point.value
+        return [by_round[step] for step in sorted(by_round)]
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._open(trial)
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        run_id = self.run_ids.get(trial.trial_id)
-        if run_id is None:
-            return
+        run_id = self._open(trial)
         step = int(result.get("round", result.get("training_iteration", 0)))
+        history = self.history[trial.trial_id]
+        if history and step <= history[-1]["round"]:
+            return  # replayed after a resume from an earlier checkpoint: already logged, identical by seeding
         metrics = round_metrics(result)
         now = int(time.time() * 1000)
         batch = [Metric(k, v, now, step) for k, v in metrics.items() if math.isfinite(v)]
         self.client.log_batch(run_id, metrics=batch)
-        self.history[trial.trial_id].append({"round": step, **metrics})
+        history.append({"round": step, **metrics})
         if isinstance(result.get(SPECTRUM_KEY), list):
             self.spectra[trial.trial_id].append((step, result[SPECTRUM_KEY]))
+        if isinstance(result.get(CLIENT_LOG_KEY), list):
+            self.client_logs[trial.trial_id].extend(result[CLIENT_LOG_KEY])
+        if result.get("diverged"):
+            self.diverged[trial.trial_id] = str(result.get("divergence", "non-finite loss"))
 
     def _close(self, trial: Any, status: str, trial_status: str) -> None:
         run_id = self.run_ids.pop(trial.trial_id, None)
@@ -176,25 +248,31 @@ class MlflowTrialLogger(tune.Callback):
             return
         rows = self.history.pop(trial.trial_id, [])
         last_round = rows[-1]["round"] if rows else 0
-        if trial_status == "finished" and last_round < self.rounds:
+        reason = self.diverged.pop(trial.trial_id, None)
+        if reason is not None:
+            trial_status = "diverged"  # stopped itself; the study went on
+            self.client.set_tag(run_id, "divergence", reason[:500])
+        elif trial_status == "finished" and last_round < self.rounds:
             trial_status = "stopped_early"  # ASHA stopped it: its last value is a truncated score
         self.client.set_tag(run_id, "trial_status", trial_status)
         self.client.set_tag(run_id, "rounds_completed", str(last_round))
-        if rows:
-            with tempfile.TemporaryDirectory() as tmp:
-                path = Path(tmp) / "round_metrics.parquet"
-                pd.DataFrame(rows).to_parquet(path, index=False)
-                self.client.log_artifact(run_id, str(path))
+        failures = rows[-1].get("actor_failures_total", 0) if rows else 0
+        self.client.set_tag(run_id, "actor_failures", str(int(failures)))
+        tables = {"round_metrics.parquet": pd.DataFrame(rows) if rows else None}
         spectra = self.spectra.pop(trial.trial_id, [])
         if spectra:  # the full classifier spectrum per round, long format: round, index, singular_value
-            table = pd.DataFrame(
+            tables["classifier_spectrum.parquet"] = pd.DataFrame(
                 [(step, i, value) for step, values in spectra for i, value in enumerate(values)],
                 columns=["round", "index", "singular_value"],
             )
-            with tempfile.TemporaryDirectory() as tmp:
-                path = Path(tmp) / "classifier_spectrum.parquet"
-                table.to_parquet(path, index=False)
-                self.client.log_artifact(run_id, str(path))
+        client_log = self.client_logs.pop(trial.trial_id, [])
+        if client_log:  # per client and round: trained / dropped / late / lost, steps, simulated time, staleness
+            tables["client_rounds.parquet"] = pd.DataFrame(client_log)
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, table in tables.items():
+                if table is not None:
+                    table.to_parquet(Path(tmp) / name, index=False)
+                    self.client.log_artifact(run_id, str(Path(tmp) / name))
         self.client.set_terminated(run_id, status)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

@@ -92,6 +92,14 @@ def tpe_startup_trials(num_samples: int) -> int:
     return max(2, min(10, num_samples // 3))
 
 
+@dataclass
+class VariantRun:
+    """Where a variant study lives, recorded before it starts so that `--resume` can find it."""
+
+    experiment_path: str  # the Tune experiment directory
+    parent_run_id: str | None  # the MLflow parent run
+
+
 def run_variant(
     space: SearchSpace,
     variant_name: str,
@@ -100,7 +108,11 @@ def run_variant(
     tracker: StudyTracker | None,
     out: Callable[[str], None] = _print,
     data: FederatedData | None = None,
+    resume: VariantRun | None = None,
+    on_start: Callable[[VariantRun], None] | None = None,
 ) -> VariantOutcome:
+    """One variant's study. With `resume` (a study a killed driver left behind), Tune restores its trials
+    from their last checkpoints and the searcher from its saved state, and MLflow continues in the same runs."""
     started = time.time()
     variant = space.variants[variant_name]
     settings, base = space.tune, space.base
@@ -130,9 +142,14 @@ def run_variant(
         **variant.fixed,
     }
     callbacks: list[tune.Callback] = [ProgressPrinter(variant_name, num_samples, base.rounds, settings.metric, out)]
-    parent_run_id = None
+    parent_run_id = resume.parent_run_id if resume else None
+    restorable = resume is not None and tune.Tuner.can_restore(resume.experiment_path)
+    if resume is not None and not restorable:
+        out(f"[{variant_name}] nothing to restore at {resume.experiment_path}: starting the variant afresh")
     logger = None
-    if tracker is not None:
+    if tracker is not None and parent_run_id is not None:
+        tracker.reopen(parent_run_id)
+    elif tracker is not None:
         parent_run_id = tracker.start_parent(
             variant_name,
             tags={
@@ -157,29 +174,26 @@ def run_variant(
         data = data or prepare_data(base)  # the same seeded partition every trial of this study builds
         part = base.partition
         tracker.log_partition(parent_run_id, data, f"{base.dataset}: {part.kind}, {part.clients} clients")
-        logger = tracker.trial_logger(parent_run_id, variant_name, variant.method, base_params, base.rounds)
+    if tracker is not None and parent_run_id is not None:
+        logger = tracker.trial_logger(
+            parent_run_id, variant_name, variant.method, base_params, base.rounds, resuming=resume is not None
+        )
         callbacks.append(logger)
     trainable = tune.with_resources(
         tune.with_parameters(federated_trial, experiment=base, method=variant.method, fixed=dict(variant.fixed)),
         placement_group_factory(base.resources),
     )
-    tuner = tune.Tuner(
-        trainable,
-        tune_config=tune.TuneConfig(
-            metric=settings.metric,
-            mode=settings.mode,
-            search_alg=search_alg,
-            scheduler=scheduler,
-            num_samples=num_samples,
-            max_concurrent_trials=settings.max_concurrent,
-        ),
-        run_config=tune.RunConfig(
-            name=f"{space.name}-{variant_name}-{time.strftime('%Y%m%d-%H%M%S')}",
-            storage_path=str(Path(storage).resolve()),
-            callbacks=callbacks,
-            verbose=0,
-        ),
-    )
+    name = f"{space.name}-{variant_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if restorable:
+        tuner = tune.Tuner.restore(resume.experiment_path, trainable, resume_unfinished=True, resume_errored=True)
+        # Ray restores the callbacks pickled at the first start; ours hold this process's MLflow bookkeeping
+        tuner._local_tuner.get_run_config().callbacks = callbacks
+        experiment_path = resume.experiment_path
+    else:
+        tuner = _new_tuner(trainable, space, search_alg, scheduler, num_samples, name, storage, callbacks)
+        experiment_path = str(Path(storage).resolve() / name)
+    if on_start is not None:
+        on_start(VariantRun(experiment_path, parent_run_id))
     status = "FAILED"
     try:
         results = tuner.fit()
@@ -203,6 +217,7 @@ def run_variant(
         if tracker is not None and parent_run_id is not None:
             if logger is not None:
                 logger.close_open_runs()
+            tracker.close_running_children(parent_run_id)
             metrics: dict[str, float] = {"wall_time_s": time.time() - started}
             tags: dict[str, Any] = {}
             if status == "FINISHED":
@@ -210,6 +225,29 @@ def run_variant(
                 metrics.update({f"trials_{k}": v for k, v in outcome.trials.items()})
                 tags = {f"best.{k}": v for k, v in outcome.best_params.items()}
             tracker.finish_parent(parent_run_id, metrics, tags, status)
+
+
+def _new_tuner(trainable, space, search_alg, scheduler, num_samples, name, storage, callbacks) -> tune.Tuner:
+    settings = space.tune
+    return tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(
+            metric=settings.metric,
+            mode=settings.mode,
+            search_alg=search_alg,
+            scheduler=scheduler,
+            num_samples=num_samples,
+            max_concurrent_trials=settings.max_concurrent,
+        ),
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=str(Path(storage).resolve()),
+            callbacks=callbacks,
+            verbose=0,
+            # the latest checkpoint is what a resume needs; one more in case the newest was being written
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+        ),
+    )
 
 
 def summarise(
@@ -221,7 +259,7 @@ def summarise(
     mode: str,
     rounds: int,
 ) -> VariantOutcome:
-    counts = {"finished": 0, "stopped_early": 0, "error": 0}
+    counts = {"finished": 0, "stopped_early": 0, "diverged": 0, "error": 0}
     candidates, errors = [], []
     for result in results:
         if result.error is not None:
@@ -229,6 +267,9 @@ def summarise(
             errors.append(str(result.error).splitlines()[0][:300])
             continue
         metrics = result.metrics or {}
+        if metrics.get("diverged"):
+            counts["diverged"] += 1  # never a candidate: its score is the worst by construction
+            continue
         reached = int(metrics.get("round", 0))
         counts["finished" if reached >= rounds else "stopped_early"] += 1
         value = metrics.get(metric)

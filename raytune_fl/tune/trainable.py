@@ -1,7 +1,8 @@
-"""One Tune trial = one complete federated simulation, reporting every round."""
+"""One Tune trial = one complete federated simulation, reporting (and checkpointing) every round."""
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any
 
 import torch
@@ -9,6 +10,7 @@ from ray import tune
 
 from raytune_fl.actors import ray_pool_factory
 from raytune_fl.config import ExperimentConfig
+from raytune_fl.engine.checkpoint import load_state, save_state
 from raytune_fl.engine.federation import Federation, in_process_pool
 
 
@@ -19,6 +21,26 @@ def federated_trial(
     torch.set_num_threads(
         max(1, int(resources.driver_cpus or (resources.cpus_per_actor if not resources.actors else 1)))
     )
-    pool = ray_pool_factory(resources) if resources.actors > 0 else in_process_pool
+    pool = ray_pool_factory(resources, experiment.faults) if resources.actors > 0 else in_process_pool
     federation = Federation(experiment, method, {**fixed, **config}, pool_factory=pool)
-    federation.run(on_round=tune.report)  # every report carries the tuned metric (val_acc / val_loss)
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:  # a resumed trial (Tuner.restore): continue after the last checkpointed round
+        with checkpoint.as_directory() as directory:
+            federation.load_state_dict(load_state(directory))
+    every = experiment.checkpoint_every
+
+    def report(metrics: dict[str, Any]) -> None:
+        # every report carries the tuned metric (val_acc / val_loss); a checkpoint goes with it every `every`
+        # rounds, the last one included, so a resumed trial never repeats more than `every - 1` rounds
+        round_index = int(metrics["round"])
+        due = (
+            every > 0 and not metrics.get("diverged") and (round_index % every == 0 or round_index == experiment.rounds)
+        )
+        if not due:
+            tune.report(metrics)
+            return
+        with tempfile.TemporaryDirectory() as directory:
+            save_state(federation.state_dict(), directory)
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
+
+    federation.run(on_round=report)

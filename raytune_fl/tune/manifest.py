@@ -1,0 +1,80 @@
+"""The study manifest: which variant studies a `tune.py` run started, where, and how they ended.
+
+Written to `<storage>/<space name>.study.json` before each variant starts and after it ends, so that
+`tune.py ... --resume` after a killed driver knows what finished (skipped), what was running (restored
+with Tuner.restore, same MLflow runs) and what never started (run afresh).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from raytune_fl.config import ConfigError, SearchSpace
+from raytune_fl.tune.study import VariantOutcome, VariantRun
+
+
+def space_digest(space: SearchSpace) -> str:
+    """Resuming needs the same study: same file, same overrides (the searcher and seeds depend on them)."""
+    text = json.dumps(space.model_dump(mode="json"), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class StudyManifest:
+    def __init__(self, path: Path, digest: str, mlflow_uri: str, variants: dict[str, dict[str, Any]]) -> None:
+        self.path, self.digest, self.mlflow_uri, self.variants = path, digest, mlflow_uri, variants
+
+    @staticmethod
+    def location(storage: str | Path, space: SearchSpace) -> Path:
+        return Path(storage).resolve() / f"{space.name}.study.json"
+
+    @classmethod
+    def start(cls, storage: str | Path, space: SearchSpace, mlflow_uri: str) -> StudyManifest:
+        manifest = cls(cls.location(storage, space), space_digest(space), mlflow_uri, {})
+        manifest.save()
+        return manifest
+
+    @classmethod
+    def load(cls, storage: str | Path, space: SearchSpace, mlflow_uri: str) -> StudyManifest:
+        path = cls.location(storage, space)
+        if not path.is_file():
+            raise ConfigError(f"--resume: no study of {space.name!r} to resume under {path.parent} (no {path.name})")
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise ConfigError(f"--resume: cannot read {path}: {error}") from None
+        if data.get("digest") != space_digest(space):
+            raise ConfigError(
+                f"--resume: {space.name!r} changed since the study started (file or --set/--rounds/--seed "
+                "overrides differ); resume with the same command line, or start afresh without --resume"
+            )
+        if data.get("mlflow_uri") != mlflow_uri:
+            raise ConfigError(
+                f"--mlflow-uri: the study logged to {data.get('mlflow_uri')}; resume it with the same tracking URI"
+            )
+        return cls(path, data["digest"], data["mlflow_uri"], data.get("variants", {}))
+
+    def save(self) -> None:
+        data = {"digest": self.digest, "mlflow_uri": self.mlflow_uri, "variants": self.variants}
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2, default=str))
+        tmp.replace(self.path)  # atomic: a kill mid-write never leaves half a manifest
+
+    def started(self, variant: str, run: VariantRun) -> None:
+        self.variants[variant] = {**dataclasses.asdict(run), "outcome": None}
+        self.save()
+
+    def finished(self, variant: str, outcome: VariantOutcome) -> None:
+        self.variants.setdefault(variant, {})["outcome"] = dataclasses.asdict(outcome)
+        self.save()
+
+    def outcome(self, variant: str) -> VariantOutcome | None:
+        saved = self.variants.get(variant, {}).get("outcome")
+        return VariantOutcome(**saved) if saved else None
+
+    def run(self, variant: str) -> VariantRun | None:
+        entry = self.variants.get(variant)
+        return VariantRun(entry["experiment_path"], entry["parent_run_id"]) if entry else None
