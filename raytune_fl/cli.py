@@ -58,7 +58,10 @@ _ADDRESS = re.compile(r"(?:ray://)?(?:\[[0-9A-Fa-f:.]+\]|[\w.-]+):(\d{1,5})")
 
 def resolve_space(args: argparse.Namespace) -> tuple[SearchSpace, list[str]]:
     """The search space with command-line overrides applied and checked, before Ray starts."""
-    space = load_space(args.space)
+    try:
+        space = load_space(args.space)
+    except (OSError, UnicodeDecodeError) as error:  # unreadable, or not a text file
+        raise ConfigError(f"--space: cannot read {args.space}: {error}") from None
     changes: dict[str, Any] = {}
     if args.rounds is not None:
         changes["base.rounds"] = args.rounds
@@ -79,7 +82,7 @@ def resolve_space(args: argparse.Namespace) -> tuple[SearchSpace, list[str]]:
         space = override(space, changes, source=f"{args.space} with command-line overrides")
     variants = list(space.variants)
     if args.variants:
-        chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
+        chosen = list(dict.fromkeys(v.strip() for v in args.variants.split(",") if v.strip()))  # each runs once
         unknown = [v for v in chosen if v not in space.variants]
         if unknown or not chosen:
             raise ConfigError(
@@ -108,6 +111,9 @@ def resolve_space(args: argparse.Namespace) -> tuple[SearchSpace, list[str]]:
 def start_ray(address: str | None) -> None:
     import ray
 
+    # checkpointing every round makes Tune snapshot its state often (it must, to keep resumes consistent); cheap
+    # for our small states, so its warning about it is noise
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     if ray.is_initialized():  # e.g. inside a test session that already started a private cluster
         return
     address = address or os.environ.get("RAY_ADDRESS") or "local"

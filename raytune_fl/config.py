@@ -212,10 +212,17 @@ class VariantConfig(_Strict):
                         f"{section}.{name}: method {self.method!r} has no hyperparameter {name!r}; "
                         f"its hyperparameters: {', '.join(known) or '(none)'}"
                     )
-        for name in sorted(set(self.fixed) & set(self.search)):
-            raise ValueError(f"search.{name}: both fixed and searched; keep one")
+        if both := sorted(set(self.fixed) & set(self.search)):
+            raise ValueError(f"search.{both[0]}: both fixed and searched; keep one")
+
+        def build(params: dict[str, Any]) -> None:
+            for key, value in params.items():  # build_method's ">= 0" checks let NaN and infinity through
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise ValueError(f"{key}: must be a finite number (got {value})")
+            build_method(self.method, params, 10)
+
         try:  # bad fixed values (a typo in `fidelity`, a negative weight) fail here, not in a trial
-            build_method(self.method, self.fixed, 10)
+            build(self.fixed)
         except ValueError as error:
             raise ValueError(f"fixed: {error}") from None
         for name, dist in self.search.items():
@@ -223,7 +230,7 @@ class VariantConfig(_Strict):
             # practice (>= 0, > 0, <= 1), so the ends stand for the whole range a trial may draw from
             for value in getattr(dist, dist.kind):  # (low, high), or the choices
                 try:
-                    build_method(self.method, {**self.fixed, name: value}, 10)
+                    build({**self.fixed, name: value})
                 except ValueError as error:
                     raise ValueError(f"search.{name}: {dist.kind} value {value!r} is not allowed: {error}") from None
         return self
@@ -271,9 +278,9 @@ class SearchSpace(_Strict):
 _FIELD_PREFIX = re.compile(r"([A-Za-z_]\w*(?:\.\w+)*): ")
 
 
-def _model_at(loc: tuple[int | str, ...], model: Any = None) -> type[BaseModel] | None:
+def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
     """The model class found at `loc` inside a SearchSpace (through dict values and optional sections)."""
-    model = model or SearchSpace
+    model: Any = SearchSpace
     for part in loc:
         if isinstance(model, type) and issubclass(model, BaseModel):
             field = model.model_fields.get(str(part))
