@@ -273,6 +273,20 @@ class SearchSpace(_Strict):
                 raise ValueError(f"variant name {name!r} may use letters, digits, '_' and '-' only")
         return value
 
+    @model_validator(mode="after")
+    def _asynchronous_has_no_deadline(self) -> SearchSpace:
+        from raytune_fl.methods import build_method
+
+        if self.base.system.deadline is None:
+            return self
+        for name, variant in self.variants.items():
+            if build_method(variant.method, variant.fixed, 10).buffer_size is not None:
+                raise ValueError(
+                    f"base.system.deadline: variant {name!r} uses FedBuff, which has no round deadline "
+                    "(late updates are applied stale, their staleness recorded); unset the deadline"
+                )
+        return self
+
 
 # a validator message that starts with a field path ("partition.kind: unknown ...") continues the error's location
 _FIELD_PREFIX = re.compile(r"([A-Za-z_]\w*(?:\.\w+)*): ")

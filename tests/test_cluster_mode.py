@@ -181,9 +181,6 @@ def workdir(tmp_path_factory):
     del data["variants"]["full"]
     data["tune"]["num_samples"] = 1
     (path / "space.yaml").write_text(yaml.safe_dump(data))
-    from raytune_fl.tracking import StudyTracker
-
-    StudyTracker(f"sqlite:///{path / 'mlflow.db'}", "cluster")  # created once, so runs at the same time only read it
     return path
 
 
@@ -211,7 +208,8 @@ def _start_cli(head: Head, workdir: Path, name: str, *args: str, address_env: bo
     else:
         args = ("--address", head.address, *args)
     command = [sys.executable, str(REPO / "scripts" / "tune.py"), "--space", str(workdir / "space.yaml")]
-    command += ["--storage", str(workdir / "results"), "--mlflow-uri", f"sqlite:///{workdir / 'mlflow.db'}", *args]
+    # its own MLflow store: runs at the same time would race to create the tables of a shared new one
+    command += ["--storage", str(workdir / "results"), "--mlflow-uri", f"sqlite:///{workdir / name}.db", *args]
     stdout, stderr = workdir / f"{name}.out", workdir / f"{name}.err"
     with open(stdout, "w") as out, open(stderr, "w") as err:
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=err, start_new_session=True)
