@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from raytune_fl.actors import ray_pool_factory
 from raytune_fl.cli import main
-from raytune_fl.config import ExperimentConfig, FaultsConfig
+from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.federation import CLIENT_LOG_KEY, Federation
 
 from .conftest import tiny_space
