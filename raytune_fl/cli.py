@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -108,6 +109,14 @@ def resolve_space(args: argparse.Namespace) -> tuple[SearchSpace, list[str]]:
     return space, variants
 
 
+def _probe(address: str, timeout_s: float = 10.0) -> None:
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as error:
+        raise ConnectionError(f"nothing answers at {address} ({error})") from None
+
+
 def start_ray(address: str | None) -> None:
     import ray
 
@@ -117,6 +126,8 @@ def start_ray(address: str | None) -> None:
     if ray.is_initialized():  # e.g. inside a test session that already started a private cluster
         return
     address = address or os.environ.get("RAY_ADDRESS") or "local"
+    if address not in ("auto", "local") and not address.startswith("ray://"):
+        _probe(address)  # Ray itself retries an unreachable head for minutes
     kwargs: dict[str, Any] = {"address": address, "log_to_driver": True}
     if address == "local":
         kwargs["include_dashboard"] = False
@@ -185,7 +196,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from raytune_fl.tune import run_variant
     from raytune_fl.tune.resources import check_fits
 
-    start_ray(args.address)
+    try:
+        start_ray(args.address)
+    except (ConnectionError, RuntimeError, TimeoutError) as error:  # unreachable head, auth token missing, ...
+        source = "--address" if args.address else "RAY_ADDRESS"
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(
+            f"error: {source}: cannot join the Ray cluster: {first}\n"
+            "  is the head running (`ray status --address <head>:6379`)? with token authentication, set "
+            "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (README, 'Running on a cluster')",
+            file=sys.stderr,
+        )
+        return 2
     cluster = ray.cluster_resources()
     where = ray.get_runtime_context().gcs_address
     print(f"Ray cluster: {where} ({cluster.get('CPU', 0):g} CPU, {cluster.get('GPU', 0):g} GPU)", flush=True)

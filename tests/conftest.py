@@ -19,6 +19,18 @@ def ray_cluster():
     ray.shutdown()  # ends only the private cluster this session started
 
 
+def command_lines() -> list[str]:
+    """Every live process's command line (from /proc: no psutil needed)."""
+    lines = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+            except OSError:  # exited meanwhile
+                continue
+    return lines
+
+
 def tiny_space(name: str = "tiny", **base_overrides) -> dict:
     """A search space small enough to run end to end in seconds: digits, 3 clients, 3 rounds."""
     base = {

@@ -96,6 +96,15 @@ def _processes(session: int, marker: str | None = None) -> dict[int, str]:
     return found
 
 
+def _kill_session(session: int) -> None:
+    """SIGKILL a CLI run and anything it started: its own session (started with start_new_session=True)."""
+    for pid in _processes(session):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def _gcs(head: Head) -> dict:
     reply = subprocess.run(
         [sys.executable, "-c", _GCS_QUERY, head.address],
@@ -208,8 +217,9 @@ def _start_cli(head: Head, workdir: Path, name: str, *args: str, address_env: bo
     else:
         args = ("--address", head.address, *args)
     command = [sys.executable, str(REPO / "scripts" / "tune.py"), "--space", str(workdir / "space.yaml")]
-    # its own MLflow store: runs at the same time would race to create the tables of a shared new one
-    command += ["--storage", str(workdir / "results"), "--mlflow-uri", f"sqlite:///{workdir / name}.db", *args]
+    # its own results and MLflow store: runs at the same time would race on the storage write probe, the study
+    # manifest and the creation of a new store's tables
+    command += ["--storage", str(workdir / f"{name}-results"), "--mlflow-uri", f"sqlite:///{workdir / name}.db", *args]
     stdout, stderr = workdir / f"{name}.out", workdir / f"{name}.err"
     with open(stdout, "w") as out, open(stderr, "w") as err:
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=err, start_new_session=True)
@@ -221,11 +231,7 @@ def _finish(run: Run, timeout: float) -> tuple[int, str, str, float]:
     try:
         run.process.wait(timeout=max(1.0, run.started + timeout - time.time()))
     except subprocess.TimeoutExpired:
-        for pid in _processes(run.process.pid):  # the CLI and anything it started (its own session)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _kill_session(run.process.pid)
         run.process.wait(timeout=30)
         pytest.fail(f"tune.py still running after {timeout:.0f} s{run.context()}")
     return run.process.returncode, *run.output(), time.time() - run.started
@@ -251,8 +257,13 @@ REFUSED = {  # an over-asking override -> what stderr must say
 
 @pytest.fixture(scope="module")
 def refused(head, workdir) -> dict[str, Run]:
-    """The over-asking runs, started early: they mostly import, so they overlap a study's waits (saves ~15 s)."""
-    return {change: _start_cli(head, workdir, f"refused{i}", "--set", change) for i, change in enumerate(REFUSED)}
+    """The over-asking runs, started early: they mostly import, so they overlap a study's waits (saves ~10 s)."""
+    runs = {change: _start_cli(head, workdir, f"refused{i}", "--set", change) for i, change in enumerate(REFUSED)}
+    yield runs
+    for run in runs.values():  # never collected (the test deselected or failed early): stop what is still running
+        if run.process.poll() is None:
+            _kill_session(run.process.pid)
+            run.process.wait(timeout=30)
 
 
 @pytest.mark.slow
@@ -286,3 +297,22 @@ def test_a_trial_that_cannot_fit_the_cluster_fails_fast(head, refused):
             assert phrase in err, f"stderr lacks {phrase!r}\n{context}"
         assert seconds < FAIL_FAST_S, context
         _assert_joined(head, run)  # refused on this cluster's totals, not a private cluster's
+
+
+@pytest.mark.slow
+def test_an_unreachable_cluster_fails_fast_with_a_clear_message(workdir):
+    address = f"127.0.0.1:{_free_ports(1)[0]}"  # nothing listens there
+    command = [sys.executable, str(REPO / "scripts" / "tune.py"), "--space", str(workdir / "space.yaml")]
+    command += [
+        "--storage",
+        str(workdir / "unreachable-results"),
+        "--mlflow-uri",
+        f"sqlite:///{workdir}/unreachable.db",
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run(
+        [*command, "--address", address], cwd=REPO, env=env, capture_output=True, text=True, timeout=FAIL_FAST_S
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"--address: cannot join the Ray cluster: nothing answers at {address}" in done.stderr
+    assert "Traceback" not in done.stderr
