@@ -94,3 +94,24 @@ def test_study_logs_to_a_server(ray_cluster, mlflow_server, tmp_path):
     assert [m.step for m in history] == [1, 2]
     artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id)}
     assert artifacts == {"round_metrics.parquet", "classifier_spectrum.parquet", "client_rounds.parquet"}
+
+
+def _external_ip() -> str | None:
+    """This machine's address on its outward interface (no packet is sent), or None if it has only loopback."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        ip = s.getsockname()[0]
+    return None if ip.startswith("127.") else ip
+
+
+def test_the_server_listens_on_loopback_only(mlflow_server):
+    port = int(mlflow_server.rsplit(":", 1)[1])
+    socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    ip = _external_ip()
+    if ip is None:
+        pytest.skip("no non-loopback interface to try")
+    with pytest.raises(OSError):  # refused: MLflow servers have no authentication
+        socket.create_connection((ip, port), timeout=5).close()
