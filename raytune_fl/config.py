@@ -5,6 +5,7 @@ Defaults live here, each with a one-line reason, so a YAML file only states what
 
 from __future__ import annotations
 
+import builtins
 import math
 import re
 from pathlib import Path
@@ -166,7 +167,7 @@ class Distribution(_Strict):
 
     loguniform: tuple[float, float] | None = None
     uniform: tuple[float, float] | None = None
-    int: tuple[int, int] | None = None
+    int: tuple[builtins.int, builtins.int] | None = None  # builtins: the field name shadows the type here
     choice: list[Any] | None = None
 
     @model_validator(mode="after")

@@ -135,3 +135,17 @@ def test_cli_unwritable_storage(tmp_path, capsys):
     code = main(["--space", _write(tmp_path, tiny_space()), "--storage", str(blocker / "sub")])
     assert code == 2
     assert "--storage: cannot write" in capsys.readouterr().err
+
+
+def test_an_integer_range_is_searched_as_integers():
+    from optuna.distributions import IntDistribution
+
+    from raytune_fl.tune.space import optuna_space
+
+    data = tiny_space()
+    data["variants"] = {"buffered": {"method": "fedbuff", "search": {"buffer_size": {"int": [2, 5]}}}}
+    space = optuna_space(parse_space(data).variants["buffered"].search)
+    assert space == {"buffer_size": IntDistribution(2, 5)}
+    data["variants"]["buffered"]["search"]["buffer_size"] = {"int": [2.5, 5]}
+    with pytest.raises(ConfigError, match=r"buffer_size\.int"):
+        parse_space(data)
