@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from raytune_fl.actors import ray_pool_factory
 from raytune_fl.cli import main
-from raytune_fl.config import ExperimentConfig
+from raytune_fl.config import ExperimentConfig, FaultsConfig
 from raytune_fl.engine.federation import CLIENT_LOG_KEY, Federation
 
 from .conftest import tiny_space
@@ -27,7 +27,9 @@ def _experiment(**faults) -> ExperimentConfig:
     )
 
 
-def _run(experiment: ExperimentConfig, on_pool=None, on_round=None) -> tuple[list[dict], Federation]:
+def _run(
+    experiment: ExperimentConfig, on_pool=None, on_round=None, method: str = "scaffold", params: dict | None = None
+) -> tuple[list[dict], Federation]:
     made = ray_pool_factory(experiment.resources, experiment.faults)
 
     def factory(data, spec):
@@ -37,7 +39,8 @@ def _run(experiment: ExperimentConfig, on_pool=None, on_round=None) -> tuple[lis
         return pool
 
     rows: list[dict] = []
-    federation = Federation(experiment, "scaffold", {}, pool_factory=factory)  # per-client and server state
+    # SCAFFOLD by default: per-client and server state
+    federation = Federation(experiment, method, params or {}, pool_factory=factory)
 
     def record(metrics: dict) -> None:
         rows.append(metrics)
@@ -114,3 +117,16 @@ def test_a_study_survives_injected_kills_and_says_so_in_mlflow(ray_cluster, tmp_
     assert child.data.tags["actor_failures"] == "3"
     assert [m.value for m in client.get_metric_history(child.info.run_id, "actor_failures")] == [1.0, 2.0]
     assert all(r.info.status == "FINISHED" for r in runs)
+
+
+def test_fedbuff_runs_on_the_same_actors_and_survives_kills(ray_cluster):
+    experiment = _experiment().model_copy(update={"rounds": 4, "participation": 0.67})  # 2 in flight
+    experiment = experiment.model_copy(update={"system": experiment.system.model_copy(update={"speed_sigma": 1.0})})
+    clean, _ = _run(experiment, method="fedbuff", params={"buffer_size": 1})
+    trained = [(e["round"], e["client"]) for r in clean for e in r[CLIENT_LOG_KEY] if e["status"] == "trained"]
+    kills = [trained[0], trained[-1]]  # jobs that do run: the first update, and one applied in the last round
+    faulted_experiment = experiment.model_copy(update={"faults": FaultsConfig(inject_kills=kills)})
+    faulted, _ = _run(faulted_experiment, method="fedbuff", params={"buffer_size": 1})
+    assert _learning(faulted) == _learning(clean)
+    # >= : asynchronously, one client may run several jobs for the same round (each one killed once)
+    assert sum(r["actor_failures"] for r in faulted) >= len(kills)
