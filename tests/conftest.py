@@ -53,3 +53,21 @@ def tiny_space(name: str = "tiny", **base_overrides) -> dict:
         },
         "tune": {"num_samples": 3, "max_concurrent": 1, "scheduler": {"asha": {"grace_period": 1}}, "seed": 0},
     }
+
+
+DELETE = object()  # as a value in changed_space(): remove that key
+
+
+def changed_space(*changes: tuple[str, object]) -> dict:
+    """tiny_space() with dotted-path changes applied (missing sections are created; DELETE removes a key)."""
+    data = tiny_space()
+    for path, value in changes:
+        node = data
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        if value is DELETE:
+            del node[leaf]
+        else:
+            node[leaf] = value
+    return data

@@ -6,9 +6,7 @@ the field and the allowed values, no traceback, and no Ray cluster.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 import yaml
@@ -16,24 +14,7 @@ import yaml
 from raytune_fl import cli
 from raytune_fl.cli import main
 
-from .conftest import tiny_space
-
-_DELETE = object()
-
-
-def _space(*changes: tuple[str, Any]) -> dict:
-    """tiny_space() with dotted-path changes applied (missing sections are created; _DELETE removes a key)."""
-    data = copy.deepcopy(tiny_space())
-    for path, value in changes:
-        node = data
-        *parents, leaf = path.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        if value is _DELETE:
-            del node[leaf]
-        else:
-            node[leaf] = value
-    return data
+from .conftest import DELETE, changed_space, tiny_space
 
 
 @dataclass(frozen=True)
@@ -51,212 +32,230 @@ CASES = [
     Case(
         "unknown-method",
         ["variants.full.method", "unknown method 'fedmagic'", "known:", "fedavg", "fedprox", "univarfl"],
-        _space(("variants.full.method", "fedmagic")),
+        changed_space(("variants.full.method", "fedmagic")),
     ),
     Case(
         "empty-method",
         ["variants.full.method", "unknown method ''", "known:", "univarfl"],
-        _space(("variants.full.method", "")),
+        changed_space(("variants.full.method", "")),
     ),
-    Case("missing-method", ["variants.fedavg.method", "Field required"], _space(("variants.fedavg", {}))),
+    Case("missing-method", ["variants.fedavg.method", "Field required"], changed_space(("variants.fedavg", {}))),
     Case(
         "unknown-dataset",
         ["base.dataset", "unknown dataset 'imagenet22k'", "known:", "digits", "mnist5k", "cifar10"],
-        _space(("base.dataset", "imagenet22k")),
+        changed_space(("base.dataset", "imagenet22k")),
     ),
     Case(
         "unknown-model",
         ["base.model", "unknown model 'vit_huge'", "known:", "simple_cnn", "resnet18"],
-        _space(("base.model", "vit_huge")),
+        changed_space(("base.model", "vit_huge")),
     ),
     Case(
         "unknown-partition-kind",
         ["base.partition.kind", "unknown partitioner 'shards9'", "known:", "dirichlet", "iid", "shards"],
-        _space(("base.partition.kind", "shards9")),
+        changed_space(("base.partition.kind", "shards9")),
     ),
     # ---------------------------------------------------------------- partition and data
-    Case("alpha-zero", ["base.partition.alpha", "greater than 0"], _space(("base.partition.alpha", 0))),
-    Case("alpha-negative", ["base.partition.alpha", "greater than 0"], _space(("base.partition.alpha", -0.5))),
-    Case("alpha-infinite", ["base.partition.alpha", "finite number"], _space(("base.partition.alpha", float("inf")))),
+    Case("alpha-zero", ["base.partition.alpha", "greater than 0"], changed_space(("base.partition.alpha", 0))),
+    Case("alpha-negative", ["base.partition.alpha", "greater than 0"], changed_space(("base.partition.alpha", -0.5))),
     Case(
-        "clients-zero", ["base.partition.clients", "greater than or equal to 1"], _space(("base.partition.clients", 0))
+        "alpha-infinite",
+        ["base.partition.alpha", "finite number"],
+        changed_space(("base.partition.alpha", float("inf"))),
+    ),
+    Case(
+        "clients-zero",
+        ["base.partition.clients", "greater than or equal to 1"],
+        changed_space(("base.partition.clients", 0)),
     ),
     Case(
         "more-clients-than-samples",
         ["base.partition.clients", "5000", "'digits'", "at most"],
-        _space(("base.partition.clients", 5000)),
+        changed_space(("base.partition.clients", 5000)),
     ),
     Case(
         "min-size-too-large",
         ["base.partition.min_size", "1000", "'digits'", "at most"],
-        _space(("base.partition.min_size", 1000)),
+        changed_space(("base.partition.min_size", 1000)),
     ),
     Case(
-        "val-fraction-one", ["base.partition.val_fraction", "less than 1"], _space(("base.partition.val_fraction", 1.0))
+        "val-fraction-one",
+        ["base.partition.val_fraction", "less than 1"],
+        changed_space(("base.partition.val_fraction", 1.0)),
     ),
     Case(
         "partition-seed-negative",
         ["base.partition.seed", "greater than or equal to 0"],
-        _space(("base.partition.seed", -3)),
+        changed_space(("base.partition.seed", -3)),
     ),
     Case(
         "dataset-root-missing",
         ["base.root", "cifar10", "{tmp}/no-such-folder", "cifar-10-batches-py"],
-        _space(("base.dataset", "cifar10"), ("base.root", "{tmp}/no-such-folder")),
+        changed_space(("base.dataset", "cifar10"), ("base.root", "{tmp}/no-such-folder")),
     ),
-    Case("dataset-root-unset", ["base.root", "cifar10", "no root was given"], _space(("base.dataset", "cifar10"))),
+    Case(
+        "dataset-root-unset", ["base.root", "cifar10", "no root was given"], changed_space(("base.dataset", "cifar10"))
+    ),
     Case(
         "domain-partition-without-domains",
         ["base.partition", "'domain' needs a dataset with domains", "iid, dirichlet"],
-        _space(("base.partition.kind", "domain")),
+        changed_space(("base.partition.kind", "domain")),
     ),
     # ---------------------------------------------------------------- experiment
-    Case("participation-zero", ["base.participation", "greater than 0"], _space(("base.participation", 0))),
+    Case("participation-zero", ["base.participation", "greater than 0"], changed_space(("base.participation", 0))),
     Case(
         "participation-above-one",
         ["base.participation", "less than or equal to 1"],
-        _space(("base.participation", 1.5)),
+        changed_space(("base.participation", 1.5)),
     ),
-    Case("rounds-not-a-number", ["base.rounds", "valid integer"], _space(("base.rounds", "abc"))),
-    Case("batch-size-one", ["base.batch_size", "greater than or equal to 2"], _space(("base.batch_size", 1))),
-    Case("lr-nan", ["base.optimizer.lr", "finite number"], _space(("base.optimizer.lr", float("nan")))),
-    Case("momentum-one", ["base.optimizer.momentum", "less than 1"], _space(("base.optimizer.momentum", 1.0))),
-    Case("seed-negative", ["base.seed", "greater than or equal to 0"], _space(("base.seed", -1))),
+    Case("rounds-not-a-number", ["base.rounds", "valid integer"], changed_space(("base.rounds", "abc"))),
+    Case("batch-size-one", ["base.batch_size", "greater than or equal to 2"], changed_space(("base.batch_size", 1))),
+    Case("lr-nan", ["base.optimizer.lr", "finite number"], changed_space(("base.optimizer.lr", float("nan")))),
+    Case("momentum-one", ["base.optimizer.momentum", "less than 1"], changed_space(("base.optimizer.momentum", 1.0))),
+    Case("seed-negative", ["base.seed", "greater than or equal to 0"], changed_space(("base.seed", -1))),
     Case(
         "checkpoint-every-negative",
         ["base.checkpoint_every", "greater than or equal to 0"],
-        _space(("base.checkpoint_every", -1)),
+        changed_space(("base.checkpoint_every", -1)),
     ),
     Case(
         "gpus-per-actor-negative",
         ["base.resources.gpus_per_actor", "greater than or equal to 0"],
-        _space(("base.resources.gpus_per_actor", -1)),
+        changed_space(("base.resources.gpus_per_actor", -1)),
     ),
     Case(
         "gpus-per-actor-below-ray-unit",
         ["base.resources.gpus_per_actor", "at least 0.0001"],
-        _space(("base.resources.gpus_per_actor", 0.00001)),
+        changed_space(("base.resources.gpus_per_actor", 0.00001)),
     ),
     Case(
         "diagnostics-every-negative",
         ["base.diagnostics.every", "greater than or equal to 0"],
-        _space(("base.diagnostics.every", -1)),
+        changed_space(("base.diagnostics.every", -1)),
     ),
-    Case("dropout-one", ["base.system.dropout", "less than 1"], _space(("base.system.dropout", 1.0))),
+    Case("dropout-one", ["base.system.dropout", "less than 1"], changed_space(("base.system.dropout", 1.0))),
     Case(
         "local-steps-reversed",
         ["base.system.local_steps", "1 <= low <= high", "[5, 2]"],
-        _space(("base.system.local_steps", [5, 2])),
+        changed_space(("base.system.local_steps", [5, 2])),
     ),
-    Case("deadline-zero", ["base.system.deadline", "greater than 0"], _space(("base.system.deadline", 0))),
+    Case("deadline-zero", ["base.system.deadline", "greater than 0"], changed_space(("base.system.deadline", 0))),
     Case(
-        "retries-negative", ["base.faults.retries", "greater than or equal to 0"], _space(("base.faults.retries", -1))
+        "retries-negative",
+        ["base.faults.retries", "greater than or equal to 0"],
+        changed_space(("base.faults.retries", -1)),
     ),
     Case(
         "inject-kill-after-last-round",
         ["base.faults.inject_kills", "round 9", "1..3"],
-        _space(("base.faults.inject_kills", [[9, 0]])),
+        changed_space(("base.faults.inject_kills", [[9, 0]])),
     ),
     Case(
         "inject-kill-unknown-client",
         ["base.faults.inject_kills", "client 3", "0..2"],
-        _space(("base.faults.inject_kills", [[1, 3]])),
+        changed_space(("base.faults.inject_kills", [[1, 3]])),
     ),
     # ---------------------------------------------------------------- variants and search ranges
-    Case("no-variants", ["variants", "at least 1 item"], _space(("variants", {}))),
+    Case("no-variants", ["variants", "at least 1 item"], changed_space(("variants", {}))),
     Case(
         "variant-name-with-space",
         ["variants", "'my variant'", "letters, digits, '_' and '-'"],
-        _space(("variants.my variant", {"method": "fedavg"})),
+        changed_space(("variants.my variant", {"method": "fedavg"})),
     ),
-    Case("variant-not-a-mapping", ["variants.fedavg", "valid dictionary"], _space(("variants.fedavg", "fedavg"))),
+    Case(
+        "variant-not-a-mapping", ["variants.fedavg", "valid dictionary"], changed_space(("variants.fedavg", "fedavg"))
+    ),
     Case(
         "negative-lambda-fixed",
         ["variants.full.fixed.lambda", "must be a number >= 0", "-1"],
-        _space(("variants.full", {"method": "univarfl", "fixed": {"lambda": -1.0}, "search": UNIVARFL_SEARCH})),
+        changed_space(("variants.full", {"method": "univarfl", "fixed": {"lambda": -1.0}, "search": UNIVARFL_SEARCH})),
     ),
     Case(
         "negative-mu-fixed",
         ["variants.prox.fixed.mu", "must be a number >= 0"],
-        _space(("variants.prox", {"method": "fedprox", "fixed": {"mu": -0.5}})),
+        changed_space(("variants.prox", {"method": "fedprox", "fixed": {"mu": -0.5}})),
     ),
     Case(
         "unknown-hyperparameter",
         ["variants.full.search.gamma", "no hyperparameter 'gamma'", "its hyperparameters:", "mu", "lambda"],
-        _space(("variants.full.search.gamma", {"uniform": [0, 1]})),
+        changed_space(("variants.full.search.gamma", {"uniform": [0, 1]})),
     ),
     Case(
         "fixed-and-searched",
         ["variants.full.search.mu", "both fixed and searched"],
-        _space(("variants.full.fixed", {"mu": 0.1})),
+        changed_space(("variants.full.fixed", {"mu": 0.1})),
     ),
     Case(
         "range-low-above-high",
         ["variants.full.search.mu", "low < high", "[1.0, 0.1]"],
-        _space(("variants.full.search.mu", {"loguniform": [1.0, 0.1]})),
+        changed_space(("variants.full.search.mu", {"loguniform": [1.0, 0.1]})),
     ),
     Case(
         "range-low-equals-high",
         ["variants.full.search.lambda", "low < high"],
-        _space(("variants.full.search.lambda", {"uniform": [1.0, 1.0]})),
+        changed_space(("variants.full.search.lambda", {"uniform": [1.0, 1.0]})),
     ),
     Case(
         "loguniform-low-zero",
         ["variants.full.search.mu", "low > 0"],
-        _space(("variants.full.search.mu", {"loguniform": [0.0, 1.0]})),
+        changed_space(("variants.full.search.mu", {"loguniform": [0.0, 1.0]})),
     ),
     Case(
         "two-distribution-kinds",
         ["variants.full.search.mu", "exactly one of loguniform, uniform, int, choice"],
-        _space(("variants.full.search.mu", {"uniform": [0, 1], "choice": [0.5]})),
+        changed_space(("variants.full.search.mu", {"uniform": [0, 1], "choice": [0.5]})),
     ),
     Case(
         "empty-choice",
         ["variants.full.search.mu", "at least one value"],
-        _space(("variants.full.search.mu", {"choice": []})),
+        changed_space(("variants.full.search.mu", {"choice": []})),
     ),
     Case(
         "search-range-outside-allowed",
         ["variants.full.search.lambda", "must be a number >= 0", "-1"],
-        _space(("variants.full.search.lambda", {"uniform": [-1.0, 1.0]})),
+        changed_space(("variants.full.search.lambda", {"uniform": [-1.0, 1.0]})),
     ),
     Case(
         "search-choice-outside-allowed",
         ["variants.full.search.mu", "must be a number >= 0", "-2"],
-        _space(("variants.full.search.mu", {"choice": [0.5, -2]})),
+        changed_space(("variants.full.search.mu", {"choice": [0.5, -2]})),
     ),
     Case(
         "fixed-nan",
         ["variants.full.fixed.lambda", "finite number", "nan"],
-        _space(("variants.full", {"method": "univarfl", "fixed": {"lambda": float("nan")}, "search": UNIVARFL_SEARCH})),
+        changed_space(
+            ("variants.full", {"method": "univarfl", "fixed": {"lambda": float("nan")}, "search": UNIVARFL_SEARCH})
+        ),
     ),
     Case(
         "search-choice-infinite",
         ["variants.full.search.mu", "choice value inf", "finite number"],
-        _space(("variants.full.search.mu", {"choice": [0.5, float("inf")]})),
+        changed_space(("variants.full.search.mu", {"choice": [0.5, float("inf")]})),
     ),
     # ---------------------------------------------------------------- file structure and tune settings
     Case(
         "unknown-top-level-key",
         ["tuning", "Extra inputs are not permitted", "known keys:", "variants"],
-        _space(("tuning", {"num_samples": 2})),
+        changed_space(("tuning", {"num_samples": 2})),
     ),
     Case(
         "misspelt-base-key",
         ["base.rouns", "Extra inputs are not permitted", "known keys:", "rounds"],
-        _space(("base.rouns", 5)),
+        changed_space(("base.rouns", 5)),
     ),
-    Case("empty-name", ["name", "at least 1 character"], _space(("name", ""))),
-    Case("missing-name", ["name", "Field required"], _space(("name", _DELETE))),
-    Case("tune-on-test", ["tune.metric", "'val_acc' or 'val_loss'"], _space(("tune.metric", "test_acc"))),
+    Case("empty-name", ["name", "at least 1 character"], changed_space(("name", ""))),
+    Case("missing-name", ["name", "Field required"], changed_space(("name", DELETE))),
+    Case("tune-on-test", ["tune.metric", "'val_acc' or 'val_loss'"], changed_space(("tune.metric", "test_acc"))),
     Case(
-        "num-samples-zero-in-file", ["tune.num_samples", "greater than or equal to 1"], _space(("tune.num_samples", 0))
+        "num-samples-zero-in-file",
+        ["tune.num_samples", "greater than or equal to 1"],
+        changed_space(("tune.num_samples", 0)),
     ),
-    Case("tune-seed-negative", ["tune.seed", "greater than or equal to 0"], _space(("tune.seed", -1))),
+    Case("tune-seed-negative", ["tune.seed", "greater than or equal to 0"], changed_space(("tune.seed", -1))),
     Case(
         "asha-reduction-one",
         ["tune.scheduler.asha.reduction_factor", "greater than 1"],
-        _space(("tune.scheduler.asha.reduction_factor", 1)),
+        changed_space(("tune.scheduler.asha.reduction_factor", 1)),
     ),
     Case("yaml-syntax-error", ["space.yaml", "not valid YAML"], "name: [unclosed\n"),
     Case("yaml-list", ["space.yaml", "expected a mapping", "name, base, variants, tune"], "- name\n- base\n"),

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import yaml
 
 from raytune_fl.cli import main
 from raytune_fl.config import ConfigError, ExperimentConfig, load_space, override, parse_space
 
-from .conftest import REPO, tiny_space
+from .conftest import REPO, changed_space, tiny_space
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "search_spaces").glob("*.yaml")), ids=lambda p: p.name)
@@ -30,21 +28,6 @@ def test_defaults_are_the_papers_setting():
     )
     assert base.resources.gpus_per_actor == 0
 
-
-def _mutate(path: str, value):
-    data = copy.deepcopy(tiny_space())
-    node = data
-    *parents, leaf = path.split(".")
-    for part in parents:
-        node = node.setdefault(part, {})
-    if value is _DELETE:
-        del node[leaf]
-    else:
-        node[leaf] = value
-    return data
-
-
-_DELETE = object()
 
 BAD = [
     ("variants.full.method", "fedmagic", ["variants.full", "unknown method 'fedmagic'", "fedavg", "univarfl"]),
@@ -76,7 +59,7 @@ BAD = [
 @pytest.mark.parametrize(("path", "value", "expected"), BAD, ids=[f"{p}={v}" for p, v, _ in BAD])
 def test_bad_value_names_the_field(path, value, expected):
     with pytest.raises(ConfigError) as caught:
-        parse_space(_mutate(path, value), "space.yaml")
+        parse_space(changed_space((path, value)), "space.yaml")
     message = str(caught.value)
     for fragment in expected:
         assert fragment in message, message
