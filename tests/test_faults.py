@@ -130,3 +130,9 @@ def test_fedbuff_runs_on_the_same_actors_and_survives_kills(ray_cluster):
     assert _learning(faulted) == _learning(clean)
     # >= : asynchronously, one client may run several jobs for the same round (each one killed once)
     assert sum(r["actor_failures"] for r in faulted) >= len(kills)
+
+
+def test_a_loss_that_diverges_on_an_actor_ends_the_run_with_its_reason(ray_cluster):
+    rows, _ = _run(_experiment(), method="fedprox", params={"mu": 1e6})
+    assert len(rows) == 1 and rows[0]["diverged"] == 1.0
+    assert "NonFiniteLossError: non-finite local loss" in rows[0]["divergence"]

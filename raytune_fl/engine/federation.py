@@ -268,7 +268,9 @@ class Federation:
             else:
                 BufferedAsync(self, pool).run()
         except NonFiniteLossError as error:
-            self._report_divergence(str(error).splitlines()[0])
+            # from an actor the message is Ray's traceback: its last line is the original error
+            lines = [line for line in str(error).splitlines() if line.strip()]
+            self._report_divergence(lines[-1] if lines else type(error).__name__)
         finally:
             pool.close()
         return self._last
