@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -138,7 +139,7 @@ def _survivors(marker: str, wait_s: float) -> list[str]:
         time.sleep(1)
 
 
-def test_a_killed_study_resumes_to_the_uninterrupted_result(ray_cluster, tmp_path, capsys):
+def test_a_killed_study_resumes_to_the_uninterrupted_result(ray_cluster, tmp_path, capsys, request):
     space = _space(tmp_path)
     reference_uri = f"sqlite:///{tmp_path / 'reference.db'}"
     assert main(["--space", str(space), "--storage", str(tmp_path / "ref"), "--mlflow-uri", reference_uri]) == 0
@@ -155,6 +156,7 @@ def test_a_killed_study_resumes_to_the_uninterrupted_result(ray_cluster, tmp_pat
         env=env,
         start_new_session=True,  # its own process group: the kill takes its Ray processes too
     )
+    request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
     before = _kill_when(process, "[full] trial 2/3 round 3/4", timeout_s=400)
     assert "=== variant full" in before  # fedavg had finished, full was mid-study
     assert _survivors(ray_tmp, wait_s=30) == []  # the killed driver's Ray processes went with it
