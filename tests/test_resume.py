@@ -177,3 +177,17 @@ def test_a_killed_study_resumes_to_the_uninterrupted_result(ray_cluster, tmp_pat
     assert len(reference) == 4  # fedavg + 3 searched trials
     assert resumed == reference  # same trials, same configs, every round once, the same numbers
     assert any(r.data.tags.get("resumed") == "true" for r in runs)  # the interrupted trial kept its run
+
+
+def test_a_new_study_keeps_the_previous_study_record(tmp_path):
+    from raytune_fl.config import parse_space
+    from raytune_fl.tune.manifest import StudyManifest
+
+    space = parse_space(tiny_space("kept"))
+    first = StudyManifest.start(tmp_path, space, "sqlite:///x.db")
+    first.variants["fedavg"] = {"experiment_path": "p", "parent_run_id": "r", "outcome": None}
+    first.save()
+    StudyManifest.start(tmp_path, space, "sqlite:///x.db")
+    kept = sorted(tmp_path.glob("kept.study.*.json"))
+    assert len(kept) == 1 and '"parent_run_id": "r"' in kept[0].read_text()
+    assert StudyManifest.load(tmp_path, space, "sqlite:///x.db").variants == {}

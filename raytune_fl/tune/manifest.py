@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,11 @@ class StudyManifest:
 
     @classmethod
     def start(cls, storage: str | Path, space: SearchSpace, mlflow_uri: str) -> StudyManifest:
-        manifest = cls(cls.location(storage, space), space_digest(space), mlflow_uri, {})
+        path = cls.location(storage, space)
+        if path.exists():  # an earlier study of this space: kept under its start time, so it stays resumable by hand
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
+            path.replace(path.with_name(f"{space.name}.study.{stamp}.json"))
+        manifest = cls(path, space_digest(space), mlflow_uri, {})
         manifest.save()
         return manifest
 
