@@ -10,12 +10,15 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from raytune_fl.config import ConfigError, SearchSpace, load_space, override
+from raytune_fl.config import ConfigError, ExperimentConfig, ResourcesConfig, SearchSpace, load_space, override
 from raytune_fl.registry import UnknownNameError
+
+if TYPE_CHECKING:
+    from raytune_fl.engine.federation import FederatedData
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,6 +137,58 @@ def start_ray(address: str | None) -> None:
     ray.init(**kwargs)
 
 
+def check_data(base: ExperimentConfig) -> FederatedData:
+    """The dataset and its partition, checked before any Ray process starts; errors name the field."""
+    from raytune_fl.data import load_dataset
+    from raytune_fl.engine.federation import prepare_data
+
+    spec = base.partition
+    try:  # loaded first (and cached) so that missing or malformed files are reported against `root`
+        samples = len(load_dataset(base.dataset, root=base.root).y_train)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"base.root: {error}") from None
+    # the partitioner's own message would name its arguments, not the fields
+    if spec.clients > samples:
+        raise ConfigError(
+            f"base.partition.clients: {spec.clients} clients but dataset {base.dataset!r} has {samples} "
+            f"training samples; at most {samples}"
+        )
+    if spec.clients * spec.min_size > samples:
+        raise ConfigError(
+            f"base.partition.min_size: {spec.clients} clients x min_size {spec.min_size} exceed the {samples} "
+            f"training samples of dataset {base.dataset!r}; at most {samples // spec.clients}"
+        )
+    try:
+        return prepare_data(base)
+    except (OSError, ValueError) as error:  # e.g. no Dirichlet draw gives every client min_size samples
+        raise ConfigError(f"base.partition: {error}") from None
+
+
+def join_ray(address: str | None, resources: ResourcesConfig) -> None:
+    """Start or join Ray, say which cluster it is, and check that one trial fits on it."""
+    import ray
+
+    from raytune_fl.tune.resources import check_fits
+
+    try:
+        start_ray(address)
+    except (ConnectionError, RuntimeError, TimeoutError) as error:  # unreachable head, auth token missing, ...
+        source = "--address" if address else "RAY_ADDRESS"
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(
+            f"{source}: cannot join the Ray cluster: {first}\n"
+            "  is the head running (`ray status --address <head>:6379`)? with token authentication, set "
+            "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (README, 'Running on a cluster')"
+        ) from None
+    cluster = ray.cluster_resources()
+    where = ray.get_runtime_context().gcs_address
+    print(f"Ray cluster: {where} ({cluster.get('CPU', 0):g} CPU, {cluster.get('GPU', 0):g} GPU)", flush=True)
+    try:
+        check_fits(resources, cluster)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -142,30 +197,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
-    from raytune_fl.data import load_dataset
-    from raytune_fl.engine.federation import prepare_data
-
-    base, spec = space.base, space.base.partition
-    try:  # the dataset and its partition, checked before any Ray process starts
-        # loaded first (and cached) so that missing or malformed files are reported against `root`
-        samples = len(load_dataset(base.dataset, root=base.root).y_train)
-    except (OSError, ValueError) as error:
-        print(f"error: base.root: {error}", file=sys.stderr)
-        return 2
-    too_few = None  # the partitioner's own message would name its arguments, not the fields
-    if spec.clients > samples:
-        too_few = f"base.partition.clients: {spec.clients} clients but dataset {base.dataset!r} has {samples} "
-        too_few += f"training samples; at most {samples}"
-    elif spec.clients * spec.min_size > samples:
-        too_few = f"base.partition.min_size: {spec.clients} clients x min_size {spec.min_size} exceed the {samples} "
-        too_few += f"training samples of dataset {base.dataset!r}; at most {samples // spec.clients}"
-    if too_few:
-        print(f"error: {too_few}", file=sys.stderr)
-        return 2
     try:
-        data = prepare_data(base)
-    except (OSError, ValueError) as error:  # e.g. no Dirichlet draw gives every client min_size samples
-        print(f"error: base.partition: {error}", file=sys.stderr)
+        data = check_data(space.base)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     summary = data.num_clients, len(data.dataset.y_train), len(data.val_indices), len(data.dataset.y_test)
     print("data: {} clients, {} train samples ({} held out for validation), {} test samples".format(*summary))
@@ -191,29 +226,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}", file=sys.stderr)
         return 2
 
-    import ray
-
     from raytune_fl.tune import run_variant
-    from raytune_fl.tune.resources import check_fits
 
     try:
-        start_ray(args.address)
-    except (ConnectionError, RuntimeError, TimeoutError) as error:  # unreachable head, auth token missing, ...
-        source = "--address" if args.address else "RAY_ADDRESS"
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        print(
-            f"error: {source}: cannot join the Ray cluster: {first}\n"
-            "  is the head running (`ray status --address <head>:6379`)? with token authentication, set "
-            "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (README, 'Running on a cluster')",
-            file=sys.stderr,
-        )
-        return 2
-    cluster = ray.cluster_resources()
-    where = ray.get_runtime_context().gcs_address
-    print(f"Ray cluster: {where} ({cluster.get('CPU', 0):g} CPU, {cluster.get('GPU', 0):g} GPU)", flush=True)
-    try:
-        check_fits(space.base.resources, cluster)
-    except ValueError as error:
+        join_ray(args.address, space.base.resources)
+    except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     started = time.time()

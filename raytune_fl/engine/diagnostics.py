@@ -36,18 +36,24 @@ def spectrum_summary(singular_values: np.ndarray) -> dict[str, float]:
     }
 
 
+def client_accuracies(correct: np.ndarray, owner: np.ndarray, num_clients: int) -> np.ndarray:
+    """Each client's accuracy on its own held-out samples; NaN for a client without any."""
+    counts = np.bincount(owner, minlength=num_clients)
+    hits = np.bincount(owner, weights=correct.astype(np.float64), minlength=num_clients)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, hits / np.maximum(counts, 1), np.nan)
+
+
 def per_client_accuracy(correct: np.ndarray, owner: np.ndarray, num_clients: int) -> dict[str, float]:
     """Accuracy of the global model on each client's held-out samples: unweighted mean, worst, spread.
 
     `correct[i]` says whether sample i was classified right, `owner[i]` is the client it belongs to.
     Clients without held-out samples are left out.
     """
-    counts = np.bincount(owner, minlength=num_clients)
-    hits = np.bincount(owner, weights=correct.astype(np.float64), minlength=num_clients)
-    seen = counts > 0
-    if not seen.any():
+    acc = client_accuracies(correct, owner, num_clients)
+    acc = acc[~np.isnan(acc)]
+    if not len(acc):
         return {}
-    acc = hits[seen] / counts[seen]
     return {
         "client_acc_mean": float(acc.mean()),
         "client_acc_worst": float(acc.min()),

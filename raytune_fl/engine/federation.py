@@ -22,6 +22,7 @@ from raytune_fl.data import ArrayDataset, load_dataset, partition, train_val_spl
 from raytune_fl.engine.augment import AugmentSpec
 from raytune_fl.engine.diagnostics import (
     classifier_spectrum,
+    client_accuracies,
     loss_decomposition,
     per_client_accuracy,
     spectrum_summary,
@@ -37,6 +38,7 @@ from raytune_fl.weights import load_weights, read_weights
 
 RoundCallback = Callable[[dict[str, Any]], None]
 SPECTRUM_KEY = "classifier_spectrum"  # the full spectrum, a list; the summary metrics are sv_*
+CLIENT_ACC_KEY = "client_accuracy"  # each client's validation accuracy under the global model, a list
 CLIENT_LOG_KEY = "client_log"  # per-client rows of the round (status, steps, simulated time), a list
 PoolFactory = Callable[["FederatedData", WorkerSpec], ClientPool]
 
@@ -205,6 +207,8 @@ class Federation:
         wanted = self.experiment.diagnostics
         if wanted.client_accuracy:
             metrics.update(per_client_accuracy(val_correct, self.val_owner, self.data.num_clients))
+            # the full spread, for the dashboard; a list: the logger files it as an artifact, not a metric
+            metrics[CLIENT_ACC_KEY] = client_accuracies(val_correct, self.val_owner, self.data.num_clients).tolist()
         if wanted.spectrum:
             spectrum = classifier_spectrum(self.weights)
             metrics.update(spectrum_summary(spectrum))

@@ -10,6 +10,8 @@ import json
 import math
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 
 from raytune_fl.data.record import partition_heatmap, partition_table, save_partition_parquet
-from raytune_fl.engine.federation import CLIENT_LOG_KEY, SPECTRUM_KEY, FederatedData
+from raytune_fl.engine.federation import CLIENT_ACC_KEY, CLIENT_LOG_KEY, SPECTRUM_KEY, FederatedData
 
 # Tune's own bookkeeping keys: not our metrics
 _TUNE_KEYS = {
@@ -73,14 +75,18 @@ class StudyTracker:
         self.experiment_name = experiment_name
 
     def start_parent(self, variant: str, tags: dict[str, str], params: dict[str, Any], config: dict[str, Any]) -> str:
-        run = self.client.create_run(
-            self.experiment_id, run_name=variant, tags={"variant": variant, "stage": "tune", **tags}
-        )
+        """A variant study's parent run (stage=tune)."""
+        return self.start_run(variant, {"variant": variant, "stage": "tune", **tags}, params, config)
+
+    def start_run(self, run_name: str, tags: dict[str, str], params: dict[str, Any], config: dict[str, Any]) -> str:
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
         self.log_params(run.info.run_id, params)
         self.client.log_dict(run.info.run_id, config, "config.yaml")
         return run.info.run_id
 
-    def log_partition(self, run_id: str, data: FederatedData, title: str) -> pd.DataFrame:
+    def log_partition(
+        self, run_id: str, data: FederatedData, title: str, artifact_path: str = "partition"
+    ) -> pd.DataFrame:
         """Per client: sample count and label histogram, as Parquet and a heat map, under partition/."""
         dataset = data.dataset
         table = partition_table(
@@ -94,7 +100,7 @@ class StudyTracker:
         with tempfile.TemporaryDirectory() as tmp:
             save_partition_parquet(table, Path(tmp) / "partition.parquet")
             partition_heatmap(table, Path(tmp) / "partition.png", title)
-            self.client.log_artifacts(run_id, tmp, artifact_path="partition")
+            self.client.log_artifacts(run_id, tmp, artifact_path=artifact_path)
         return table
 
     def log_params(self, run_id: str, params: dict[str, Any]) -> None:
@@ -135,7 +141,36 @@ class StudyTracker:
         rounds: int,
         resuming: bool = False,
     ) -> MlflowTrialLogger:
-        return MlflowTrialLogger(self, parent_run_id, variant, method, base_params, rounds, resuming)
+        """The tune stage's logger: runs named `<variant>-<index>`, params = base + the sampled hyperparameters."""
+
+        def describe(trial: Any, index: int) -> TrialRun:
+            tags = {"variant": variant, "method": method, "stage": "tune"}
+            return TrialRun(f"{variant}-{index:03d}", tags, {**base_params, **trial.config})
+
+        return MlflowTrialLogger(self, parent_run_id, rounds, describe, resuming)
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    """How a trial appears in MLflow: its run name, tags to filter by and params to compare."""
+
+    name: str
+    tags: dict[str, str]
+    params: dict[str, Any]
+    rounds: int | None = None  # the rounds this trial runs when it differs from the logger's (an ablation grid)
+
+
+# per-round lists a trial reports, filed as long-format Parquet artifacts: key -> (file, columns, rows of a round)
+def _indexed_rows(step: int, values: list) -> list[tuple]:
+    return [(step, i, value) for i, value in enumerate(values)]
+
+
+_ROUND_LISTS: dict[str, tuple[str, list[str] | None, Callable[[int, list], list]]] = {
+    SPECTRUM_KEY: ("classifier_spectrum.parquet", ["round", "index", "singular_value"], _indexed_rows),
+    CLIENT_ACC_KEY: ("client_accuracy.parquet", ["round", "client", "accuracy"], _indexed_rows),
+    # per client and round: trained / dropped / late / lost, steps, simulated time, staleness (dict rows)
+    CLIENT_LOG_KEY: ("client_rounds.parquet", None, lambda step, values: list(values)),
+}
 
 
 class MlflowTrialLogger(tune.Callback):
@@ -150,27 +185,19 @@ class MlflowTrialLogger(tune.Callback):
         self,
         tracker: StudyTracker,
         parent_run_id: str,
-        variant: str,
-        method: str,
-        base: dict[str, Any],
         rounds: int,
+        describe: Callable[[Any, int], TrialRun],
         resuming: bool = False,
     ) -> None:
         self.tracker, self.client = tracker, tracker.client
-        self.parent_run_id, self.variant, self.method, self.base, self.rounds = (
-            parent_run_id,
-            variant,
-            method,
-            base,
-            rounds,
-        )
+        self.parent_run_id, self.rounds, self.describe = parent_run_id, rounds, describe
         self.resuming = resuming
         self.run_ids: dict[str, str] = {}
         self.history: dict[str, list[dict[str, Any]]] = {}
-        self.spectra: dict[str, list[tuple[int, list[float]]]] = {}
-        self.client_logs: dict[str, list[dict[str, Any]]] = {}
+        self.lists: dict[str, dict[str, list]] = {}  # trial -> round-list key -> rows
         self.diverged: dict[str, str] = {}
         self.trial_index: dict[str, int] = {}
+        self.trial_rounds: dict[str, int] = {}
 
     def _existing_run(self, trial_id: str) -> Any:
         runs = self.client.search_runs(
@@ -197,21 +224,21 @@ class MlflowTrialLogger(tune.Callback):
                 )
                 self.trial_index = {run.data.tags.get("trial_id", run.info.run_id): i for i, run in enumerate(done)}
             index = self.trial_index.setdefault(trial.trial_id, len(self.trial_index))
+            described = self.describe(trial, index)
+            if described.rounds is not None:
+                self.trial_rounds[trial.trial_id] = described.rounds
             tags = {
+                **described.tags,
                 "mlflow.parentRunId": self.parent_run_id,
-                "variant": self.variant,
-                "method": self.method,
                 "trial_id": trial.trial_id,
-                "stage": "tune",
                 "trial_status": "running",
             }
-            run = self.client.create_run(self.tracker.experiment_id, run_name=f"{self.variant}-{index:03d}", tags=tags)
+            run = self.client.create_run(self.tracker.experiment_id, run_name=described.name, tags=tags)
             run_id = run.info.run_id
-            self.tracker.log_params(run_id, {**self.base, **trial.config})
+            self.tracker.log_params(run_id, described.params)
         self.run_ids[trial.trial_id] = run_id
         self.history[trial.trial_id] = rows
-        self.spectra[trial.trial_id] = []
-        self.client_logs[trial.trial_id] = []
+        self.lists[trial.trial_id] = {key: [] for key in _ROUND_LISTS}
         return run_id
 
     def _logged_rows(self, run_id: str, latest: dict[str, float]) -> list[dict[str, Any]]:
@@ -235,10 +262,9 @@ class MlflowTrialLogger(tune.Callback):
         batch = [Metric(k, v, now, step) for k, v in metrics.items() if math.isfinite(v)]
         self.client.log_batch(run_id, metrics=batch)
         history.append({"round": step, **metrics})
-        if isinstance(result.get(SPECTRUM_KEY), list):
-            self.spectra[trial.trial_id].append((step, result[SPECTRUM_KEY]))
-        if isinstance(result.get(CLIENT_LOG_KEY), list):
-            self.client_logs[trial.trial_id].extend(result[CLIENT_LOG_KEY])
+        for key, (_, _, rows_of) in _ROUND_LISTS.items():
+            if isinstance(result.get(key), list):
+                self.lists[trial.trial_id][key].extend(rows_of(step, result[key]))
         if result.get("diverged"):
             self.diverged[trial.trial_id] = str(result.get("divergence", "non-finite loss"))
 
@@ -252,22 +278,17 @@ class MlflowTrialLogger(tune.Callback):
         if reason is not None:
             trial_status = "diverged"  # stopped itself; the study went on
             self.client.set_tag(run_id, "divergence", reason[:500])
-        elif trial_status == "finished" and last_round < self.rounds:
+        elif trial_status == "finished" and last_round < self.trial_rounds.pop(trial.trial_id, self.rounds):
             trial_status = "stopped_early"  # ASHA stopped it: its last value is a truncated score
         self.client.set_tag(run_id, "trial_status", trial_status)
         self.client.set_tag(run_id, "rounds_completed", str(last_round))
         failures = rows[-1].get("actor_failures_total", 0) if rows else 0
         self.client.set_tag(run_id, "actor_failures", str(int(failures)))
         tables = {"round_metrics.parquet": pd.DataFrame(rows) if rows else None}
-        spectra = self.spectra.pop(trial.trial_id, [])
-        if spectra:  # the full classifier spectrum per round, long format: round, index, singular_value
-            tables["classifier_spectrum.parquet"] = pd.DataFrame(
-                [(step, i, value) for step, values in spectra for i, value in enumerate(values)],
-                columns=["round", "index", "singular_value"],
-            )
-        client_log = self.client_logs.pop(trial.trial_id, [])
-        if client_log:  # per client and round: trained / dropped / late / lost, steps, simulated time, staleness
-            tables["client_rounds.parquet"] = pd.DataFrame(client_log)
+        for key, collected in self.lists.pop(trial.trial_id, {}).items():
+            name, columns, _ = _ROUND_LISTS[key]
+            if collected:
+                tables[name] = pd.DataFrame(collected, columns=columns)
         with tempfile.TemporaryDirectory() as tmp:
             for name, table in tables.items():
                 if table is not None:

@@ -1,0 +1,131 @@
+"""`scripts/ablate.py`: every variant at its tuned configuration, over seeds x settings, into a paper-style table."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from raytune_fl.cli import check_data, join_ray, resolve_space
+from raytune_fl.config import ConfigError
+from raytune_fl.registry import UnknownNameError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ablate.py",
+        description="Re-run each variant's best configuration (from its tuned study in MLflow, else the YAML's "
+        "fixed values) over seeds x settings as Ray Tune trials; write the mean ± std table and the dashboard.",
+    )
+    parser.add_argument("--space", required=True, help="search-space YAML file, e.g. search_spaces/univarfl.yaml")
+    parser.add_argument("--seeds", type=int, default=3, help="training seeds per cell: base.seed, base.seed+1, ...")
+    parser.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="a setting axis (repeatable; the table's columns are their product): alpha (Dirichlet), rho "
+        "(participation), clients, local_epochs, rounds, lr, batch_size, dropout, or any dotted field of base",
+    )
+    parser.add_argument("--variants", help="comma-separated subset of the file's variants")
+    parser.add_argument("--rounds", type=int, help="override base.rounds")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as in tune.py")
+    parser.add_argument(
+        "--ignore-studies", action="store_true", help="use the YAML's fixed values even where a tuned study exists"
+    )
+    parser.add_argument("--address", help="Ray cluster to join ('auto' or host:port); default: RAY_ADDRESS or local")
+    parser.add_argument("--mlflow-uri", help="MLflow tracking URI; default: sqlite:///<cwd>/mlflow.db")
+    parser.add_argument("--storage", default="ray_results", help="directory for Ray Tune results (%(default)s)")
+    parser.add_argument("--out", help="where the table and results go; default: reports/<space name>/")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the latest ablation with the same plan: cells that finished are kept, the rest run",
+    )
+    parser.add_argument("--no-dashboard", action="store_true", help="skip building the dashboard at the end")
+    return parser
+
+
+def _fail(message: object) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.num_samples, args.seed = None, None  # tune.py options an ablation has no use for (resolve_space reads them)
+    from raytune_fl.tune.ablation import make_plan, parse_grid, settings, variant_source
+
+    try:  # everything that can be wrong with the command line or the data, before MLflow and Ray
+        if args.seeds < 1:
+            raise ConfigError(f"--seeds: at least 1 (got {args.seeds})")
+        space, variants = resolve_space(args)
+        axes = parse_grid(args.grid)
+        experiments = settings(space, axes)
+        data = {}
+        for label, experiment in experiments.items():  # every setting's partition
+            try:
+                data[label] = check_data(experiment)
+            except ConfigError as error:
+                raise ConfigError(f"setting {label}: {error}") from None
+        out_dir = Path(args.out or Path("reports") / space.name)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ConfigError(f"--out: cannot create {out_dir}: {error.strerror}") from None
+    except (ConfigError, UnknownNameError) as error:
+        return _fail(error)
+    seeds = [space.base.seed + i for i in range(args.seeds)]
+
+    from raytune_fl.report.store import latest_study
+    from raytune_fl.tracking import StudyTracker, default_tracking_uri
+    from raytune_fl.tune.ablation_run import find_parent, run_ablation
+
+    uri = args.mlflow_uri or default_tracking_uri()
+    print(f"MLflow tracking URI: {uri}  (experiment {space.name!r})", flush=True)
+    try:
+        tracker = StudyTracker(uri, space.name)
+    except Exception as error:  # each tracking backend fails with its own exception types
+        return _fail(f"--mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}")
+    try:
+        sources = {}
+        for name in variants:
+            study = None if args.ignore_studies else latest_study(tracker.client, tracker.experiment_id, name)
+            sources[name] = variant_source(space, name, study)
+    except ConfigError as error:
+        return _fail(error)
+    for source in sources.values():
+        shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in source.params.items())
+        print(f"[{source.variant}] {source.method}: {source.note} [{shown or 'method defaults'}]", flush=True)
+    plan = make_plan(space, axes, seeds, experiments, sources)
+    print(plan.summary_line(), flush=True)
+    resume = None
+    if args.resume:
+        parent_run_id, done = find_parent(tracker, plan.fingerprint)
+        if parent_run_id is None:
+            return _fail("--resume: MLflow has no ablation with this plan (same space, overrides, grid and seeds)")
+        print(f"resuming ablation run {parent_run_id}: {len(done)} of {len(plan.cells)} runs had finished", flush=True)
+        resume = (parent_run_id, done)
+    try:
+        join_ray(args.address, space.base.resources)
+    except ConfigError as error:
+        return _fail(error)
+
+    outcome = run_ablation(plan, tracker, data, storage=args.storage, out_dir=out_dir, resume=resume)
+    files = outcome.files
+    print(f"\n=== {space.name}: final-round test accuracy (%), mean ± std over {len(seeds)} seeds ===")
+    print(files["table.md"].read_text() if files else "(no run finished)")
+    for what, path in files.items():
+        print(f"{what:>16}: {path}")
+    print(f"MLflow: experiment {space.name!r}, ablation run {outcome.parent_run_id} at {uri}")
+    print(f"total wall time: {outcome.wall_time_s:.0f}s", flush=True)
+    if not args.no_dashboard:
+        from raytune_fl.report.dashboard import build_dashboard
+
+        report = build_dashboard(uri, space, out_dir / "dashboard.html")
+        print(f"dashboard: {report.path}  (opens from disk in a browser; no server needed)", flush=True)
+    if outcome.unfinished:
+        print(f"{outcome.unfinished} of {len(plan.cells)} runs did not finish: see the (n/runs) cells and run tags")
+        return 1
+    return 0

@@ -1,0 +1,696 @@
+"""A self-contained HTML dashboard per search space, built from what the MLflow store holds.
+
+`build_dashboard` reads the experiment (each variant's latest tune study, the latest ablation), draws one section
+per question (figures from `figures.py`), writes one HTML file with plotly.js inlined once (it opens from disk,
+offline) and logs it back to MLflow as `dashboard/dashboard.html`. A section whose data was never logged shows a
+one-line note saying what is missing instead of vanishing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pandas as pd
+import plotly.io as pio
+import yaml
+from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from plotly.offline import get_plotlyjs
+
+from raytune_fl.config import ConfigError, Distribution, SearchSpace, load_space
+from raytune_fl.report import figures
+from raytune_fl.report.store import experiment_id, search_all
+from raytune_fl.report.table import summarise
+
+# section id -> heading, in page order (tests and the page's navigation use the same ids)
+SECTIONS = {
+    "ablation-table": "Ablation table",
+    "learning-curves": "Learning curves",
+    "optuna": "Optuna optimisation history and parameter importances",
+    "round-time": "Time per round per method",
+    "spectrum": "Classifier singular-value spectrum",
+    "client-accuracy": "Per-client accuracy spread",
+    "partition": "Partition heat-maps",
+}
+NO_ABLATION = "no ablation runs yet: run scripts/ablate.py"
+_PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+COMPLETED = ("finished", "stopped_early")  # what Ray's OptunaSearch told the study as complete (last value)
+
+
+class DashboardError(Exception):
+    """The store cannot give the dashboard anything: no store, or no experiment of that name."""
+
+
+@dataclass
+class DashboardReport:
+    path: Path
+    rendered: list[str]  # section ids drawn from data
+    skipped: dict[str, str]  # section id -> why it shows only a note
+    logged_to: list[str]  # run ids the HTML was logged to as dashboard/dashboard.html
+    figures: int  # plotly figures in the page
+
+
+@dataclass
+class Section:
+    id: str
+    parts: list[str] = field(default_factory=list)  # HTML fragments: notes, tables, figure divs
+    figures: int = 0
+    skipped: str | None = None  # the reason, when the section has no data at all
+
+    def note(self, text: str) -> None:
+        self.parts.append(f"<p class='note'>{html.escape(text)}</p>")
+
+    def skip(self, reason: str) -> Section:
+        self.skipped = reason
+        self.note(reason)
+        return self
+
+
+# ---------------------------------------------------------------- reading the store
+
+
+@contextmanager
+def _no_progress_bar() -> Iterator[None]:
+    """MLflow draws a progress bar per download; dozens of them would bury the progress lines."""
+    before = os.environ.get(_PROGRESS_BAR)
+    os.environ[_PROGRESS_BAR] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[_PROGRESS_BAR]
+        else:
+            os.environ[_PROGRESS_BAR] = before
+
+
+class Artifacts:
+    """Downloads each artifact once into a temporary folder; a missing artifact is None, not an exception."""
+
+    def __init__(self, client: MlflowClient, root: Path) -> None:
+        self.client, self.root = client, root
+        self._listings: dict[tuple[str, str], list[Any]] = {}
+        self._local: dict[tuple[str, str], Path] = {}
+
+    def listing(self, run_id: str, folder: str = "") -> list[Any]:
+        key = (run_id, folder)
+        if key not in self._listings:
+            self._listings[key] = list(self.client.list_artifacts(run_id, folder or None))
+        return self._listings[key]
+
+    def files(self, run_id: str, folder: str) -> list[str]:
+        """Every file path under `folder`, recursively."""
+        found = []
+        for info in self.listing(run_id, folder):
+            found.extend(self.files(run_id, info.path) if info.is_dir else [info.path])
+        return found
+
+    def local(self, run_id: str, path: str) -> Path | None:
+        folder = path.rpartition("/")[0]
+        if not any(info.path == path and not info.is_dir for info in self.listing(run_id, folder)):
+            return None
+        if (run_id, path) not in self._local:
+            (self.root / run_id).mkdir(parents=True, exist_ok=True)
+            with _no_progress_bar():
+                local = self.client.download_artifacts(run_id, path, str(self.root / run_id))
+            self._local[run_id, path] = Path(local)
+        return self._local[run_id, path]
+
+    def parquet(self, run_id: str, path: str) -> pd.DataFrame | None:
+        local = self.local(run_id, path)
+        return None if local is None else pd.read_parquet(local)
+
+    def yaml(self, run_id: str, path: str) -> dict[str, Any] | None:
+        local = self.local(run_id, path)
+        return None if local is None else yaml.safe_load(local.read_text())
+
+
+@dataclass
+class Store:
+    """What the dashboard reads: the latest tune study per variant and the latest ablation, runs in start order."""
+
+    uri: str
+    space: SearchSpace
+    client: MlflowClient
+    artifacts: Artifacts
+    tune_parents: dict[str, Run]  # variant -> its latest tune parent run
+    tune_trials: dict[str, list[Run]]  # variant -> that study's trial runs
+    ablation: Run | None  # the latest ablation parent run
+    ablation_trials: list[Run]
+    all_trials: list[Run]  # every trial run of the experiment, any study or ablation (round times)
+    variants: list[str] = field(default_factory=list)
+    colors: dict[str, str] = field(default_factory=dict)
+
+
+def _is_child(run: Run) -> bool:
+    return "mlflow.parentRunId" in run.data.tags
+
+
+def open_store(uri: str, space: SearchSpace, artifacts_root: Path) -> Store:
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        # MlflowClient would create an empty database there; say what is wrong instead
+        raise DashboardError(f"no MLflow store at {uri} (run scripts/tune.py first, or pass --mlflow-uri)")
+    client = MlflowClient(uri)
+    experiment = experiment_id(client, space.name)
+    if experiment is None:
+        raise DashboardError(f"no experiment {space.name!r} in the MLflow store at {uri} (run scripts/tune.py first)")
+    tune_runs = search_all(client, experiment, "tags.stage = 'tune'")  # newest first
+    parents: dict[str, Run] = {}
+    for run in tune_runs:
+        if not _is_child(run):
+            parents.setdefault(run.data.tags.get("variant", run.info.run_name), run)
+    trials = {
+        variant: [r for r in reversed(tune_runs) if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+        for variant, parent in parents.items()
+    }
+    ablation_runs = search_all(client, experiment, "tags.stage = 'ablation'")
+    ablation = next((r for r in ablation_runs if not _is_child(r)), None)
+    ablation_trials = (
+        [r for r in reversed(ablation_runs) if r.data.tags.get("mlflow.parentRunId") == ablation.info.run_id]
+        if ablation
+        else []
+    )
+    seen = [*parents, *(r.data.tags.get("variant", "") for r in ablation_trials)]
+    variants = [v for v in space.variants if v in seen] + [v for v in dict.fromkeys(seen) if v not in space.variants]
+    return Store(
+        uri=uri,
+        space=space,
+        client=client,
+        artifacts=Artifacts(client, artifacts_root),
+        tune_parents=parents,
+        tune_trials=trials,
+        ablation=ablation,
+        ablation_trials=ablation_trials,
+        all_trials=[r for r in tune_runs + ablation_runs if _is_child(r)],
+        variants=variants,
+        colors=figures.variant_colors(variants),
+    )
+
+
+def _tune_metric(store: Store, variant: str) -> tuple[str, bool, dict[str, Any]]:
+    """The study's metric, whether it is maximised, and its config.yaml (the study's own, not today's file)."""
+    config = store.artifacts.yaml(store.tune_parents[variant].info.run_id, "config.yaml") or {}
+    metric = (config.get("tune") or {}).get("metric", store.space.tune.metric)
+    return metric, metric != "val_loss", config
+
+
+def _final(run: Run, metric: str) -> float:
+    return float(run.data.metrics.get(metric, math.nan))  # MLflow's latest value = the highest step's
+
+
+def best_trial(trials: Sequence[Run], metric: str, maximize: bool) -> Run | None:
+    """As the study selected: trials that ran every round first, then the best final value."""
+    sign = 1.0 if maximize else -1.0
+    scored = [
+        (r.data.tags.get("trial_status") == "finished", sign * _final(r, metric), r)
+        for r in trials
+        if r.data.tags.get("trial_status") in COMPLETED and math.isfinite(_final(r, metric))
+    ]
+    return max(scored, key=lambda s: s[:2])[2] if scored else None
+
+
+def representatives(store: Store) -> tuple[dict[str, list[Run]], str]:
+    """Per variant, the runs that stand for it where one configuration is shown (spectrum, client spread):
+    the ablation's first setting (every seed, lowest seed first), else the best tune trial."""
+    if store.ablation_trials:
+        first = store.ablation_trials[0].data.tags.get("setting", "default")
+        reps: dict[str, list[Run]] = {}
+        for run in store.ablation_trials:
+            if run.data.tags.get("setting", "default") == first:
+                reps.setdefault(run.data.tags.get("variant", ""), []).append(run)
+        for runs in reps.values():
+            runs.sort(key=lambda r: int(r.data.tags.get("seed", 0)))
+        return reps, f"ablation setting {first}"
+    reps = {}
+    for variant, trials in store.tune_trials.items():
+        metric, maximize, _ = _tune_metric(store, variant)
+        best = best_trial(trials, metric, maximize)
+        if best is not None:
+            reps[variant] = [best]
+    return reps, "each variant's best tune trial"
+
+
+def _path_safe(setting: str) -> str:
+    """A setting as the ablation names its artifact folder (partition/<setting>/)."""
+    return setting.replace("=", "-").replace(",", "_")
+
+
+def _label(run: Run) -> str:
+    tags = run.data.tags
+    if tags.get("stage") == "ablation":
+        return f"{tags.get('variant', '')} (seed {tags.get('seed', '?')}, {tags.get('setting', 'default')})"
+    return f"{tags.get('variant', '')} ({run.info.run_name})"
+
+
+# ---------------------------------------------------------------- sections
+
+
+def _figure(section: Section, fig: Any) -> None:
+    section.figures += 1
+    height = int(fig.layout.height or 450)
+    div = pio.to_html(
+        fig,
+        include_plotlyjs=False,
+        full_html=False,
+        div_id=f"{section.id}-fig-{section.figures}",
+        default_height=f"{height}px",
+        config={"displaylogo": False, "responsive": True},
+    )
+    section.parts.append(f"<div class='figure'>{div}</div>")
+
+
+def ablation_table_section(store: Store) -> Section:
+    section = Section("ablation-table")
+    if store.ablation is None:
+        return section.skip(NO_ABLATION)
+    run_id = store.ablation.info.run_id
+    results = store.artifacts.parquet(run_id, "ablation/results.parquet")
+    if results is None or results.empty:
+        return section.skip(f"the latest ablation run {run_id} has no ablation/results.parquet (unfinished or failed)")
+    summary = summarise(results, metric="test_acc")
+    section.parts.append(figures.ablation_table_html(summary))
+    seeds = store.ablation.data.tags.get("seeds", "?")
+    section.note(
+        f"Final-round test accuracy in %, mean ± sample std over seeds {seeds}; bold = best of its column; "
+        f"(n/runs) = only n runs finished. Ablation run {run_id}, {len(results)} runs."
+    )
+    return section
+
+
+def _curves(store: Store, runs: Sequence[Run], setting: Callable[[Run], str]) -> tuple[pd.DataFrame, int]:
+    """Long per-round test accuracy and elapsed seconds of `runs`; also how many runs had no round table."""
+    frames, missing = [], 0
+    for run in runs:
+        table = store.artifacts.parquet(run.info.run_id, "round_metrics.parquet")
+        if table is None or "test_acc" not in table:
+            missing += 1
+            continue
+        table = table.sort_values("round")
+        frames.append(
+            pd.DataFrame(
+                {
+                    "variant": run.data.tags.get("variant", ""),
+                    "setting": setting(run),
+                    "run_id": run.info.run_id,
+                    "round": table["round"].to_numpy(),
+                    "test_acc": table["test_acc"].to_numpy(),
+                    "elapsed_s": figures.elapsed_seconds(table).to_numpy(),
+                }
+            )
+        )
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), missing
+
+
+def learning_curves_section(store: Store) -> Section:
+    section = Section("learning-curves")
+    if store.ablation_trials:
+        curves, missing = _curves(store, store.ablation_trials, lambda r: r.data.tags.get("setting", "default"))
+        source = f"ablation run {store.ablation.info.run_id}: runs over seeds, one panel per setting"
+    else:
+        runs = [r for v in store.variants for r in store.tune_trials.get(v, [])]
+        curves, missing = _curves(store, runs, lambda r: "tune trials")
+        source = (
+            f"{NO_ABLATION}. Shown instead: each variant's latest tune study, runs = its trials "
+            "(different hyperparameters, not seeds; ASHA-stopped trials end early)"
+        )
+    if curves.empty:
+        return section.skip("no run has a round_metrics.parquet artifact yet: run scripts/tune.py")
+    section.note(
+        f"Source: {source}. Mean line, {figures.BAND}." + (f" {missing} runs without a round table." if missing else "")
+    )
+    by_round = figures.curve_figure(curves, "test_acc", "round", "round", "Test accuracy per round", store.colors)
+    _figure(section, by_round)
+    by_time = figures.curve_figure(
+        curves,
+        "test_acc",
+        "elapsed_s",
+        f"{figures.ELAPSED_TITLE}; mean over runs at each round",
+        "Test accuracy against wall-clock time",
+        store.colors,
+    )
+    _figure(section, by_time)
+    return section
+
+
+def parse_param(text: str, distribution: BaseDistribution) -> Any:
+    """An MLflow param (text: strings raw, everything else JSON) back to the value its distribution holds."""
+    if isinstance(distribution, FloatDistribution):
+        return float(text)
+    if isinstance(distribution, IntDistribution):
+        return int(float(text))
+    if isinstance(distribution, CategoricalDistribution):
+        for choice in distribution.choices:
+            if text == (choice if isinstance(choice, str) else json.dumps(choice)):
+                return choice
+        raise ValueError(f"{text!r} is none of the choices {list(distribution.choices)}")
+    raise ValueError(f"unsupported distribution {distribution!r}")
+
+
+def search_distributions(config: dict[str, Any]) -> dict[str, BaseDistribution]:
+    """Optuna distributions of a study's `variant.search` (config.yaml keeps every kind, unused ones null)."""
+    from raytune_fl.tune.space import optuna_space
+
+    search = (config.get("variant") or {}).get("search") or {}
+    specs = {
+        name: Distribution.model_validate({k: v for k, v in spec.items() if v is not None})
+        for name, spec in search.items()
+    }
+    return optuna_space(specs)
+
+
+def importances(
+    distributions: dict[str, BaseDistribution], trials: list[optuna.trial.FrozenTrial], maximize: bool
+) -> tuple[dict[str, float] | None, str]:
+    """fANOVA importances of a rebuilt study, or None and why not."""
+    if len(trials) < 2:
+        return None, f"importances need at least 2 completed trials (this study has {len(trials)})"
+    if len(distributions) == 1:
+        return {next(iter(distributions)): 1.0}, "one searched hyperparameter: trivially 1"
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created" line per variant
+    try:
+        study = optuna.create_study(direction="maximize" if maximize else "minimize")
+        study.add_trials(trials)
+        evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+        found = optuna.importance.get_param_importances(study, evaluator=evaluator)
+        return {k: float(v) for k, v in found.items()}, "fANOVA, seed 0"
+    except (RuntimeError, ValueError) as error:  # e.g. every trial scored the same: zero variance
+        return None, f"importances undefined: {error}"
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+def optuna_section(store: Store) -> Section:
+    section = Section("optuna")
+    unsearched = []
+    for variant in store.variants:
+        if variant not in store.tune_parents:
+            continue
+        metric, maximize, config = _tune_metric(store, variant)
+        distributions = search_distributions(config)
+        if not distributions:
+            unsearched.append(variant)
+            continue
+        rows, frozen, unusable = [], [], 0
+        for index, run in enumerate(store.tune_trials.get(variant, [])):
+            status, value = run.data.tags.get("trial_status", "unknown"), _final(run, metric)
+            rows.append({"index": index, "name": run.info.run_name, "value": value, "status": status})
+            if status not in COMPLETED or not math.isfinite(value):
+                continue
+            try:
+                params = {name: parse_param(run.data.params[name], d) for name, d in distributions.items()}
+                frozen.append(optuna.trial.create_trial(params=params, distributions=distributions, value=value))
+            except (KeyError, ValueError):  # a trial of an older file whose ranges no longer hold its values
+                unusable += 1
+        parent = store.tune_parents[variant].info.run_id
+        section.parts.append(f"<h3>{html.escape(variant)}</h3>")
+        if not rows:
+            section.note(f"study run {parent} has no trial runs")
+            continue
+        trials = pd.DataFrame(rows)
+        _figure(section, figures.history_figure(trials, metric, maximize, variant))
+        found, how = importances(distributions, frozen, maximize)
+        if found is None:
+            section.note(how)
+        else:
+            _figure(section, figures.importance_figure(found, variant, how))
+        section.note(
+            f"Study run {parent}: {len(rows)} trials, {len(frozen)} completed (finished or stopped early, scored by "
+            f"their last {metric})" + (f"; {unusable} outside the logged ranges left out" if unusable else "") + "."
+        )
+    if unsearched:
+        section.note(f"Nothing searched (one trial each): {', '.join(unsearched)}.")
+    if not section.figures:
+        missing = "no searched variant has a tune study" if store.tune_parents else "no tune studies yet"
+        return section.skip(f"{missing}: run scripts/tune.py")
+    return section
+
+
+def round_time_section(store: Store) -> Section:
+    section = Section("round-time")
+    rows = []
+    for run in store.all_trials:
+        for point in store.client.get_metric_history(run.info.run_id, "round_time_s"):
+            rows.append(
+                {"method": run.data.tags.get("method", "?"), "run_id": run.info.run_id, "round_time_s": point.value}
+            )
+    if not rows:
+        return section.skip("no run has logged round_time_s yet: run scripts/tune.py")
+    times = pd.DataFrame(rows)
+    _figure(section, figures.round_time_figure(times))
+    section.note(f"{len(times)} rounds of {times['run_id'].nunique()} runs (tune and ablation, every study).")
+    return section
+
+
+def spectrum_section(store: Store) -> Section:
+    section = Section("spectrum")
+    reps, which = representatives(store)
+    spectra, owners = {}, {}
+    for variant in store.variants:
+        for run in reps.get(variant, [])[:1]:
+            table = store.artifacts.parquet(run.info.run_id, "classifier_spectrum.parquet")
+            if table is not None and not table.empty:
+                spectra[_label(run)], owners[_label(run)] = table, variant
+    if not spectra:
+        return section.skip(f"no classifier_spectrum.parquet on the runs shown ({which}): diagnostics.spectrum off?")
+    _figure(section, figures.spectrum_figure(spectra, store.colors, owners))
+    section.note(f"One run per variant: {which}" + (", seed 0 (the lowest seed)." if store.ablation_trials else "."))
+    return section
+
+
+def client_accuracy_section(store: Store) -> Section:
+    section = Section("client-accuracy")
+    reps, which = representatives(store)
+    boxes, curves = [], []
+    for variant in store.variants:
+        runs = reps.get(variant, [])
+        tables = [(run, store.artifacts.parquet(run.info.run_id, "client_accuracy.parquet")) for run in runs]
+        found = [(run, t) for run, t in tables if t is not None and not t.empty]
+        for run, table in found:
+            boxes.append(figures.last_round(table).assign(variant=variant, label=_label(run)))
+        if runs and not found:  # logged before client_accuracy.parquet existed: the per-round summary metrics
+            table = store.artifacts.parquet(runs[0].info.run_id, "round_metrics.parquet")
+            if table is not None and {"client_acc_mean", "client_acc_worst"} <= set(table.columns):
+                curves.append(table.assign(variant=variant))
+    if boxes:
+        title = f"Accuracy of the global model on each client's held-out data, last round ({which}, runs pooled)"
+        _figure(section, figures.client_box_figure(pd.concat(boxes, ignore_index=True), store.colors, title))
+    if curves:
+        title = f"Client accuracy per round ({which}; no client_accuracy.parquet: summary metrics)"
+        _figure(section, figures.client_curve_figure(pd.concat(curves, ignore_index=True), store.colors, title))
+        section.note("Runs logged before client_accuracy.parquet existed show the per-round mean/worst/std instead.")
+    if not section.figures:
+        return section.skip(f"no per-client accuracy on the runs shown ({which}): diagnostics.client_accuracy off?")
+    return section
+
+
+def partition_section(store: Store) -> Section:
+    section = Section("partition")
+    shown: list[tuple[pd.DataFrame, list[str]]] = []  # tune studies share a partition unless overridden
+    for variant in store.variants:
+        parent = store.tune_parents.get(variant)
+        table = None if parent is None else store.artifacts.parquet(parent.info.run_id, "partition/partition.parquet")
+        if table is None:
+            continue
+        same = next((names for seen, names in shown if seen.equals(table)), None)
+        if same is None:
+            shown.append((table, [variant]))
+        else:
+            same.append(variant)
+    for table, names in shown:
+        _figure(section, figures.partition_figure(table, f"Tune studies of {', '.join(names)}: samples per class"))
+    if store.ablation is not None:  # partition/partition.parquet, or partition/<setting>/... with a grid
+        run_id = store.ablation.info.run_id
+        labels = {_path_safe(r.data.tags.get("setting", "")): r.data.tags.get("setting") for r in store.ablation_trials}
+        for path in store.artifacts.files(run_id, "partition"):
+            if path.endswith("/partition.parquet"):
+                folder = path.removeprefix("partition/").removesuffix("partition.parquet").strip("/")
+                title = f"Ablation setting {labels.get(folder, folder) if folder else 'default'}: samples per class"
+                _figure(section, figures.partition_figure(store.artifacts.parquet(run_id, path), title))
+    if not section.figures:
+        return section.skip("no partition/partition.parquet on any study or ablation run: run scripts/tune.py")
+    return section
+
+
+BUILDERS: dict[str, Callable[[Store], Section]] = {
+    "ablation-table": ablation_table_section,
+    "learning-curves": learning_curves_section,
+    "optuna": optuna_section,
+    "round-time": round_time_section,
+    "spectrum": spectrum_section,
+    "client-accuracy": client_accuracy_section,
+    "partition": partition_section,
+}
+
+
+# ---------------------------------------------------------------- the page
+
+# Before plotly.js: any script error or rejected promise is written into #script-errors, so that a headless
+# browser's DOM dump shows it (the page has no server to report to).
+ERROR_CAPTURE = """<script>
+window.__scriptErrors = [];
+function __recordScriptError(text) {
+  window.__scriptErrors.push(String(text));
+  var box = document.getElementById("script-errors");
+  if (box) { box.textContent = window.__scriptErrors.join("\\n"); }
+}
+window.onerror = function (message, source, line) { __recordScriptError(message + " (" + source + ":" + line + ")"); };
+window.addEventListener("unhandledrejection", function (event) {
+  var reason = event.reason;
+  __recordScriptError("unhandled rejection: " + (reason && reason.message ? reason.message : reason));
+});
+</script>"""
+
+# End of body: how many plots plotly actually drew (an SVG inside each plot div), re-counted once things settle
+RENDER_COUNT = """<script>
+function __countRenderedPlots() {
+  var drawn = 0;
+  document.querySelectorAll(".js-plotly-plot").forEach(function (plot) {
+    if (plot.querySelector("svg.main-svg")) { drawn += 1; }
+  });
+  document.body.dataset.plotsRendered = String(drawn);
+  var box = document.getElementById("script-errors");
+  if (box && window.__scriptErrors.length) { box.textContent = window.__scriptErrors.join("\\n"); }
+}
+__countRenderedPlots();
+window.addEventListener("load", __countRenderedPlots);
+setTimeout(__countRenderedPlots, 1000);
+</script>"""
+
+STYLE = """<style>
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; padding: 0 1em; color: #222; }
+nav a { margin-right: 1em; }
+section { border-top: 1px solid #ddd; margin-top: 2em; }
+.note { color: #555; font-size: 0.95em; }
+table.ablation { border-collapse: collapse; margin: 1em 0; }
+table.ablation th, table.ablation td { border: 1px solid #ccc; padding: 0.3em 0.8em; text-align: center; }
+table.ablation tbody th { text-align: left; }
+.meta { color: #555; font-size: 0.9em; }
+</style>"""
+
+
+def render_page(space: SearchSpace, store: Store, sections: list[Section]) -> str:
+    total = sum(s.figures for s in sections)
+    nav = " ".join(f"<a href='#{s.id}'>{html.escape(SECTIONS[s.id])}</a>" for s in sections)
+    parents = ", ".join(f"{v}: {r.info.run_id}" for v, r in store.tune_parents.items()) or "none"
+    ablation = store.ablation.info.run_id if store.ablation else "none"
+    body = [
+        f"<h1>{html.escape(space.name)}: tuning and ablation dashboard</h1>",
+        f"<p class='meta'>MLflow store {html.escape(store.uri)}, experiment {html.escape(space.name)}; "
+        f"latest tune studies: {html.escape(parents)}; latest ablation: {ablation}. "
+        f"Built {time.strftime('%Y-%m-%d %H:%M:%S')}.</p>",
+        f"<nav>{nav}</nav>",
+    ]
+    for s in sections:
+        body.append(f"<section id='{s.id}'><h2>{html.escape(SECTIONS[s.id])}</h2>{''.join(s.parts)}</section>")
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{html.escape(space.name)} dashboard</title>{STYLE}{ERROR_CAPTURE}"
+        f"<script type='text/javascript'>{get_plotlyjs()}</script></head>\n"
+        f"<body data-figures='{total}'><pre id='script-errors' hidden></pre>\n"
+        + "\n".join(body)
+        + f"\n{RENDER_COUNT}</body></html>\n"
+    )
+
+
+def _log(store: Store, out: Path) -> list[str]:
+    """dashboard/dashboard.html on the latest ablation run, else on each variant's latest tune study run."""
+    targets = [store.ablation] if store.ablation else list(store.tune_parents.values())
+    with tempfile.TemporaryDirectory() as tmp:
+        local = out
+        if out.name != "dashboard.html":  # the artifact keeps one name whatever --out was
+            local = Path(tmp) / "dashboard.html"
+            shutil.copyfile(out, local)
+        for run in targets:
+            store.client.log_artifact(run.info.run_id, str(local), artifact_path="dashboard")
+    return [run.info.run_id for run in targets]
+
+
+def build_dashboard(
+    tracking_uri: str,
+    space: SearchSpace,
+    out: Path,
+    log_artifact: bool = True,
+    *,
+    echo: Callable[[str], None] = print,
+) -> DashboardReport:
+    """Read the store, write the HTML to `out`, log it to MLflow (unless `log_artifact` is False)."""
+    out = Path(out)
+    with tempfile.TemporaryDirectory(prefix="dashboard-") as tmp:
+        store = open_store(tracking_uri, space, Path(tmp))
+        trials = sum(len(t) for t in store.tune_trials.values())
+        echo(
+            f"read: experiment {space.name!r} at {tracking_uri}: {len(store.tune_parents)} tune studies "
+            f"({trials} trials), "
+            + (
+                f"ablation run {store.ablation.info.run_id} ({len(store.ablation_trials)} runs)"
+                if store.ablation
+                else "no ablation"
+            )
+        )
+        sections = [build(store) for build in BUILDERS.values()]
+        page = render_page(space, store, sections)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(page, encoding="utf-8")
+        report = DashboardReport(
+            path=out,
+            rendered=[s.id for s in sections if s.skipped is None],
+            skipped={s.id: s.skipped for s in sections if s.skipped is not None},
+            logged_to=[],
+            figures=sum(s.figures for s in sections),
+        )
+        echo(f"wrote: {out} ({out.stat().st_size / 1e6:.1f} MB, {report.figures} figures)")
+        for section_id, reason in report.skipped.items():
+            echo(f"  {section_id}: {reason}")
+        if log_artifact:
+            report.logged_to = _log(store, out)
+            for run_id in report.logged_to:
+                echo(f"logged: runs:/{run_id}/dashboard/dashboard.html")
+    return report
+
+
+# ---------------------------------------------------------------- command line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="build.py", description="Build a self-contained HTML dashboard of a search space's MLflow runs."
+    )
+    parser.add_argument("--space", required=True, help="search-space YAML file, e.g. search_spaces/univarfl.yaml")
+    parser.add_argument("--mlflow-uri", help="MLflow tracking URI; default: sqlite:///<cwd>/mlflow.db")
+    parser.add_argument("--out", help="HTML file to write; default: reports/<space name>/dashboard.html")
+    parser.add_argument("--no-log", action="store_true", help="do not log the HTML back to MLflow")
+    args = parser.parse_args(argv)
+    try:
+        space = load_space(args.space)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except (OSError, UnicodeDecodeError) as error:
+        print(f"error: --space: cannot read {args.space}: {error}", file=sys.stderr)
+        return 2
+    from raytune_fl.tracking import default_tracking_uri
+
+    uri = args.mlflow_uri or default_tracking_uri()
+    out = Path(args.out) if args.out else Path("reports") / re.sub(r"[^\w.-]", "_", space.name) / "dashboard.html"
+    try:
+        build_dashboard(uri, space, out, log_artifact=not args.no_log)
+    except DashboardError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,378 @@
+"""Pure pieces of the dashboard: data transforms (tested on hand-made frames) and the plotly figures drawn from them.
+
+Nothing here reads MLflow: every function takes DataFrames or plain values and returns a DataFrame, a list, a
+figure or an HTML fragment.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from raytune_fl.report.table import format_cell
+
+PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF")
+TEMPLATE = "plotly_white"
+BAND = "band = min..max over runs"  # said on every curve figure, so nobody reads it as a confidence interval
+ELAPSED_TITLE = "seconds since the trial started (setup included)"
+
+
+# ---------------------------------------------------------------- transforms
+
+
+def elapsed_seconds(rounds: pd.DataFrame) -> pd.Series:
+    """Wall-clock seconds at the end of each round: setup_s + cumulative (round_time_s + decomposition_s).
+
+    `rounds` is a round_metrics table; setup_s is logged in round 1 only and decomposition_s only in the rounds
+    that ran FedLD's decomposition (it is timed apart from round_time_s), so missing values count as 0.
+    Returned in the frame's round order (sorted), indexed by round.
+    """
+    ordered = rounds.sort_values("round")
+    zeros = pd.Series(0.0, index=ordered.index)
+    per_round = ordered.get("round_time_s", zeros).fillna(0.0) + ordered.get("decomposition_s", zeros).fillna(0.0)
+    setup = float(ordered.get("setup_s", zeros).fillna(0.0).sum())
+    return pd.Series((setup + per_round.cumsum()).to_numpy(), index=ordered["round"].to_numpy(), name="elapsed_s")
+
+
+def band(curves: pd.DataFrame, y: str, x: str = "round") -> pd.DataFrame:
+    """Per round: mean of `x` and mean, min and max of `y` over the runs that reached it (n of them).
+
+    `curves` is long: one row per (run, round). With x = "round" the x column is the round itself; with another x
+    (elapsed seconds, which differs per run) it is that x averaged over the runs at the round.
+    """
+    rows = curves.dropna(subset=[y])
+    grouped = rows.groupby("round", sort=True)
+    return pd.DataFrame(
+        {
+            "x": grouped[x].mean() if x != "round" else grouped["round"].first().astype(float),
+            "mean": grouped[y].mean(),
+            "lo": grouped[y].min(),
+            "hi": grouped[y].max(),
+            "n": grouped[y].size(),
+        }
+    ).reset_index()
+
+
+def best_so_far(values: Sequence[float], maximize: bool = True) -> list[float]:
+    """Running best of a trial sequence; NaN (a trial without a value) keeps the previous best."""
+    best, out = math.nan, []
+    for value in values:
+        if not math.isnan(value) and (math.isnan(best) or (value > best if maximize else value < best)):
+            best = value
+        out.append(best)
+    return out
+
+
+def last_round(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a long per-round table (spectrum, client accuracy) that belong to its last round."""
+    return table[table["round"] == table["round"].max()]
+
+
+def variant_colors(variants: Sequence[str]) -> dict[str, str]:
+    """One colour per variant, the same in every figure."""
+    return {v: PALETTE[i % len(PALETTE)] for i, v in enumerate(variants)}
+
+
+def _integer_ticks(values: Sequence[float] | pd.Series) -> dict[str, object]:
+    """Axis settings for integer x (rounds, trials, indices): a tick per value when there are few, never 1.5."""
+    top = max((float(v) for v in values), default=0.0)
+    return {"tickmode": "linear", "dtick": 1} if top <= 20 else {"tickformat": "d"}
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+# ---------------------------------------------------------------- figures
+
+
+def curve_figure(curves: pd.DataFrame, y: str, x: str, x_title: str, title: str, colors: dict[str, str]) -> go.Figure:
+    """Mean line and min..max band per variant, one subplot per setting.
+
+    `curves`: long, columns variant, setting, run_id, round, `x`, `y`.
+    """
+    settings = list(dict.fromkeys(curves["setting"]))
+    cols = min(len(settings), 3)
+    rows = math.ceil(len(settings) / cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=settings, shared_yaxes=True, horizontal_spacing=0.05)
+    for k, setting in enumerate(settings):
+        row, col = k // cols + 1, k % cols + 1
+        for variant, group in curves[curves["setting"] == setting].groupby("variant", sort=False):
+            stats = band(group, y, x)
+            color = colors.get(variant, PALETTE[0])
+            runs = group["run_id"].nunique()
+            fig.add_trace(
+                go.Scatter(
+                    x=list(stats["x"]) + list(stats["x"])[::-1],
+                    y=list(stats["hi"]) + list(stats["lo"])[::-1],
+                    mode="lines",
+                    fill="toself",
+                    fillcolor=_rgba(color, 0.18),
+                    line={"width": 0},
+                    hoverinfo="skip",
+                    legendgroup=variant,
+                    showlegend=False,
+                ),
+                row=row,
+                col=col,
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=stats["x"],
+                    y=stats["mean"],
+                    mode="lines+markers",
+                    name=variant,
+                    line={"color": color},
+                    legendgroup=variant,
+                    showlegend=k == 0,
+                    customdata=stats[["n", "lo", "hi"]].to_numpy(),
+                    hovertemplate=f"{variant} ({runs} runs)<br>%{{x:.3g}}: mean %{{y:.4f}}"
+                    "<br>min..max %{customdata[1]:.4f}..%{customdata[2]:.4f} (n=%{customdata[0]})<extra></extra>",
+                ),
+                row=row,
+                col=col,
+            )
+    fig.update_xaxes(title_text=x_title, **(_integer_ticks(curves["round"]) if x == "round" else {}))
+    fig.update_yaxes(title_text=f"{y} (mean; {BAND})", col=1)
+    fig.update_layout(template=TEMPLATE, title=title, height=380 * rows, margin={"t": 80})
+    return fig
+
+
+def history_figure(trials: pd.DataFrame, metric: str, maximize: bool, variant: str) -> go.Figure:
+    """Trial index vs value (coloured by trial status) and the best-so-far line. `trials`: index, value, status,
+    name."""
+    fig = go.Figure()
+    for status, group in trials.groupby("status", sort=False):
+        fig.add_trace(
+            go.Scatter(
+                x=group["index"],
+                y=group["value"],
+                mode="markers",
+                name=status,
+                text=group["name"],
+                marker={"size": 9},
+                hovertemplate="%{text}<br>trial %{x}: %{y:.4f}<extra>" + html.escape(str(status)) + "</extra>",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=trials["index"],
+            y=best_so_far(list(trials["value"]), maximize),
+            mode="lines",
+            line={"shape": "hv", "color": "black"},
+            name="best so far",
+        )
+    )
+    fig.update_layout(
+        template=TEMPLATE,
+        title=f"{variant}: optimisation history (final {metric} per trial, trials in start order)",
+        xaxis={"title": "trial (order of start)", **_integer_ticks(trials["index"])},
+        yaxis_title=f"final {metric}",
+        height=360,
+    )
+    return fig
+
+
+def importance_figure(importances: dict[str, float], variant: str, evaluator: str) -> go.Figure:
+    names = list(importances)[::-1]  # most important on top
+    fig = go.Figure(go.Bar(x=[importances[n] for n in names], y=names, orientation="h"))
+    fig.update_layout(
+        template=TEMPLATE,
+        title=f"{variant}: hyperparameter importances ({evaluator})",
+        xaxis_title="importance (sums to 1)",
+        height=max(240, 60 * len(names) + 140),
+    )
+    return fig
+
+
+def round_time_figure(times: pd.DataFrame) -> go.Figure:
+    """Box per method over every logged round. `times`: method, run_id, round_time_s."""
+    fig = go.Figure()
+    for method, group in times.groupby("method", sort=True):
+        fig.add_trace(
+            go.Box(
+                y=group["round_time_s"],
+                name=f"{method} ({group['run_id'].nunique()} runs)",
+                boxpoints="all" if len(group) <= 200 else "outliers",
+                jitter=0.4,
+                pointpos=0,
+            )
+        )
+    fig.update_layout(
+        template=TEMPLATE,
+        title="Wall time per round by method (every logged round of every tune and ablation run)",
+        yaxis_title="round_time_s (seconds)",
+        showlegend=False,
+        height=420,
+    )
+    return fig
+
+
+def spectrum_figure(spectra: dict[str, pd.DataFrame], colors: dict[str, str], variants: dict[str, str]) -> go.Figure:
+    """Last round's singular values per variant, log y. `spectra`: label -> (round, index, singular_value);
+    `variants`: label -> variant (for the colour)."""
+    fig = go.Figure()
+    for label, table in spectra.items():
+        last = last_round(table).sort_values("index")
+        fig.add_trace(
+            go.Scatter(
+                x=last["index"],
+                y=last["singular_value"],
+                mode="lines+markers",
+                name=f"{label} (round {int(last['round'].iloc[0])})",
+                line={"color": colors.get(variants[label], PALETTE[0])},
+            )
+        )
+    fig.update_layout(
+        template=TEMPLATE,
+        title="Classifier weight: singular values at the last round",
+        xaxis={
+            "title": "index (descending singular value)",
+            **_integer_ticks([i for t in spectra.values() for i in t["index"]]),
+        },
+        yaxis_title="singular value (log scale)",
+        yaxis_type="log",
+        height=420,
+    )
+    return fig
+
+
+def client_box_figure(accuracy: pd.DataFrame, colors: dict[str, str], title: str) -> go.Figure:
+    """Box and points per variant. `accuracy`: variant, label (run), client, accuracy (the last round's)."""
+    fig = go.Figure()
+    for variant, group in accuracy.groupby("variant", sort=False):
+        fig.add_trace(
+            go.Box(
+                y=group["accuracy"],
+                name=variant,
+                boxpoints="all",
+                jitter=0.5,
+                pointpos=0,
+                text=[f"{label}, client {c}" for label, c in zip(group["label"], group["client"])],
+                marker={"color": colors.get(variant, PALETTE[0])},
+            )
+        )
+    fig.update_layout(template=TEMPLATE, title=title, yaxis_title="client accuracy", showlegend=False, height=420)
+    return fig
+
+
+def client_curve_figure(rounds: pd.DataFrame, colors: dict[str, str], title: str) -> go.Figure:
+    """client_acc_mean (solid, ± client_acc_std band) and client_acc_worst (dashed) per round.
+
+    `rounds`: variant, round, client_acc_mean, client_acc_worst, client_acc_std.
+    """
+    fig = go.Figure()
+    for variant, group in rounds.groupby("variant", sort=False):
+        group = group.sort_values("round")
+        color = colors.get(variant, PALETTE[0])
+        std = group["client_acc_std"].fillna(0.0) if "client_acc_std" in group else 0.0
+        x = list(group["round"])
+        fig.add_trace(
+            go.Scatter(
+                x=x + x[::-1],
+                y=list(group["client_acc_mean"] + std) + list(group["client_acc_mean"] - std)[::-1],
+                mode="lines",
+                fill="toself",
+                fillcolor=_rgba(color, 0.15),
+                line={"width": 0},
+                hoverinfo="skip",
+                legendgroup=variant,
+                showlegend=False,
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=x, y=group["client_acc_mean"], name=f"{variant} mean", line={"color": color}, legendgroup=variant
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=group["client_acc_worst"],
+                name=f"{variant} worst client",
+                line={"color": color, "dash": "dash"},
+                legendgroup=variant,
+            )
+        )
+    fig.update_layout(
+        template=TEMPLATE,
+        title=title,
+        xaxis={"title": "round", **_integer_ticks(rounds["round"])},
+        yaxis_title="client accuracy (mean ± std over clients; dashed: worst)",
+        height=420,
+    )
+    return fig
+
+
+def partition_figure(table: pd.DataFrame, title: str) -> go.Figure:
+    """Clients × classes heat map of a partition table (client, num_samples, domain, one column per class)."""
+    classes = [c for c in table.columns if c not in ("client", "num_samples", "domain")]
+    labels = []
+    for _, row in table.iterrows():
+        label = f"client {row['client']} (n={row['num_samples']})"
+        if isinstance(row.get("domain"), str):
+            label += f" [{row['domain']}]"
+        labels.append(label)
+    z = table[classes].to_numpy(dtype=float)
+    annotate = z.shape[0] <= 20 and z.shape[1] <= 20  # numbers stay legible on small matrices only
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=classes,
+            y=labels,
+            colorscale="Blues",
+            colorbar={"title": {"text": "samples"}},
+            text=z.astype(int) if annotate else None,
+            texttemplate="%{text}" if annotate else None,
+            hovertemplate="%{y}<br>%{x}: %{z:.0f} samples<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        template=TEMPLATE,
+        title=title,
+        xaxis_title="class",
+        yaxis={"autorange": "reversed", "title": "client"},
+        height=min(900, max(300, 28 * len(labels) + 160)),
+    )
+    return fig
+
+
+# ---------------------------------------------------------------- HTML table
+
+
+def ablation_table_html(summary: pd.DataFrame) -> str:
+    """The wide ablation table (variants × settings) from table.summarise's long frame: percentages, best bold."""
+    variants = list(dict.fromkeys(summary["variant"]))
+    settings = list(dict.fromkeys(summary["setting"]))
+    cells = {(r.variant, r.setting): r for r in summary.itertuples(index=False)}
+    head = "".join(f"<th>{html.escape(str(s))}</th>" for s in settings)
+    body = []
+    for variant in variants:
+        tds = []
+        for setting in settings:
+            row = cells.get((variant, setting))
+            if row is None:
+                tds.append("<td>–</td>")
+                continue
+            text = html.escape(format_cell(float(row.mean), float(row.std), int(row.n), int(row.runs)))
+            tds.append(f"<td><strong>{text}</strong></td>" if bool(row.best) else f"<td>{text}</td>")
+        body.append(f"<tr><th scope='row'>{html.escape(str(variant))}</th>{''.join(tds)}</tr>")
+    return (
+        "<table class='ablation'><thead><tr><th>variant</th>"
+        + head
+        + "</tr></thead><tbody>"
+        + "".join(body)
+        + "</tbody></table>"
+    )
+
+
+def finite(values: Sequence[float]) -> np.ndarray:
+    array = np.asarray(values, dtype=float)
+    return array[np.isfinite(array)]

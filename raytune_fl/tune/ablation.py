@@ -1,0 +1,224 @@
+"""The ablation: each variant's best configuration re-run over seeds x settings, as one grid of Tune trials.
+
+A cell is one (variant, seed, setting) run. Every cell of an ablation shares the base experiment of the
+search-space file, changed only by its setting (e.g. alpha=0.01, rho=0.5) and its training seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from raytune_fl.config import ConfigError, ExperimentConfig, SearchSpace, flatten, override
+from raytune_fl.methods import METHODS
+from raytune_fl.report.store import StudyRecord
+
+# --grid short names -> field of `base`; any other dotted field of `base` (e.g. optimizer.momentum) works as well
+GRID_KEYS: dict[str, str] = {
+    "alpha": "partition.alpha",  # Dirichlet concentration: the label-shift setting of the papers
+    "rho": "participation",  # fraction of clients sampled per round
+    "clients": "partition.clients",
+    "local_epochs": "local_epochs",
+    "rounds": "rounds",
+    "lr": "optimizer.lr",
+    "batch_size": "batch_size",
+    "dropout": "system.dropout",
+}
+# one placement group serves every cell, and seeds come from --seeds
+_NOT_GRIDDABLE = {"resources": "every cell shares one trial size", "seed": "use --seeds"}
+NO_SETTING = "default"  # the setting label when there is no grid
+
+
+@dataclass(frozen=True)
+class GridAxis:
+    name: str  # as the user wrote it: the column header and the run names use it
+    field: str  # the field of `base` it sets
+    values: tuple[Any, ...]
+
+
+def parse_grid(items: list[str]) -> list[GridAxis]:
+    """`["alpha=0.01,1.0", "rho=0.5"]` -> axes; values are YAML scalars. Fields are checked in `settings()`."""
+    axes: list[GridAxis] = []
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name or not text.strip():
+            raise ConfigError(f"--grid {item!r}: expected KEY=V1,V2,..., e.g. --grid alpha=0.01,1.0")
+        field = GRID_KEYS.get(name, name.removeprefix("base."))
+        top = field.split(".")[0]
+        if top in _NOT_GRIDDABLE:
+            raise ConfigError(f"--grid {name}: base.{top} cannot be a grid axis ({_NOT_GRIDDABLE[top]})")
+        if top not in ExperimentConfig.model_fields:
+            raise ConfigError(
+                f"--grid {name}: not a setting; short names: {', '.join(GRID_KEYS)}, "
+                f"or a field of base: {', '.join(f for f in ExperimentConfig.model_fields if f not in _NOT_GRIDDABLE)}"
+            )
+        if any(axis.field == field for axis in axes):
+            raise ConfigError(f"--grid {name}: base.{field} is given twice")
+        try:
+            values = tuple(yaml.safe_load(v) for v in text.split(","))
+        except yaml.YAMLError as error:
+            raise ConfigError(f"--grid {name}: a value is not valid YAML: {error}") from None
+        if len(set(map(repr, values))) != len(values):
+            raise ConfigError(f"--grid {name}: a value is repeated ({text})")
+        axes.append(GridAxis(name, field, values))
+    return axes
+
+
+def settings(space: SearchSpace, axes: list[GridAxis]) -> dict[str, ExperimentConfig]:
+    """Every combination of the axes' values -> its label (`alpha=0.01,rho=0.5`) and base experiment."""
+    if not axes:
+        return {NO_SETTING: space.base}
+    out: dict[str, ExperimentConfig] = {}
+    for combination in itertools.product(*(axis.values for axis in axes)):
+        label = ",".join(f"{axis.name}={value}" for axis, value in zip(axes, combination, strict=True))
+        changes = {f"base.{axis.field}": value for axis, value in zip(axes, combination, strict=True)}
+        try:
+            out[label] = override(space, changes, source=f"--grid {label}").base
+        except ConfigError as error:
+            raise ConfigError(str(error).replace("\n", "\n  ")) from None
+    return out
+
+
+@dataclass(frozen=True)
+class VariantSource:
+    """Where a variant's configuration comes from: its tuned study, or the YAML when there is none."""
+
+    variant: str
+    method: str
+    params: dict[str, Any]  # the method's hyperparameters the cells run with (method defaults fill the rest)
+    study_run_id: str | None  # the tune-stage parent run it came from
+    note: str  # one line for the terminal and the MLflow tag
+
+
+def variant_source(space: SearchSpace, name: str, study: StudyRecord | None) -> VariantSource:
+    variant = space.variants[name]
+    spec = METHODS.get(variant.method)
+    if study is None:
+        searched = f"; the method's defaults for the searched {', '.join(variant.search)}" if variant.search else ""
+        note = f"no tuned study in MLflow: the YAML's fixed values{searched}"
+        return VariantSource(name, variant.method, dict(variant.fixed), None, note)
+    if study.method != variant.method:
+        raise ConfigError(
+            f"variants.{name}.method: the latest tuned study of {name!r} (MLflow run {study.run_id}) tuned "
+            f"{study.method!r}, the file says {variant.method!r}; re-tune it, or pass --ignore-studies"
+        )
+    # `describe` shows a data-derived default as its rule (e.g. "D/4"): such a value is the default, not a number
+    params = {k: v for k, v in study.params.items() if k in spec.defaults and v != spec.derived.get(k)}
+    changed = [k for k, v in variant.fixed.items() if k in params and params[k] != v]
+    note = f"best configuration of study run {study.run_id}"
+    if changed:
+        note += f" (the YAML's fixed {', '.join(changed)} changed since; the study's values are used)"
+    return VariantSource(name, variant.method, params, study.run_id, note)
+
+
+@dataclass(frozen=True)
+class AblationCell:
+    """One run of the ablation."""
+
+    variant: str
+    method: str
+    seed: int
+    setting: str
+    experiment: ExperimentConfig
+    params: dict[str, Any]
+    study_run_id: str | None
+
+    @property
+    def key(self) -> str:  # the run name: what a person filters and reads in the MLflow UI
+        return f"{self.variant}/seed{self.seed}/{self.setting}"
+
+
+@dataclass(frozen=True)
+class AblationPlan:
+    """What an ablation runs: settings (the table's columns) x variants (its rows) x seeds."""
+
+    space: SearchSpace
+    axes: list[GridAxis]
+    seeds: list[int]
+    experiments: dict[str, ExperimentConfig]  # setting label -> base experiment
+    sources: dict[str, VariantSource]
+    cells: list[AblationCell]
+
+    @property
+    def fingerprint(self) -> str:
+        """Same cells, experiments and hyperparameters -> same fingerprint (what --resume matches on)."""
+        described = [
+            [cell.key, cell.method, cell.experiment.model_dump(mode="json"), cell.params]
+            for cell in sorted(self.cells, key=lambda c: c.key)
+        ]
+        return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    @property
+    def rounds(self) -> int:
+        return max(cell.experiment.rounds for cell in self.cells)
+
+    def summary_line(self) -> str:
+        return (
+            f"ablation: {len(self.sources)} variants x {len(self.seeds)} seeds x {len(self.experiments)} settings "
+            f"= {len(self.cells)} runs (settings: {', '.join(self.experiments)})"
+        )
+
+
+def make_plan(
+    space: SearchSpace,
+    axes: list[GridAxis],
+    seeds: list[int],
+    experiments: dict[str, ExperimentConfig],
+    sources: dict[str, VariantSource],
+) -> AblationPlan:
+    return AblationPlan(space, axes, seeds, experiments, sources, build_cells(sources, experiments, seeds))
+
+
+def build_cells(
+    sources: dict[str, VariantSource], experiments: dict[str, ExperimentConfig], seeds: list[int]
+) -> list[AblationCell]:
+    cells = []
+    for setting, experiment in experiments.items():
+        for source in sources.values():
+            for seed in seeds:
+                cells.append(
+                    AblationCell(
+                        source.variant,
+                        source.method,
+                        seed,
+                        setting,
+                        experiment.model_copy(update={"seed": seed}),
+                        source.params,
+                        source.study_run_id,
+                    )
+                )
+    return cells
+
+
+def ablation_trial(config: dict[str, Any], *, cells: dict[str, AblationCell]) -> None:
+    from raytune_fl.tune.trainable import federated_trial
+
+    cell = cells[config["cell"]]
+    federated_trial({}, experiment=cell.experiment, method=cell.method, fixed=cell.params)
+
+
+def cell_run(cell: AblationCell) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """Run name, tags and params of a cell's MLflow run. Params use the tune stage's names: flattened base
+    fields plus the method's hyperparameters, so runs of both stages line up in the MLflow UI."""
+    tags = {
+        "stage": "ablation",
+        "role": "trial",
+        "variant": cell.variant,
+        "method": cell.method,
+        "seed": str(cell.seed),
+        "setting": cell.setting,
+        "cell": cell.key,
+        "study_run_id": cell.study_run_id or "none",
+    }
+    params = {
+        **flatten(cell.experiment.model_dump(mode="json")),
+        "method": cell.method,
+        **METHODS.get(cell.method).describe(cell.params),
+    }
+    return cell.key, tags, params

@@ -1,0 +1,11 @@
+"""Re-run each variant's tuned configuration over seeds x settings; write the mean ± std table and the dashboard.
+
+    python scripts/ablate.py --space search_spaces/univarfl.yaml --seeds 3 --grid alpha=0.1,1.0
+"""
+
+import sys
+
+from raytune_fl.ablate_cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
