@@ -71,3 +71,37 @@ def changed_space(*changes: tuple[str, object]) -> dict:
         else:
             node[leaf] = value
     return data
+
+
+@pytest.fixture(scope="session")
+def ablation_store(ray_cluster, tmp_path_factory):
+    """A real tuned study and ablation in one MLflow store, made by the real CLIs (shared by the ablation and
+    dashboard tests): `full` tuned with one trial (so its selection is that trial), `fedavg` left untuned (so
+    the ablation takes its configuration from the YAML), then 2 variants x 2 seeds x alpha in {0.5, 1.0}."""
+    import contextlib
+    import io
+    from types import SimpleNamespace
+
+    import yaml
+
+    from raytune_fl.ablate_cli import main as ablate
+    from raytune_fl.cli import main as tune
+
+    root = tmp_path_factory.mktemp("ablation_store")
+    space = tiny_space("ablation_tiny", rounds=2, resources={"actors": 0})
+    space["tune"]["max_concurrent"] = 2  # in-process trials take one CPU each
+    path = root / "ablation_tiny.yaml"
+    path.write_text(yaml.safe_dump(space, sort_keys=False))  # the file's variant order is the table's row order
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    common = ["--space", str(path), "--mlflow-uri", uri, "--storage", str(root / "ray_results")]
+    assert tune([*common, "--variants", "full", "--num-samples", "1"]) == 0
+    out = root / "reports"
+    argv = [*common, "--seeds", "2", "--grid", "alpha=0.5,1.0", "--out", str(out)]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = ablate(argv)
+    print(printed.getvalue())
+    assert code == 0
+    return SimpleNamespace(
+        root=root, space_path=path, space_name="ablation_tiny", uri=uri, out=out, argv=argv, output=printed.getvalue()
+    )
