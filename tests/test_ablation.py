@@ -259,3 +259,14 @@ def test_resume_reruns_only_the_cells_that_did_not_finish(ablation_store, logged
     row = results[results["cell"] == "fedavg/seed1/alpha=1.0"].iloc[0]
     assert row["status"] == "finished" and row["run_id"] != redo.info.run_id and row["test_acc"] == before
     assert len(results) == 8
+
+
+def test_both_stages_use_the_same_param_and_metric_names(logged):
+    # the MLflow UI compares runs column by column: a tune trial and an ablation run of one method line up
+    client, experiment, _, children, study_parent = logged
+    trial = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{study_parent.info.run_id}'")[0]
+    cell = next(r for r in children if r.data.tags["variant"] == "full")
+    assert set(trial.data.params) <= set(cell.data.params)
+    assert set(trial.data.metrics) == set(cell.data.metrics)
+    extra = set(cell.data.params) - set(trial.data.params)
+    assert extra <= {"eps", "include_diagonal"}, extra  # the method's unsearched defaults, written out

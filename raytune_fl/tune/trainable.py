@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from typing import Any
 
@@ -17,6 +18,8 @@ from raytune_fl.engine.federation import Federation, in_process_pool
 def federated_trial(
     config: dict[str, Any], *, experiment: ExperimentConfig, method: str, fixed: dict[str, Any]
 ) -> None:
+    # Ray logs a line per checkpoint, i.e. per round: the progress printer already says each round
+    logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
     resources = experiment.resources
     torch.set_num_threads(
         max(1, int(resources.driver_cpus or (resources.cpus_per_actor if not resources.actors else 1)))
