@@ -76,8 +76,9 @@ def changed_space(*changes: tuple[str, object]) -> dict:
 @pytest.fixture(scope="session")
 def ablation_store(ray_cluster, tmp_path_factory):
     """A real tuned study and ablation in one MLflow store, made by the real CLIs (shared by the ablation and
-    dashboard tests): `full` tuned with one trial (so its selection is that trial), `fedavg` left untuned (so
-    the ablation takes its configuration from the YAML), then 2 variants x 2 seeds x alpha in {0.5, 1.0}."""
+    dashboard tests): `full` tuned with two trials, `fedavg` left untuned (so the ablation takes its
+    configuration from the YAML), a dashboard of that store, then 2 variants x 2 seeds x alpha in {0.5, 1.0}
+    (which builds the dashboard again, with the ablation)."""
     import contextlib
     import io
     from types import SimpleNamespace
@@ -94,7 +95,15 @@ def ablation_store(ray_cluster, tmp_path_factory):
     path.write_text(yaml.safe_dump(space, sort_keys=False))  # the file's variant order is the table's row order
     uri = f"sqlite:///{root / 'mlflow.db'}"
     common = ["--space", str(path), "--mlflow-uri", uri, "--storage", str(root / "ray_results")]
-    assert tune([*common, "--variants", "full", "--num-samples", "1"]) == 0
+    assert tune([*common, "--variants", "full", "--num-samples", "2"]) == 0
+    # the dashboard of a store with studies only (its fallbacks), before the ablation adds to the store
+    from raytune_fl.config import load_space
+    from raytune_fl.report.dashboard import build_dashboard
+
+    printed_by_dashboard: list[str] = []
+    tune_only = build_dashboard(
+        uri, load_space(path), root / "tune_only" / "dashboard.html", echo=printed_by_dashboard.append
+    )
     out = root / "reports"
     argv = [*common, "--seeds", "2", "--grid", "alpha=0.5,1.0", "--out", str(out)]
     printed = io.StringIO()
@@ -103,5 +112,13 @@ def ablation_store(ray_cluster, tmp_path_factory):
     print(printed.getvalue())
     assert code == 0
     return SimpleNamespace(
-        root=root, space_path=path, space_name="ablation_tiny", uri=uri, out=out, argv=argv, output=printed.getvalue()
+        root=root,
+        space_path=path,
+        space_name="ablation_tiny",
+        uri=uri,
+        out=out,
+        argv=argv,
+        output=printed.getvalue(),
+        tune_only=tune_only,
+        dashboard_output=printed_by_dashboard,
     )

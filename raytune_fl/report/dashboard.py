@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import json
 import math
 import os
 import re
@@ -26,14 +25,12 @@ from typing import Any
 
 import optuna
 import pandas as pd
-import plotly.io as pio
 import yaml
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
-from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
-from plotly.offline import get_plotlyjs
+from pydantic import ValidationError
 
-from raytune_fl.config import ConfigError, Distribution, SearchSpace, load_space
+from raytune_fl.config import ConfigError, SearchSpace, load_space
 from raytune_fl.report import figures
 from raytune_fl.report.store import experiment_id, search_all
 from raytune_fl.report.table import summarise
@@ -262,16 +259,7 @@ def _label(run: Run) -> str:
 
 def _figure(section: Section, fig: Any) -> None:
     section.figures += 1
-    height = int(fig.layout.height or 450)
-    div = pio.to_html(
-        fig,
-        include_plotlyjs=False,
-        full_html=False,
-        div_id=f"{section.id}-fig-{section.figures}",
-        default_height=f"{height}px",
-        config={"displaylogo": False, "responsive": True},
-    )
-    section.parts.append(f"<div class='figure'>{div}</div>")
+    section.parts.append(figures.figure_div(fig, f"{section.id}-fig-{section.figures}"))
 
 
 def ablation_table_section(store: Store) -> Section:
@@ -347,54 +335,6 @@ def learning_curves_section(store: Store) -> Section:
     return section
 
 
-def parse_param(text: str, distribution: BaseDistribution) -> Any:
-    """An MLflow param (text: strings raw, everything else JSON) back to the value its distribution holds."""
-    if isinstance(distribution, FloatDistribution):
-        return float(text)
-    if isinstance(distribution, IntDistribution):
-        return int(float(text))
-    if isinstance(distribution, CategoricalDistribution):
-        for choice in distribution.choices:
-            if text == (choice if isinstance(choice, str) else json.dumps(choice)):
-                return choice
-        raise ValueError(f"{text!r} is none of the choices {list(distribution.choices)}")
-    raise ValueError(f"unsupported distribution {distribution!r}")
-
-
-def search_distributions(config: dict[str, Any]) -> dict[str, BaseDistribution]:
-    """Optuna distributions of a study's `variant.search` (config.yaml keeps every kind, unused ones null)."""
-    from raytune_fl.tune.space import optuna_space
-
-    search = (config.get("variant") or {}).get("search") or {}
-    specs = {
-        name: Distribution.model_validate({k: v for k, v in spec.items() if v is not None})
-        for name, spec in search.items()
-    }
-    return optuna_space(specs)
-
-
-def importances(
-    distributions: dict[str, BaseDistribution], trials: list[optuna.trial.FrozenTrial], maximize: bool
-) -> tuple[dict[str, float] | None, str]:
-    """fANOVA importances of a rebuilt study, or None and why not."""
-    if len(trials) < 2:
-        return None, f"importances need at least 2 completed trials (this study has {len(trials)})"
-    if len(distributions) == 1:
-        return {next(iter(distributions)): 1.0}, "one searched hyperparameter: trivially 1"
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created" line per variant
-    try:
-        study = optuna.create_study(direction="maximize" if maximize else "minimize")
-        study.add_trials(trials)
-        evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
-        found = optuna.importance.get_param_importances(study, evaluator=evaluator)
-        return {k: float(v) for k, v in found.items()}, "fANOVA, seed 0"
-    except (RuntimeError, ValueError) as error:  # e.g. every trial scored the same: zero variance
-        return None, f"importances undefined: {error}"
-    finally:
-        optuna.logging.set_verbosity(verbosity)
-
-
 def optuna_section(store: Store) -> Section:
     section = Section("optuna")
     unsearched = []
@@ -402,7 +342,15 @@ def optuna_section(store: Store) -> Section:
         if variant not in store.tune_parents:
             continue
         metric, maximize, config = _tune_metric(store, variant)
-        distributions = search_distributions(config)
+        parent = store.tune_parents[variant].info.run_id
+        if not config:
+            section.note(f"{variant}: study run {parent} has no config.yaml: its search space cannot be rebuilt")
+            continue
+        try:
+            distributions = figures.search_distributions(config)
+        except ValidationError as error:  # a config.yaml of another version of the schema
+            section.note(f"{variant}: the search ranges in config.yaml of study run {parent} do not parse: {error}")
+            continue
         if not distributions:
             unsearched.append(variant)
             continue
@@ -413,18 +361,17 @@ def optuna_section(store: Store) -> Section:
             if status not in COMPLETED or not math.isfinite(value):
                 continue
             try:
-                params = {name: parse_param(run.data.params[name], d) for name, d in distributions.items()}
+                params = {name: figures.parse_param(run.data.params[name], d) for name, d in distributions.items()}
                 frozen.append(optuna.trial.create_trial(params=params, distributions=distributions, value=value))
             except (KeyError, ValueError):  # a trial of an older file whose ranges no longer hold its values
                 unusable += 1
-        parent = store.tune_parents[variant].info.run_id
         section.parts.append(f"<h3>{html.escape(variant)}</h3>")
         if not rows:
             section.note(f"study run {parent} has no trial runs")
             continue
         trials = pd.DataFrame(rows)
         _figure(section, figures.history_figure(trials, metric, maximize, variant))
-        found, how = importances(distributions, frozen, maximize)
+        found, how = figures.importances(distributions, frozen, maximize)
         if found is None:
             section.note(how)
         else:
@@ -516,11 +463,13 @@ def partition_section(store: Store) -> Section:
         _figure(section, figures.partition_figure(table, f"Tune studies of {', '.join(names)}: samples per class"))
     if store.ablation is not None:  # partition/partition.parquet, or partition/<setting>/... with a grid
         run_id = store.ablation.info.run_id
-        labels = {_path_safe(r.data.tags.get("setting", "")): r.data.tags.get("setting") for r in store.ablation_trials}
+        settings = list(dict.fromkeys(r.data.tags.get("setting", "default") for r in store.ablation_trials))
+        labels = {_path_safe(s): s for s in settings}
+        labels[""] = settings[0] if len(settings) == 1 else "default"  # one setting: no folder per setting
         for path in store.artifacts.files(run_id, "partition"):
             if path.endswith("/partition.parquet"):
                 folder = path.removeprefix("partition/").removesuffix("partition.parquet").strip("/")
-                title = f"Ablation setting {labels.get(folder, folder) if folder else 'default'}: samples per class"
+                title = f"Ablation setting {labels.get(folder, folder)}: samples per class"
                 _figure(section, figures.partition_figure(store.artifacts.parquet(run_id, path), title))
     if not section.figures:
         return section.skip("no partition/partition.parquet on any study or ablation run: run scripts/tune.py")
@@ -540,72 +489,17 @@ BUILDERS: dict[str, Callable[[Store], Section]] = {
 
 # ---------------------------------------------------------------- the page
 
-# Before plotly.js: any script error or rejected promise is written into #script-errors, so that a headless
-# browser's DOM dump shows it (the page has no server to report to).
-ERROR_CAPTURE = """<script>
-window.__scriptErrors = [];
-function __recordScriptError(text) {
-  window.__scriptErrors.push(String(text));
-  var box = document.getElementById("script-errors");
-  if (box) { box.textContent = window.__scriptErrors.join("\\n"); }
-}
-window.onerror = function (message, source, line) { __recordScriptError(message + " (" + source + ":" + line + ")"); };
-window.addEventListener("unhandledrejection", function (event) {
-  var reason = event.reason;
-  __recordScriptError("unhandled rejection: " + (reason && reason.message ? reason.message : reason));
-});
-</script>"""
-
-# End of body: how many plots plotly actually drew (an SVG inside each plot div), re-counted once things settle
-RENDER_COUNT = """<script>
-function __countRenderedPlots() {
-  var drawn = 0;
-  document.querySelectorAll(".js-plotly-plot").forEach(function (plot) {
-    if (plot.querySelector("svg.main-svg")) { drawn += 1; }
-  });
-  document.body.dataset.plotsRendered = String(drawn);
-  var box = document.getElementById("script-errors");
-  if (box && window.__scriptErrors.length) { box.textContent = window.__scriptErrors.join("\\n"); }
-}
-__countRenderedPlots();
-window.addEventListener("load", __countRenderedPlots);
-setTimeout(__countRenderedPlots, 1000);
-</script>"""
-
-STYLE = """<style>
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; padding: 0 1em; color: #222; }
-nav a { margin-right: 1em; }
-section { border-top: 1px solid #ddd; margin-top: 2em; }
-.note { color: #555; font-size: 0.95em; }
-table.ablation { border-collapse: collapse; margin: 1em 0; }
-table.ablation th, table.ablation td { border: 1px solid #ccc; padding: 0.3em 0.8em; text-align: center; }
-table.ablation tbody th { text-align: left; }
-.meta { color: #555; font-size: 0.9em; }
-</style>"""
-
 
 def render_page(space: SearchSpace, store: Store, sections: list[Section]) -> str:
-    total = sum(s.figures for s in sections)
-    nav = " ".join(f"<a href='#{s.id}'>{html.escape(SECTIONS[s.id])}</a>" for s in sections)
     parents = ", ".join(f"{v}: {r.info.run_id}" for v, r in store.tune_parents.items()) or "none"
     ablation = store.ablation.info.run_id if store.ablation else "none"
-    body = [
-        f"<h1>{html.escape(space.name)}: tuning and ablation dashboard</h1>",
+    header = (
         f"<p class='meta'>MLflow store {html.escape(store.uri)}, experiment {html.escape(space.name)}; "
         f"latest tune studies: {html.escape(parents)}; latest ablation: {ablation}. "
-        f"Built {time.strftime('%Y-%m-%d %H:%M:%S')}.</p>",
-        f"<nav>{nav}</nav>",
-    ]
-    for s in sections:
-        body.append(f"<section id='{s.id}'><h2>{html.escape(SECTIONS[s.id])}</h2>{''.join(s.parts)}</section>")
-    return (
-        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{html.escape(space.name)} dashboard</title>{STYLE}{ERROR_CAPTURE}"
-        f"<script type='text/javascript'>{get_plotlyjs()}</script></head>\n"
-        f"<body data-figures='{total}'><pre id='script-errors' hidden></pre>\n"
-        + "\n".join(body)
-        + f"\n{RENDER_COUNT}</body></html>\n"
+        f"Built {time.strftime('%Y-%m-%d %H:%M:%S')}.</p>"
     )
+    parts = [(s.id, SECTIONS[s.id], "".join(s.parts)) for s in sections]
+    return figures.page(f"{space.name}: tuning and ablation dashboard", header, parts)
 
 
 def _log(store: Store, out: Path) -> list[str]:

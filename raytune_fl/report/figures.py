@@ -1,20 +1,27 @@
-"""Pure pieces of the dashboard: data transforms (tested on hand-made frames) and the plotly figures drawn from them.
+"""Pure pieces of the dashboard: data transforms (tested on hand-made frames), the plotly figures drawn from them,
+the Optuna study rebuilt from logged values, and the HTML page around them.
 
 Nothing here reads MLflow: every function takes DataFrames or plain values and returns a DataFrame, a list, a
-figure or an HTML fragment.
+figure or HTML.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import math
 from collections.abc import Sequence
+from typing import Any
 
-import numpy as np
+import optuna
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io as pio
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from raytune_fl.config import Distribution
 from raytune_fl.report.table import format_cell
 
 PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF")
@@ -373,6 +380,128 @@ def ablation_table_html(summary: pd.DataFrame) -> str:
     )
 
 
-def finite(values: Sequence[float]) -> np.ndarray:
-    array = np.asarray(values, dtype=float)
-    return array[np.isfinite(array)]
+# ---------------------------------------------------------------- Optuna: the study rebuilt from MLflow
+
+
+def parse_param(text: str, distribution: BaseDistribution) -> Any:
+    """An MLflow param (text: strings raw, everything else JSON) back to the value its distribution holds."""
+    if isinstance(distribution, FloatDistribution):
+        return float(text)
+    if isinstance(distribution, IntDistribution):
+        return int(float(text))
+    if isinstance(distribution, CategoricalDistribution):
+        for choice in distribution.choices:
+            if text == (choice if isinstance(choice, str) else json.dumps(choice)):
+                return choice
+        raise ValueError(f"{text!r} is none of the choices {list(distribution.choices)}")
+    raise ValueError(f"unsupported distribution {distribution!r}")
+
+
+def search_distributions(config: dict[str, Any]) -> dict[str, BaseDistribution]:
+    """Optuna distributions of a study's `variant.search` (config.yaml keeps every kind, unused ones null)."""
+    from raytune_fl.tune.space import optuna_space  # here: raytune_fl.tune's __init__ imports Ray Tune
+
+    search = (config.get("variant") or {}).get("search") or {}
+    specs = {
+        name: Distribution.model_validate({k: v for k, v in spec.items() if v is not None})
+        for name, spec in search.items()
+    }
+    return optuna_space(specs)
+
+
+def importances(
+    distributions: dict[str, BaseDistribution], trials: list[optuna.trial.FrozenTrial], maximize: bool
+) -> tuple[dict[str, float] | None, str]:
+    """fANOVA importances of a rebuilt study, or None and why not."""
+    if len(trials) < 2:
+        return None, f"importances need at least 2 completed trials (this study has {len(trials)})"
+    if len(distributions) == 1:
+        return {next(iter(distributions)): 1.0}, "one searched hyperparameter: trivially 1"
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created" line per variant
+    try:
+        study = optuna.create_study(direction="maximize" if maximize else "minimize")
+        study.add_trials(trials)
+        evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+        found = optuna.importance.get_param_importances(study, evaluator=evaluator)
+        return {k: float(v) for k, v in found.items()}, "fANOVA, seed 0"
+    except (RuntimeError, ValueError) as error:  # e.g. every trial scored the same: zero variance
+        return None, f"importances undefined: {error}"
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+# ---------------------------------------------------------------- the page
+
+
+def figure_div(fig: go.Figure, div_id: str) -> str:
+    """A figure as a div and the script that draws it; plotly.js itself is in the page's head, once."""
+    div = pio.to_html(
+        fig,
+        include_plotlyjs=False,
+        full_html=False,
+        div_id=div_id,
+        default_height=f"{int(fig.layout.height or 450)}px",
+        config={"displaylogo": False, "responsive": True},
+    )
+    return f"<div class='figure'>{div}</div>"
+
+
+# Before plotly.js: any script error or rejected promise is written into #script-errors, so that a headless
+# browser's DOM dump shows it (the page has no server to report to).
+ERROR_CAPTURE = """<script>
+window.__scriptErrors = [];
+function __recordScriptError(text) {
+  window.__scriptErrors.push(String(text));
+  var box = document.getElementById("script-errors");
+  if (box) { box.textContent = window.__scriptErrors.join("\\n"); }
+}
+window.onerror = function (message, source, line) { __recordScriptError(message + " (" + source + ":" + line + ")"); };
+window.addEventListener("unhandledrejection", function (event) {
+  var reason = event.reason;
+  __recordScriptError("unhandled rejection: " + (reason && reason.message ? reason.message : reason));
+});
+</script>"""
+
+# End of body: how many plots plotly actually drew (an SVG inside each plot div), re-counted once things settle
+RENDER_COUNT = """<script>
+function __countRenderedPlots() {
+  var drawn = 0;
+  document.querySelectorAll(".js-plotly-plot").forEach(function (plot) {
+    if (plot.querySelector("svg.main-svg")) { drawn += 1; }
+  });
+  document.body.dataset.plotsRendered = String(drawn);
+  var box = document.getElementById("script-errors");
+  if (box && window.__scriptErrors.length) { box.textContent = window.__scriptErrors.join("\\n"); }
+}
+__countRenderedPlots();
+window.addEventListener("load", __countRenderedPlots);
+setTimeout(__countRenderedPlots, 1000);
+</script>"""
+
+STYLE = """<style>
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; padding: 0 1em; color: #222; }
+nav a { margin-right: 1em; }
+section { border-top: 1px solid #ddd; margin-top: 2em; }
+.note { color: #555; font-size: 0.95em; }
+table.ablation { border-collapse: collapse; margin: 1em 0; }
+table.ablation th, table.ablation td { border: 1px solid #ccc; padding: 0.3em 0.8em; text-align: center; }
+table.ablation tbody th { text-align: left; }
+.meta { color: #555; font-size: 0.9em; }
+</style>"""
+
+
+def page(title: str, header: str, sections: Sequence[tuple[str, str, str]]) -> str:
+    """The whole HTML document: plotly.js inlined once in <head>, after the error trap; a section per
+    (id, heading, inner HTML); `header` is HTML already."""
+    nav = " ".join(f"<a href='#{sid}'>{html.escape(heading)}</a>" for sid, heading, _ in sections)
+    body = "\n".join(
+        f"<section id='{sid}'><h2>{html.escape(heading)}</h2>{inner}</section>" for sid, heading, inner in sections
+    )
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title>{STYLE}{ERROR_CAPTURE}"
+        f"<script type='text/javascript'>{get_plotlyjs()}</script></head>\n"
+        f"<body><pre id='script-errors' hidden></pre>\n<h1>{html.escape(title)}</h1>{header}<nav>{nav}</nav>\n"
+        f"{body}\n{RENDER_COUNT}</body></html>\n"
+    )

@@ -1,0 +1,9 @@
+#!/usr/bin/env python
+"""Build the self-contained HTML dashboard of a search space's MLflow runs. See `python dashboards/build.py --help`."""
+
+import sys
+
+from raytune_fl.report.dashboard import main
+
+if __name__ == "__main__":
+    sys.exit(main())

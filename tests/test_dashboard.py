@@ -1,0 +1,231 @@
+"""The HTML dashboard end to end: real tune (and ablation) runs in a real MLflow store, opened by real chromium.
+
+One module-scoped store: a tiny tune study, a dashboard built from it alone (no ablation yet: the fallbacks),
+then an ablation on top and a second dashboard (the ablation sections).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from plotly.offline import get_plotlyjs
+
+from raytune_fl.config import SearchSpace, load_space
+from raytune_fl.report.dashboard import SECTIONS, DashboardReport, build_dashboard, main
+from raytune_fl.report.figures import ablation_table_html, band, best_so_far, elapsed_seconds, parse_param
+
+from .conftest import tiny_space
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@dataclass
+class Built:
+    uri: str
+    root: Path
+    space: SearchSpace
+    name: str
+    tune_only: DashboardReport  # built after the tune stage, before the ablation
+    latest: DashboardReport  # built after the ablation
+    printed: list[str]
+
+
+@pytest.fixture(scope="module")
+def built(ablation_store) -> Built:
+    """The shared store (tests/conftest.py): one study (`full`, 2 trials), then an ablation of full and fedavg."""
+    space, printed = load_space(ablation_store.space_path), list(ablation_store.dashboard_output)
+    root = ablation_store.root
+    latest = build_dashboard(ablation_store.uri, space, root / "latest" / "dashboard.html", echo=printed.append)
+    return Built(ablation_store.uri, root, space, space.name, ablation_store.tune_only, latest, printed)
+
+
+def _parents(client: MlflowClient, stage: str, name: str) -> list:
+    experiment = client.get_experiment_by_name(name).experiment_id
+    runs = client.search_runs([experiment], f"tags.stage = '{stage}'", order_by=["attributes.start_time DESC"])
+    return [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+
+
+def _check_file(report: DashboardReport, expected_runs: set[str], uri: str, tmp_path: Path) -> str:
+    text = report.path.read_text(encoding="utf-8")
+    assert text.count(get_plotlyjs()) == 1  # plotly.js inlined once, in <head>
+    assert text.index(get_plotlyjs()) < text.index("</head>")
+    assert text.index("window.onerror") < text.index(get_plotlyjs())  # errors are caught from the start
+    assert not re.search(r"<script[^>]*\ssrc=", text)  # nothing to fetch: opens offline from disk
+    assert not re.search(r"<link[^>]*\shref=['\"]?https?:", text)
+    for section_id, heading in SECTIONS.items():
+        assert f"<section id='{section_id}'>" in text and heading in text
+    assert set(report.rendered) | set(report.skipped) == set(SECTIONS)
+    assert set(report.logged_to) == expected_runs
+    client = MlflowClient(uri)
+    for run_id in expected_runs:  # the run's copy is the file itself
+        local = client.download_artifacts(run_id, "dashboard/dashboard.html", str(tmp_path / run_id))
+        assert Path(local).read_bytes() == report.path.read_bytes()
+    return text
+
+
+def test_tune_only_dashboard_is_self_contained_and_logged_to_each_study(built, tmp_path):
+    tune_parents = {r.info.run_id for r in _parents(MlflowClient(built.uri), "tune", built.name)}
+    assert len(tune_parents) == 1  # full (fedavg is ablated untuned)
+    report = built.tune_only
+    text = _check_file(report, tune_parents, built.uri, tmp_path / "download")
+    # without an ablation: its table says how to get one; the curves fall back to the tune trials, and say so
+    assert report.skipped == {"ablation-table": "no ablation runs yet: run scripts/ablate.py"}
+    assert "no ablation runs yet: run scripts/ablate.py. Shown instead: each variant" in text
+    assert report.figures == 8  # 2 curves, history + importances of full, round time, spectrum, clients, partition
+    assert any(line.startswith("wrote: ") for line in built.printed)
+    assert any(line.startswith("logged: runs:/") for line in built.printed)
+
+
+def _chromium(page: Path, tmp_path: Path, *mode: str) -> subprocess.CompletedProcess:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: .ci/run installs it (apt-get install chromium)")
+    command = [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--virtual-time-budget=15000",
+        "--enable-logging=stderr",
+        "--v=0",
+        *mode,
+        page.resolve().as_uri(),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    console = [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert not [line for line in console if "Uncaught" in line], "\n".join(console)
+    return done
+
+
+def test_chromium_draws_every_figure_without_script_errors(built, tmp_path):
+    report = built.latest  # the fullest page the store gives
+    dom = _chromium(report.path, tmp_path, "--dump-dom").stdout
+    errors = re.search(r"<pre id=\"script-errors\"[^>]*>(.*?)</pre>", dom, re.S)
+    assert errors is not None and errors.group(1).strip() == "", errors and errors.group(1)
+    rendered = re.search(r"data-plots-rendered=\"(\d+)\"", dom)
+    assert rendered is not None and int(rendered.group(1)) >= report.figures > 0
+    for section_id, heading in SECTIONS.items():
+        assert re.search(rf"<section id=\"{section_id}\"><h2>{re.escape(heading)}</h2>", dom)
+    if "ablation-table" in report.rendered:
+        assert '<table class="ablation">' in dom and "<strong>" in dom  # the best cell of each column
+    else:
+        assert "no ablation runs yet: run scripts/ablate.py" in dom
+    shot = tmp_path / "dashboard.png"
+    _chromium(report.path, tmp_path, f"--screenshot={shot}", "--window-size=1400,3000", "--hide-scrollbars")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 50_000  # a blank 1400x3000 page compresses to a few kB
+
+
+def test_ablation_dashboard_shows_the_table_and_a_heat_map_per_setting(built, tmp_path):
+    ablation = _parents(MlflowClient(built.uri), "ablation", built.name)[0]
+    report = built.latest
+    text = _check_file(report, {ablation.info.run_id}, built.uri, tmp_path / "download")
+    assert report.skipped == {}
+    assert "<table class='ablation'>" in text
+    for setting in ("alpha=0.5", "alpha=1.0"):
+        assert f"<th>{setting}</th>" in text  # a column per setting
+        assert f"Ablation setting {setting}: samples per class" in text  # its partition heat map
+    assert text.count("<tr><th scope='row'>") == 2  # a row per variant ablated
+    assert re.search(r"<td><strong>\d+\.\d\d ± \d+\.\d\d</strong></td>", text)  # 2 seeds: mean ± std, in %
+    assert "Source: ablation run " + ablation.info.run_id in text
+
+
+def test_cli_errors_exit_2_and_name_the_problem(built, tmp_path, capsys):
+    assert main(["--space", str(tmp_path / "missing.yaml")]) == 2
+    assert capsys.readouterr().err.startswith("error: --space: no such file")
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(tiny_space("never-run")))
+    assert main(["--space", str(other), "--mlflow-uri", built.uri, "--out", str(tmp_path / "d.html")]) == 2
+    err = capsys.readouterr().err
+    assert "'never-run'" in err and built.uri in err
+    assert not (tmp_path / "d.html").exists()
+    absent = f"sqlite:///{tmp_path / 'absent.db'}"
+    assert main(["--space", str(other), "--mlflow-uri", absent]) == 2
+    assert "no MLflow store at" in capsys.readouterr().err and not (tmp_path / "absent.db").exists()
+
+
+# ---------------------------------------------------------------- pure helpers, hand-computed
+
+
+def test_elapsed_seconds_adds_setup_and_the_timed_decomposition():
+    rounds = pd.DataFrame(
+        {
+            "round": [2, 1, 3],  # unsorted on purpose
+            "round_time_s": [2.0, 1.0, 4.0],
+            "setup_s": [np.nan, 10.0, np.nan],
+            "decomposition_s": [np.nan, np.nan, 0.5],
+        }
+    )
+    elapsed = elapsed_seconds(rounds)
+    assert list(elapsed.index) == [1, 2, 3]
+    assert list(elapsed) == [11.0, 13.0, 17.5]  # 10 + 1; + 2; + 4 + 0.5
+    assert list(elapsed_seconds(pd.DataFrame({"round": [1, 2], "round_time_s": [1.5, 2.5]}))) == [1.5, 4.0]
+
+
+def test_band_is_mean_and_min_max_over_the_runs_that_reached_each_round():
+    curves = pd.DataFrame(
+        {
+            "run_id": ["a", "a", "b", "b", "c"],
+            "round": [1, 2, 1, 2, 1],  # c stopped after round 1
+            "test_acc": [0.2, 0.5, 0.4, 0.7, 0.3],
+            "elapsed_s": [10.0, 12.0, 20.0, 23.0, 30.0],
+        }
+    )
+    by_round = band(curves, "test_acc")
+    assert list(by_round["x"]) == [1.0, 2.0]
+    assert np.allclose(by_round["mean"], [0.3, 0.6])
+    assert list(by_round["lo"]) == [0.2, 0.5] and list(by_round["hi"]) == [0.4, 0.7]
+    assert list(by_round["n"]) == [3, 2]
+    by_time = band(curves, "test_acc", x="elapsed_s")
+    assert np.allclose(by_time["x"], [20.0, 17.5])  # the runs' mean elapsed time at each round
+
+
+def test_best_so_far_follows_the_direction_and_skips_missing_values():
+    assert best_so_far([0.3, 0.2, np.nan, 0.5, 0.4]) == [0.3, 0.3, 0.3, 0.5, 0.5]
+    assert best_so_far([2.0, 3.0, 1.0], maximize=False) == [2.0, 2.0, 1.0]
+    assert np.isnan(best_so_far([np.nan, 1.0])[0])
+
+
+def test_params_read_back_as_their_distribution_holds_them():
+    assert parse_param("0.0123", FloatDistribution(0.01, 1.0, log=True)) == 0.0123
+    assert parse_param("3", IntDistribution(1, 5)) == 3
+    choices = CategoricalDistribution(["median", 0.5, 2, True])
+    assert parse_param("median", choices) == "median"  # strings are logged raw, the rest as JSON
+    assert parse_param("0.5", choices) == 0.5
+    assert parse_param("true", choices) is True
+    with pytest.raises(ValueError, match="none of the choices"):
+        parse_param("mean", choices)
+
+
+def test_ablation_table_is_variants_by_settings_in_percent_with_the_best_of_each_column_bold():
+    summary = pd.DataFrame(
+        {
+            "variant": ["full", "full", "fedavg", "fedavg"],
+            "setting": ["alpha=0.1", "alpha=1.0", "alpha=0.1", "alpha=1.0"],
+            "mean": [0.7014, 0.5833, 0.6208, np.nan],
+            "std": [0.0137, np.nan, 0.0609, np.nan],
+            "n": [2, 1, 2, 0],
+            "runs": [2, 2, 2, 2],
+            "best": [True, True, False, False],
+        }
+    )
+    table = ablation_table_html(summary)
+    assert table.startswith("<table class='ablation'><thead><tr><th>variant</th><th>alpha=0.1</th><th>alpha=1.0</th>")
+    assert (
+        "<tr><th scope='row'>full</th><td><strong>70.14 ± 1.37</strong></td><td><strong>58.33 (1/2)</strong>" in table
+    )
+    assert "<tr><th scope='row'>fedavg</th><td>62.08 ± 6.09</td><td>– (0/2)</td></tr>" in table
