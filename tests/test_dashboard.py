@@ -229,3 +229,14 @@ def test_ablation_table_is_variants_by_settings_in_percent_with_the_best_of_each
         "<tr><th scope='row'>full</th><td><strong>70.14 ± 1.37</strong></td><td><strong>58.33 (1/2)</strong>" in table
     )
     assert "<tr><th scope='row'>fedavg</th><td>62.08 ± 6.09</td><td>– (0/2)</td></tr>" in table
+
+
+def test_the_dashboard_shows_one_run_per_ablation_cell(built, tmp_path):
+    # test_ablation's resume test re-runs one cell under the same parent: the dashboard, like the table, keeps
+    # one run per cell (a finished one)
+    from raytune_fl.report.dashboard import open_store
+
+    store = open_store(built.uri, built.space, tmp_path)
+    cells = [r.data.tags["cell"] for r in store.ablation_trials]
+    assert len(cells) == len(set(cells)) == 8
+    assert {r.data.tags["trial_status"] for r in store.ablation_trials} == {"finished"}

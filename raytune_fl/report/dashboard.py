@@ -158,6 +158,16 @@ def _is_child(run: Run) -> bool:
     return "mlflow.parentRunId" in run.data.tags
 
 
+def _one_run_per_cell(runs: list[Run]) -> list[Run]:
+    """A cell re-run by `ablate.py --resume` has several runs; as in the table: a finished one, else the newest."""
+    chosen: dict[str, Run] = {}
+    for run in runs:  # oldest first
+        cell = run.data.tags.get("cell", run.info.run_id)
+        if chosen.get(cell) is None or chosen[cell].data.tags.get("trial_status") != "finished":
+            chosen[cell] = run
+    return [run for run in runs if chosen.get(run.data.tags.get("cell", run.info.run_id)) is run]
+
+
 def open_store(uri: str, space: SearchSpace, artifacts_root: Path) -> Store:
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         # MlflowClient would create an empty database there; say what is wrong instead
@@ -178,7 +188,9 @@ def open_store(uri: str, space: SearchSpace, artifacts_root: Path) -> Store:
     ablation_runs = search_all(client, experiment, "tags.stage = 'ablation'")
     ablation = next((r for r in ablation_runs if not _is_child(r)), None)
     ablation_trials = (
-        [r for r in reversed(ablation_runs) if r.data.tags.get("mlflow.parentRunId") == ablation.info.run_id]
+        _one_run_per_cell(
+            [r for r in reversed(ablation_runs) if r.data.tags.get("mlflow.parentRunId") == ablation.info.run_id]
+        )
         if ablation
         else []
     )
