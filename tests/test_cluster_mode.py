@@ -210,13 +210,15 @@ class Run:
         return f"\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
 
 
-def _start_cli(head: Head, workdir: Path, name: str, *args: str, address_env: bool = False) -> Run:
+def _start_cli(
+    head: Head, workdir: Path, name: str, *args: str, address_env: bool = False, script: str = "tune.py"
+) -> Run:
     env = dict(head.env)
     if address_env:
         env["RAY_ADDRESS"] = head.address
     else:
         args = ("--address", head.address, *args)
-    command = [sys.executable, str(REPO / "scripts" / "tune.py"), "--space", str(workdir / "space.yaml")]
+    command = [sys.executable, str(REPO / "scripts" / script), "--space", str(workdir / "space.yaml")]
     # its own results and MLflow store: runs at the same time would race on the storage write probe, the study
     # manifest and the creation of a new store's tables
     command += ["--storage", str(workdir / f"{name}-results"), "--mlflow-uri", f"sqlite:///{workdir / name}.db", *args]
@@ -283,6 +285,19 @@ def test_study_joins_the_cluster_given_by_ray_address(head, workdir):
     rc, out, _, _ = _finish(run, STUDY_S)
     assert rc == 0, f"tune.py exited with {rc}" + run.context()
     assert "fedavg: val_acc=" in out and "(round 2)" in out, run.context()
+    _assert_joined(head, run)
+
+
+@pytest.mark.slow
+def test_an_ablation_runs_on_the_cluster_given_by_address(head, workdir):
+    run = _start_cli(
+        head, workdir, "ablation", "--seeds", "1", "--grid", "rho=1.0", "--set", "base.resources.actors=0",
+        "--out", str(workdir / "ablation-report"), "--no-dashboard", script="ablate.py",
+    )  # fmt: skip
+    rc, out, _, _ = _finish(run, STUDY_S)
+    assert rc == 0, f"ablate.py exited with {rc}" + run.context()
+    assert "no tuned study in MLflow" in out and "| fedavg |" in out, run.context()
+    assert (workdir / "ablation-report" / "ablation_table.md").is_file()
     _assert_joined(head, run)
 
 
