@@ -240,3 +240,21 @@ def test_the_dashboard_shows_one_run_per_ablation_cell(built, tmp_path):
     cells = [r.data.tags["cell"] for r in store.ablation_trials]
     assert len(cells) == len(set(cells)) == 8
     assert {r.data.tags["trial_status"] for r in store.ablation_trials} == {"finished"}
+
+
+def test_runs_without_per_client_files_fall_back_to_mean_worst_and_a_std_band():
+    from raytune_fl.report.figures import client_curve_figure
+
+    rounds = pd.DataFrame(
+        {
+            "variant": ["a", "a"],
+            "round": [2, 1],  # unsorted on purpose
+            "client_acc_mean": [0.6, 0.5],
+            "client_acc_worst": [0.3, 0.2],
+            "client_acc_std": [0.1, 0.05],
+        }
+    )
+    band_trace, mean, worst = client_curve_figure(rounds, {"a": "#1f77b4"}, "t").data
+    assert list(band_trace.x) == [1, 2, 2, 1]
+    assert np.allclose(band_trace.y, [0.55, 0.7, 0.5, 0.45])  # mean + std out, mean - std back
+    assert list(mean.y) == [0.5, 0.6] and list(worst.y) == [0.2, 0.3]

@@ -92,6 +92,22 @@ def _integer_ticks(values: Sequence[float] | pd.Series) -> dict[str, object]:
     return {"tickmode": "linear", "dtick": 1} if top <= 20 else {"tickformat": "d"}
 
 
+def _band_trace(x: Sequence[float], lo: Sequence[float], hi: Sequence[float], color: str, alpha: float, group: str):
+    """A filled band between `lo` and `hi` (no legend entry: it belongs to its line's legend group)."""
+    x = list(x)
+    return go.Scatter(
+        x=x + x[::-1],
+        y=list(hi) + list(lo)[::-1],
+        mode="lines",
+        fill="toself",
+        fillcolor=_rgba(color, alpha),
+        line={"width": 0},
+        hoverinfo="skip",
+        legendgroup=group,
+        showlegend=False,
+    )
+
+
 def _rgba(hex_color: str, alpha: float) -> str:
     r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
@@ -115,21 +131,7 @@ def curve_figure(curves: pd.DataFrame, y: str, x: str, x_title: str, title: str,
             stats = band(group, y, x)
             color = colors.get(variant, PALETTE[0])
             runs = group["run_id"].nunique()
-            fig.add_trace(
-                go.Scatter(
-                    x=list(stats["x"]) + list(stats["x"])[::-1],
-                    y=list(stats["hi"]) + list(stats["lo"])[::-1],
-                    mode="lines",
-                    fill="toself",
-                    fillcolor=_rgba(color, 0.18),
-                    line={"width": 0},
-                    hoverinfo="skip",
-                    legendgroup=variant,
-                    showlegend=False,
-                ),
-                row=row,
-                col=col,
-            )
+            fig.add_trace(_band_trace(stats["x"], stats["lo"], stats["hi"], color, 0.18, variant), row=row, col=col)
             fig.add_trace(
                 go.Scatter(
                     x=stats["x"],
@@ -281,19 +283,8 @@ def client_curve_figure(rounds: pd.DataFrame, colors: dict[str, str], title: str
         color = colors.get(variant, PALETTE[0])
         std = group["client_acc_std"].fillna(0.0) if "client_acc_std" in group else 0.0
         x = list(group["round"])
-        fig.add_trace(
-            go.Scatter(
-                x=x + x[::-1],
-                y=list(group["client_acc_mean"] + std) + list(group["client_acc_mean"] - std)[::-1],
-                mode="lines",
-                fill="toself",
-                fillcolor=_rgba(color, 0.15),
-                line={"width": 0},
-                hoverinfo="skip",
-                legendgroup=variant,
-                showlegend=False,
-            )
-        )
+        mean = group["client_acc_mean"]
+        fig.add_trace(_band_trace(x, mean - std, mean + std, color, 0.15, variant))
         fig.add_trace(
             go.Scatter(
                 x=x, y=group["client_acc_mean"], name=f"{variant} mean", line={"color": color}, legendgroup=variant

@@ -22,7 +22,7 @@ from raytune_fl.tracking import StudyTracker
 from raytune_fl.tracking.mlflow_tracking import MlflowTrialLogger, TrialRun
 from raytune_fl.tune.ablation import AblationCell, AblationPlan, ablation_trial, cell_run
 from raytune_fl.tune.resources import placement_group_factory
-from raytune_fl.tune.study import ProgressPrinter
+from raytune_fl.tune.study import ProgressPrinter, run_config
 
 TABLE_METRIC = "test_acc"  # the papers report final test accuracy; selection already happened on validation
 
@@ -109,13 +109,7 @@ def run_cells(
         trainable,
         param_space={"cell": tune.grid_search(list(by_key))},
         tune_config=tune.TuneConfig(num_samples=1, max_concurrent_trials=max_concurrent),
-        run_config=tune.RunConfig(
-            name=name,
-            storage_path=str(Path(storage).resolve()),
-            callbacks=callbacks,
-            verbose=0,
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-        ),
+        run_config=run_config(name, storage, callbacks),
     )
     return tuner.fit()
 

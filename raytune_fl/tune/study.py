@@ -239,14 +239,19 @@ def _new_tuner(trainable, space, search_alg, scheduler, num_samples, name, stora
             num_samples=num_samples,
             max_concurrent_trials=settings.max_concurrent,
         ),
-        run_config=tune.RunConfig(
-            name=name,
-            storage_path=str(Path(storage).resolve()),
-            callbacks=callbacks,
-            verbose=0,
-            # the latest checkpoint is what a resume needs; one more in case the newest was being written
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-        ),
+        run_config=run_config(name, storage, callbacks),
+    )
+
+
+def run_config(name: str, storage: str | Path, callbacks: list[tune.Callback]) -> tune.RunConfig:
+    """Where a Tune run writes, who hears of its trials, how many checkpoints it keeps (tune and ablation alike)."""
+    return tune.RunConfig(
+        name=name,
+        storage_path=str(Path(storage).resolve()),
+        callbacks=callbacks,
+        verbose=0,  # the progress printer says a line per trial round instead of Tune's tables
+        # the latest checkpoint is what a resume needs; one more in case the newest was being written
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
     )
 
 
