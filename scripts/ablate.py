@@ -1,6 +1,6 @@
 """Re-run each variant's tuned configuration over seeds x settings; write the mean ± std table and the dashboard.
 
-    python scripts/ablate.py --space search_spaces/univarfl.yaml --seeds 3 --grid alpha=0.1,1.0
+python scripts/ablate.py --space search_spaces/univarfl.yaml --seeds 3 --grid alpha=0.1,1.0
 """
 
 import sys
