@@ -93,7 +93,12 @@ def test_study_logs_to_a_server(ray_cluster, mlflow_server, tmp_path):
     history = client.get_metric_history(children[0].info.run_id, "val_acc")
     assert [m.step for m in history] == [1, 2]
     artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id)}
-    assert artifacts == {"round_metrics.parquet", "classifier_spectrum.parquet", "client_rounds.parquet"}
+    assert artifacts == {
+        "round_metrics.parquet",
+        "classifier_spectrum.parquet",
+        "client_accuracy.parquet",
+        "client_rounds.parquet",
+    }
 
 
 def _external_ip() -> str | None:
