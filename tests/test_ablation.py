@@ -91,6 +91,12 @@ def test_variant_source_takes_the_study_selection_but_not_a_derived_rule():
     assert source.study_run_id == "run1" and "run1" in source.note
 
 
+def test_a_study_tuned_on_other_data_is_used_and_says_so():
+    study = StudyRecord("run1", "univarfl", {"mu": 0.2}, {"best_val_acc": 0.5}, 0, dataset="mnist5k")
+    source = variant_source(space(), "full", study)  # tiny_space ablates digits
+    assert source.params == {"mu": 0.2} and "(tuned on mnist5k, ablated on digits)" in source.note
+
+
 def test_a_study_of_another_method_is_refused():
     study = StudyRecord("run1", "fedprox", {"mu": 0.2}, {"best_val_acc": 0.5}, 0)
     with pytest.raises(ConfigError, match="variants.full.method.*--ignore-studies"):

@@ -27,6 +27,7 @@ class StudyRecord:
     params: dict[str, Any]  # the selected trial's hyperparameters (searched + fixed), typed again
     metrics: dict[str, float]  # best_val_acc, best_test_acc, ...
     start_time_ms: int
+    dataset: str = ""  # what it was tuned on: an ablation on other data should say so
 
 
 def parse_tag_value(text: str) -> Any:
@@ -68,7 +69,14 @@ def latest_study(client: MlflowClient, experiment: str, variant: str) -> StudyRe
         if "mlflow.parentRunId" in tags or not any(key.startswith("best_") for key in run.data.metrics):
             continue  # a child run, or a parent whose study selected nothing
         params = {key.removeprefix("best."): parse_tag_value(v) for key, v in tags.items() if key.startswith("best.")}
-        return StudyRecord(run.info.run_id, tags.get("method", ""), params, dict(run.data.metrics), run.info.start_time)
+        return StudyRecord(
+            run.info.run_id,
+            tags.get("method", ""),
+            params,
+            dict(run.data.metrics),
+            run.info.start_time,
+            tags.get("dataset", ""),
+        )
     return None
 
 

@@ -114,6 +114,8 @@ def variant_source(space: SearchSpace, name: str, study: StudyRecord | None) -> 
     note = f"best configuration of study run {study.run_id}"
     if changed:
         note += f" (the YAML's fixed {', '.join(changed)} changed since; the study's values are used)"
+    if study.dataset and study.dataset != space.base.dataset:
+        note += f" (tuned on {study.dataset}, ablated on {space.base.dataset})"
     return VariantSource(name, variant.method, params, study.run_id, note)
 
 
