@@ -55,6 +55,21 @@ def tiny_space(name: str = "tiny", **base_overrides) -> dict:
     }
 
 
+def run_study(tmp_path: Path, data: dict) -> tuple:
+    """`data` (a search space) through the real `tune.py` main into a fresh SQLite store: (client, its runs)."""
+    import yaml
+    from mlflow.tracking import MlflowClient
+
+    from raytune_fl.cli import main
+
+    space = tmp_path / f"{data['name']}.yaml"
+    space.write_text(yaml.safe_dump(data))
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    assert main(["--space", str(space), "--storage", str(tmp_path / "ray"), "--mlflow-uri", uri]) == 0
+    client = MlflowClient(uri)
+    return client, client.search_runs([client.get_experiment_by_name(data["name"]).experiment_id])
+
+
 DELETE = object()  # as a value in changed_space(): remove that key
 
 

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import math
 
-import yaml
-from mlflow.tracking import MlflowClient
-
-from raytune_fl.cli import main
 from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.federation import Federation
 
-from .conftest import tiny_space
+from .conftest import run_study, tiny_space
 
 
 def test_a_diverged_run_reports_once_with_the_worst_score():
@@ -39,12 +35,7 @@ def test_a_study_marks_diverged_trials_and_carries_on(ray_cluster, tmp_path):
         "fedavg": {"method": "fedavg"},
     }
     data["tune"].update(num_samples=4, scheduler={"asha": None})
-    space = tmp_path / "diverging.yaml"
-    space.write_text(yaml.safe_dump(data))
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
-    assert main(["--space", str(space), "--storage", str(tmp_path / "ray"), "--mlflow-uri", uri]) == 0
-    client = MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name("diverging").experiment_id])
+    _, runs = run_study(tmp_path, data)
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     prox = [r for r in children if r.data.tags["variant"] == "prox"]
     status = {float(r.data.params["mu"]): r.data.tags["trial_status"] for r in prox}

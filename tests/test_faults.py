@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import yaml
-from mlflow.tracking import MlflowClient
 
 from raytune_fl.actors import ray_pool_factory
-from raytune_fl.cli import main
 from raytune_fl.config import ExperimentConfig, FaultsConfig
 from raytune_fl.engine.federation import CLIENT_LOG_KEY, Federation
 
-from .conftest import tiny_space
+from .conftest import run_study, tiny_space
 
 
 def _experiment(**faults) -> ExperimentConfig:
@@ -106,12 +103,7 @@ def test_a_study_survives_injected_kills_and_says_so_in_mlflow(ray_cluster, tmp_
     data["base"]["rounds"] = 2
     data["base"]["faults"] = {"inject_kills": [[1, 0], [2, 1], [2, 2]]}
     data["variants"] = {"fedavg": {"method": "fedavg"}}
-    space = tmp_path / "chaos.yaml"
-    space.write_text(yaml.safe_dump(data))
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
-    assert main(["--space", str(space), "--storage", str(tmp_path / "ray"), "--mlflow-uri", uri]) == 0
-    client = MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name("chaos").experiment_id])
+    client, runs = run_study(tmp_path, data)
     child = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
     assert child.info.status == "FINISHED" and child.data.tags["trial_status"] == "finished"
     assert child.data.tags["actor_failures"] == "3"

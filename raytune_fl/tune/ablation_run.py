@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from raytune_fl.tracking import StudyTracker
 from raytune_fl.tracking.mlflow_tracking import MlflowTrialLogger, TrialRun
 from raytune_fl.tune.ablation import AblationCell, AblationPlan, ablation_trial, cell_run
 from raytune_fl.tune.resources import placement_group_factory
-from raytune_fl.tune.study import ProgressPrinter, run_config
+from raytune_fl.tune.study import ProgressPrinter, _print, run_config
 
 TABLE_METRIC = "test_acc"  # the papers report final test accuracy; selection already happened on validation
 
@@ -38,10 +37,6 @@ class AblationOutcome:
     @property
     def unfinished(self) -> int:
         return int((self.results["status"] != "finished").sum()) if len(self.results) else 0
-
-
-def _print(line: str) -> None:
-    print(line, file=sys.stdout, flush=True)
 
 
 def find_parent(tracker: StudyTracker, fingerprint: str) -> tuple[str | None, set[str]]:
