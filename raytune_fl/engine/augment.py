@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
-from torchvision.transforms.v2 import functional as TF
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def augment_batch(x: Tensor, spec: AugmentSpec, generator: torch.Generator) -> T
     if spec.horizontal_flip:
         flip = torch.rand(x.shape[0], generator=generator, device="cpu") < 0.5
         flip = flip.to(x.device).view(-1, *([1] * (x.dim() - 1)))
-        x = torch.where(flip, TF.horizontal_flip(x), x)
+        x = torch.where(flip, x.flip(-1), x)
     return x
 
 
@@ -56,7 +56,7 @@ def _random_crop(x: Tensor, padding: int, generator: torch.Generator) -> Tensor:
     """Zero-pad by ``padding`` on every side, then cut an HxW window at a per-sample offset in [0, 2p]."""
     batch, height, width = x.shape[0], x.shape[-2], x.shape[-1]
     offsets = torch.randint(0, 2 * padding + 1, (2, batch), generator=generator, device="cpu").to(x.device)
-    padded = TF.pad(x, [padding], fill=0, padding_mode="constant")  # (B, ..., H + 2p, W + 2p)
+    padded = F.pad(x, (padding,) * 4)  # zeros on every side, as RandomCrop(padding=p)  # (B, ..., H + 2p, W + 2p)
     lead = [1] * (x.dim() - 3)  # broadcast the per-sample indices over channel (and any other) dims
     rows = offsets[0].view(-1, 1) + torch.arange(height, device=x.device)  # (B, H)
     rows = rows.view(batch, *lead, height, 1).expand(*padded.shape[:-2], height, padded.shape[-1])

@@ -94,7 +94,13 @@ def partition_kwargs(spec: PartitionConfig) -> dict[str, Any]:
 
 def worker_spec(experiment: ExperimentConfig, data: FederatedData, method: str, params: dict, device: str = "cpu"):
     dataset = data.dataset
-    model = ModelSpec(experiment.model, dataset.in_channels, dataset.num_classes, dataset.image_size)
+    model = ModelSpec(
+        experiment.model,
+        dataset.in_channels,
+        dataset.num_classes,
+        dataset.image_size,
+        experiment.resources.channels_last,
+    )
     opt = experiment.optimizer
     augment = AugmentSpec(experiment.augment.crop_padding, experiment.augment.horizontal_flip)
     local = LocalSettings(
@@ -182,13 +188,11 @@ class Federation:
         self.failures_total = 0  # worker deaths survived so far
         self.async_state: dict[str, Any] | None = None  # FedBuff's clients in flight and buffer, for checkpoints
         val = self.data.val_indices
-        self.val_x, self.val_y = (
-            torch.from_numpy(dataset.x_train[val]),
-            torch.from_numpy(dataset.y_train[val]),
-        )
+        self.val_x, self.val_y = torch.from_numpy(dataset.x_train[val]), torch.from_numpy(dataset.y_train[val])
         # which client each validation sample belongs to: per-client accuracy comes from the same pass
         owner = np.concatenate([np.full(len(part), cid) for cid, part in enumerate(self.data.val_parts)])
         self.val_owner = owner[np.argsort(np.concatenate(self.data.val_parts), kind="stable")]
+        # evaluation batches stay NCHW: the first convolution converts them, no second copy of the test set
         self.test_x, self.test_y = torch.from_numpy(dataset.x_test), torch.from_numpy(dataset.y_test)
 
     def evaluate(self) -> dict[str, Any]:

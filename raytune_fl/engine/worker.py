@@ -26,9 +26,15 @@ class ModelSpec:
     in_channels: int
     num_classes: int
     image_size: tuple[int, int]
+    channels_last: bool = False  # NHWC convolutions: weights keep their values and their NCHW numpy form
 
     def build(self) -> torch.nn.Module:
-        return build_model(self.name, self.in_channels, self.num_classes, self.image_size)
+        model = build_model(self.name, self.in_channels, self.num_classes, self.image_size)
+        return model.to(memory_format=torch.channels_last) if self.channels_last else model
+
+    def images(self, x: torch.Tensor) -> torch.Tensor:
+        """`x` in the layout the model computes in (batches indexed out of it keep that layout)."""
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last and x.dim() == 4 else x
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,7 @@ class ClientWorker:
         self.device = torch.device(spec.device)
         self.model = spec.model.build().to(self.device)
         self.method = build_method(spec.method, dict(spec.method_params), spec.method_context(len(client_indices)))
-        self.x, self.y = as_tensor(x_train), as_tensor(y_train)
+        self.x, self.y = as_tensor(x_train), as_tensor(y_train)  # shared with the object store: not converted
         self.client_indices = [torch.as_tensor(np.asarray(ix), dtype=torch.long) for ix in client_indices]
 
     def train(
@@ -81,7 +87,7 @@ class ClientWorker:
         """
         load_weights(self.model, weights)
         index = self.client_indices[client_id]
-        x = self.x[index].to(self.device)
+        x = self.spec.model.images(self.x[index]).to(self.device)  # a copy of this client's share only
         y = self.y[index].to(self.device)
         generator = torch.Generator().manual_seed(
             client_seed(self.spec.seed, round_index if stream is None else stream, client_id)

@@ -10,12 +10,15 @@ flatten (512 features for ResNet-18, 2048 for ResNet-50). Any channel count and 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import torchvision
 from torch import Tensor, nn
 
 from raytune_fl.models.registry import MODELS
 from raytune_fl.models.simple_cnn import projection_head
+
+if TYPE_CHECKING:  # torchvision is imported when a ResNet is built: it costs every process ~1 s at start-up
+    import torchvision
 
 
 def small_image_backbone(arch: Callable[..., torchvision.models.ResNet], in_channels: int) -> tuple[nn.Module, int]:
@@ -50,9 +53,13 @@ class ResNet(nn.Module):
 
 @MODELS.register("resnet18")
 def resnet18(in_channels: int, num_classes: int, image_size: tuple[int, int]) -> ResNet:
+    import torchvision
+
     return ResNet(torchvision.models.resnet18, in_channels, num_classes)
 
 
 @MODELS.register("resnet50")
 def resnet50(in_channels: int, num_classes: int, image_size: tuple[int, int]) -> ResNet:
+    import torchvision
+
     return ResNet(torchvision.models.resnet50, in_channels, num_classes)

