@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import ray
 import torch
 
 from raytune_fl.config import ExperimentConfig, ResourcesConfig
@@ -86,6 +87,53 @@ def test_ray_actors_give_the_in_process_metrics(ray_cluster, one_thread):
     assert on_actors == local  # order of replies does not matter: aggregation sorts by client
     again = _run(EXPERIMENT, "feduv", {}, pool_factory=ray_pool_factory(ResourcesConfig(actors=1)))
     assert again == local  # nor does the number of actors
+
+
+def test_a_closed_trial_pool_parks_its_actors_and_the_next_trial_reuses_them(ray_cluster, one_thread):
+    from ray.exceptions import RayActorError
+
+    from raytune_fl.actors import pool as actor_pool
+    from raytune_fl.actors import ray_pool_factory
+
+    resources = ResourcesConfig(actors=1)
+    fresh = _run(EXPERIMENT, "fedprox", {"mu": 0.1}, pool_factory=ray_pool_factory(resources))
+    assert actor_pool._parked is None  # outside a trial a closed pool kills its actors
+    try:
+        _run(EXPERIMENT, "feduv", {}, pool_factory=ray_pool_factory(resources, keep_actors=True))
+        parked = actor_pool._parked.actors
+        reused = _run(EXPERIMENT, "fedprox", {"mu": 0.1}, pool_factory=ray_pool_factory(resources, keep_actors=True))
+        assert actor_pool._parked.actors == parked  # the same actor trained the second trial
+        assert reused == fresh  # and like a fresh one: nothing but the data carries over between trials
+        other_data = EXPERIMENT.model_copy(update={"partition": EXPERIMENT.partition.model_copy(update={"seed": 2})})
+        _run(other_data, "fedavg", {}, pool_factory=ray_pool_factory(resources, keep_actors=True))
+        assert actor_pool._parked.actors != parked
+        with pytest.raises(RayActorError):  # other data: the parked actor was killed, its bundle freed
+            ray.get(parked[0].ready.remote(), timeout=30)
+    finally:
+        assert actor_pool.release_parked() == 1
+    assert actor_pool._parked is None
+
+
+def test_channels_last_off_reproduces_the_nchw_engine_bit_for_bit(one_thread):
+    # per-round metrics of this run before channels-last and the overlapped evaluation existed (commit d68dfcb)
+    experiment = ExperimentConfig.model_validate(
+        {
+            "dataset": "digits",
+            "partition": {"kind": "dirichlet", "alpha": 0.5, "clients": 4, "min_size": 20},
+            "rounds": 3,
+            "batch_size": 32,
+            "resources": {"actors": 0, "channels_last": False},
+        }
+    )
+    rows = _run(experiment, "fedprox", {"mu": 0.01})
+    assert [(r["val_loss"], r["val_acc"], r["train_loss"]) for r in rows] == [
+        (2.3037485082944236, 0.08333333333333333, 1.761767901751582),
+        (2.2155514508485794, 0.09027777777777778, 1.0808363797391882),
+        (1.2551965274744563, 0.8819444444444444, 0.6617872295513407),
+    ]
+    # NHWC sums in another order (BatchNorm's NHWC kernel in float32): round 1 agrees to rounding, then drifts
+    nhwc = _run(experiment.model_copy(update={"resources": ResourcesConfig(actors=0)}), "fedprox", {"mu": 0.01})
+    assert nhwc[0]["val_loss"] == pytest.approx(rows[0]["val_loss"], rel=1e-4) and nhwc != rows
 
 
 def test_a_round_that_never_finishes_times_out(ray_cluster):

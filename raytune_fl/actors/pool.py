@@ -8,11 +8,18 @@ answer within `resources.round_timeout_s`, is replaced by a fresh actor in the s
 is retried there, up to `faults.retries` times; after that the client comes back as `ClientLost` and the
 round completes without it. Per-client method state lives in the round driver, so nothing is lost with
 an actor. This is the only module that calls ray.wait.
+
+Actors across trials (`keep_actors`, used inside Tune trials, whose process Tune reuses for the next trial):
+a closed pool parks its actors in this process instead of killing them, and the next pool with the same data
+and resources reconfigures them (a fresh model and method on the data they hold) instead of starting new ones
+(a new actor imports torch and loads the data: seconds). Parked actors stay in the placement group of the
+trial process that owns them, and die with it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -43,9 +50,15 @@ class ClientActor:
 
         torch.set_num_threads(threads)
         # With num_gpus=0 an actor on a GPU node still sees the GPUs: decide from Ray's assignment.
-        device = "cuda" if ray.get_gpu_ids() else "cpu"
-        self.worker = ClientWorker(dataclasses.replace(spec, device=device), x_train, y_train, parts)
+        self.device = "cuda" if ray.get_gpu_ids() else "cpu"
+        self.data = (x_train, y_train, parts)
+        self.configure(spec, kills)
+
+    def configure(self, spec: WorkerSpec, kills: frozenset[tuple[int, int]]) -> bool:
+        """Ready for a new trial: a fresh model and method (nothing carries over but the data)."""
+        self.worker = ClientWorker(dataclasses.replace(spec, device=self.device), *self.data)
         self.kills = kills
+        return True
 
     def train(self, job: TrainJob, weights: Weights, payload: Mapping[str, Any], attempt: int) -> ClientUpdate:
         if attempt == 0 and (job.round_index, job.client_id) in self.kills:
@@ -65,10 +78,47 @@ class _InFlight:
     deadline: float
 
 
+@dataclasses.dataclass
+class _Parked:
+    key: tuple
+    actors: list[Any]
+    data_refs: tuple[ray.ObjectRef, ray.ObjectRef]
+
+
+_parked: _Parked | None = None  # this process's idle actors from its last trial (keep_actors)
+_live: list[Any] = []  # actors of this process's open keep_actors pool: killed if it was never closed
+
+
+def release_parked() -> int:
+    """Kill this process's parked actors (their bundles free up); returns how many there were."""
+    global _parked
+    actors = _parked.actors if _parked is not None else []
+    for actor in actors:
+        ray.kill(actor)
+    _parked = None
+    return len(actors)
+
+
+def data_key(data: FederatedData) -> str:
+    """Which training data an actor holds: the partition and a sample of the arrays (cheap on big datasets)."""
+    digest = hashlib.sha1()
+    x, y = data.dataset.x_train, data.dataset.y_train
+    for array in (x.reshape(-1)[:: max(1, x.size // 1_000_000)], y, *data.train_parts):
+        digest.update(str((array.shape, array.dtype)).encode())
+        digest.update(array.tobytes())
+    return f"{data.dataset.name}:{x.shape}:{digest.hexdigest()}"
+
+
 class RayActorPool:
     def __init__(
-        self, data: FederatedData, spec: WorkerSpec, resources: ResourcesConfig, faults: FaultsConfig | None = None
+        self,
+        data: FederatedData,
+        spec: WorkerSpec,
+        resources: ResourcesConfig,
+        faults: FaultsConfig | None = None,
+        keep_actors: bool = False,
     ) -> None:
+        global _parked
         self.timeout_s = resources.round_timeout_s
         faults = faults or FaultsConfig()
         self.retries = faults.retries
@@ -76,11 +126,30 @@ class RayActorPool:
         self.remote = ray.remote(ClientActor).options(
             num_cpus=resources.cpus_per_actor, num_gpus=resources.gpus_per_actor
         )
-        # the training arrays go into the object store once; every actor (and every restarted one) reads them zero-copy
-        x_ref, y_ref = ray.put(data.dataset.x_train), ray.put(data.dataset.y_train)
         threads = max(1, int(resources.cpus_per_actor))
-        self.actor_args = (spec, x_ref, y_ref, data.train_parts, threads, frozenset(map(tuple, faults.inject_kills)))
-        self.actors = [self.remote.remote(*self.actor_args) for _ in range(resources.actors)]
+        kills = frozenset(map(tuple, faults.inject_kills))
+        self.keep_actors = keep_actors
+        self.key = (data_key(data), resources.actors, resources.cpus_per_actor, resources.gpus_per_actor, threads)
+        reused: list[Any] = []
+        if keep_actors:
+            for actor in _live:  # a trial that ended without closing its pool (its thread was cut short)
+                ray.kill(actor)
+            _live.clear()
+            if _parked is not None and _parked.key == self.key:
+                reused, (x_ref, y_ref) = _parked.actors, _parked.data_refs
+            elif _parked is not None:  # other data or resources: free the bundles for this trial's actors
+                for actor in _parked.actors:
+                    ray.kill(actor)
+            _parked = None
+        if not reused:
+            # the training arrays go into the object store once; every actor (and every restarted one) reads them
+            x_ref, y_ref = ray.put(data.dataset.x_train), ray.put(data.dataset.y_train)
+        self.data_refs = (x_ref, y_ref)
+        self.actor_args = (spec, x_ref, y_ref, data.train_parts, threads, kills)
+        self.starting = [actor.configure.remote(spec, kills) for actor in reused]
+        self.actors = reused + [self.remote.remote(*self.actor_args) for _ in range(resources.actors - len(reused))]
+        if keep_actors:
+            _live.extend(self.actors)
         self.idle = list(range(len(self.actors)))
         self.queue: list[tuple[int, TrainJob, int]] = []  # (ticket, job, attempt)
         self.in_flight: dict[ray.ObjectRef, _InFlight] = {}
@@ -91,14 +160,22 @@ class RayActorPool:
 
     def ready(self) -> None:
         """Block until every actor has started (torch imported, data loaded), so round 1 times training only."""
-        refs = [actor.ready.remote() for actor in self.actors]
+        refs = self.starting + [actor.ready.remote() for actor in self.actors[len(self.starting) :]]
         done, waiting = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s)
         if waiting:
             raise TimeoutError(
                 f"{len(waiting)} of {len(refs)} client actors did not start within {self.timeout_s:.0f}s; "
                 "does the trial's placement group have one bundle per actor?"
             )
-        ray.get(done)  # re-raises an actor's constructor error
+        for slot, ref in enumerate(refs):
+            try:
+                ray.get(ref)  # re-raises an actor's constructor error
+            except RayActorError:
+                if slot >= len(self.starting):
+                    raise
+                self._replace(slot)  # a parked actor that died meanwhile: start a fresh one
+                ray.get(self.actors[slot].ready.remote(), timeout=self.timeout_s)
+        self.starting = []
 
     def submit(self, job: TrainJob) -> int:
         self.next_ticket += 1
@@ -135,8 +212,16 @@ class RayActorPool:
         return failures
 
     def close(self) -> None:
-        for actor in self.actors:
-            ray.kill(actor)
+        global _parked
+        pending: list[ray.ObjectRef] = []
+        if self.in_flight:  # a trial stopped while its next round was training: let it finish, briefly
+            _, pending = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=1.0)
+        if self.keep_actors and not pending and len(self.actors) == self.key[1]:
+            _parked = _Parked(self.key, self.actors, self.data_refs)
+            _live.clear()
+        else:
+            for actor in self.actors:
+                ray.kill(actor)
         self.actors, self.idle, self.in_flight, self.refs = [], [], {}, {}
 
     def _dispatch(self) -> None:
@@ -164,17 +249,24 @@ class RayActorPool:
     def _lost(self, flight: _InFlight, error: str) -> None:
         job = flight.job
         self.failures.append(WorkerFailure(job.round_index, job.client_id, flight.attempt, error))
-        ray.kill(self.actors[flight.slot])  # a hung actor must not keep its bundle
-        self.actors[flight.slot] = self.remote.remote(*self.actor_args)
+        self._replace(flight.slot)
         self.idle.append(flight.slot)
         if flight.attempt < self.retries:
             self.queue.append((flight.ticket, job, flight.attempt + 1))
         else:
             self.done[flight.ticket] = ClientLost(job.client_id, flight.attempt + 1, error)
 
+    def _replace(self, slot: int) -> None:
+        ray.kill(self.actors[slot])  # a hung actor must not keep its bundle
+        self.actors[slot] = self.remote.remote(*self.actor_args)
+        if self.keep_actors:
+            _live.append(self.actors[slot])
 
-def ray_pool_factory(resources: ResourcesConfig, faults: FaultsConfig | None = None):
+
+def ray_pool_factory(resources: ResourcesConfig, faults: FaultsConfig | None = None, keep_actors: bool = False):
+    """`keep_actors`: park the actors in this process when the pool closes, for the next trial (see above)."""
+
     def make(data: FederatedData, spec: WorkerSpec) -> RayActorPool:
-        return RayActorPool(data, spec, resources, faults)
+        return RayActorPool(data, spec, resources, faults, keep_actors)
 
     return make

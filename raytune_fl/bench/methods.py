@@ -58,6 +58,7 @@ class Timing:
     setup_s: float
     val_acc: float
     personal_val_acc: float  # NaN unless the method personalises (FedBN)
+    aggregate_share: float = 0.0  # median over rounds of aggregate_s / round_time_s
 
     @property
     def median(self) -> float:
@@ -67,8 +68,11 @@ class Timing:
 def run_once(experiment: ExperimentConfig, method: str, params: dict[str, Any], data, pool_factory, warmup: int):
     rows: list[dict[str, Any]] = []
     Federation(experiment, method, params, pool_factory=pool_factory, data=data).run(rows.append)
-    times = [row["round_time_s"] for row in rows[warmup:]] or [rows[-1]["round_time_s"]]
-    return times, rows[0].get("setup_s", 0.0), rows[-1]["val_acc"], rows[-1].get("personal_val_acc", float("nan"))
+    timed = rows[warmup:] or rows[-1:]
+    times = [row["round_time_s"] for row in timed]
+    share = statistics.median(row["aggregate_s"] / row["round_time_s"] for row in timed)
+    personal = rows[-1].get("personal_val_acc", float("nan"))
+    return times, rows[0].get("setup_s", 0.0), rows[-1]["val_acc"], personal, share
 
 
 def benchmark(
@@ -83,8 +87,8 @@ def benchmark(
     timings: list[Timing] = []
     for rep in range(1, reps + 1):
         for variant, (method, params) in variants.items():
-            times, setup_s, val_acc, personal = run_once(experiment, method, params, data, pool_factory, warmup)
-            timings.append(Timing(variant, rep, times, setup_s, val_acc, personal))
+            times, setup_s, val_acc, personal, share = run_once(experiment, method, params, data, pool_factory, warmup)
+            timings.append(Timing(variant, rep, times, setup_s, val_acc, personal, share))
             log(f"rep {rep} {variant:>15}: median {statistics.median(times):.3f} s/round, setup {setup_s:.1f}s")
     return timings
 
@@ -103,6 +107,7 @@ def ratio_table(timings: Sequence[Timing], reference: str = "fedavg") -> list[di
                 "ratio": statistics.median(ratios) if ratios else float("nan"),
                 "val_acc": mine[-1].val_acc,
                 "personal_val_acc": mine[-1].personal_val_acc,
+                "aggregate_share": statistics.median(t.aggregate_share for t in mine),
             }
         )
     return rows
@@ -110,13 +115,14 @@ def ratio_table(timings: Sequence[Timing], reference: str = "fedavg") -> list[di
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = [
-        "| method | s/round | x FedAvg | val_acc (last round) | personal_val_acc |",
-        "|---|---|---|---|---|",
+        "| method | s/round | x FedAvg | aggregation, % of round | val_acc (last round) | personal_val_acc |",
+        "|---|---|---|---|---|---|",
     ]
     for row in rows:
         personal = "" if row["personal_val_acc"] != row["personal_val_acc"] else f"{row['personal_val_acc']:.3f}"
         lines.append(
-            f"| {row['variant']} | {row['s_per_round']:.3f} | {row['ratio']:.2f} | {row['val_acc']:.3f} | {personal} |"
+            f"| {row['variant']} | {row['s_per_round']:.3f} | {row['ratio']:.2f} | {100 * row['aggregate_share']:.1f} "
+            f"| {row['val_acc']:.3f} | {personal} |"
         )
     return "\n".join(lines)
 

@@ -29,7 +29,7 @@ from raytune_fl.engine.diagnostics import (
 )
 from raytune_fl.engine.fedbuff import BufferedAsync
 from raytune_fl.engine.local import LocalSettings, NonFiniteLossError
-from raytune_fl.engine.pool import ClientLost, ClientPool, InProcessPool, TrainJob, train_all
+from raytune_fl.engine.pool import ClientLost, ClientPool, InProcessPool, TrainJob, WorkerFailure
 from raytune_fl.engine.system import ClientPlan, ClientRecord, SystemModel
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import Method, build_method
@@ -267,12 +267,12 @@ class Federation:
         pool = self.pool_factory(self.data, self.spec)
         self._on_round, self._last = on_round, {}
         self._setup_s: float | None = None
+        self._failures_ahead: list[WorkerFailure] = []
         try:
             pool.ready()
             self._setup_s = time.perf_counter() - setup_started  # reported apart from round times
             if self.method.buffer_size is None:
-                while self.round < self.experiment.rounds:
-                    self._synchronous_round(pool)
+                self._synchronous_rounds(pool)
             else:
                 BufferedAsync(self, pool).run()
         except NonFiniteLossError as error:
@@ -283,9 +283,8 @@ class Federation:
             pool.close()
         return self._last
 
-    def _synchronous_round(self, pool: ClientPool) -> None:
-        round_index, exp = self.round + 1, self.experiment
-        started = time.perf_counter()
+    def _submit_round(self, pool: ClientPool, round_index: int) -> _SubmittedRound:
+        exp = self.experiment
         clients = sample_clients(self.data.num_clients, exp.participation, exp.seed, round_index)
         plans = self.system.plan(clients, round_index)
         payload = self.method.aggregator.payload()
@@ -294,14 +293,33 @@ class Federation:
             for p in plans
             if p.trains
         ]
-        outcomes = {o.client_id: o for o in train_all(pool, jobs)}
-        log = [
-            ClientRecord(round_index, p.client_id, outcome_status(outcomes.get(p.client_id), p), p.steps, p.sim_time)
-            for p in plans
-        ]
-        updates = [o for o in outcomes.values() if isinstance(o, ClientUpdate)]
-        self.sim_time += self.system.round_duration(plans)
-        self.finish_round(round_index, updates, log, pool, started)
+        return _SubmittedRound(round_index, plans, [pool.submit(job) for job in jobs])
+
+    def _synchronous_rounds(self, pool: ClientPool) -> None:
+        """Each round's clients are submitted as soon as the previous model is aggregated, so a pool that trains
+        in the background (Ray actors) trains round r + 1 while round r is evaluated and reported. Nothing round
+        r + 1 depends on (weights, client states, the aggregator's payload) changes after aggregation."""
+        started = time.perf_counter()
+        current = self._submit_round(pool, self.round + 1)
+        while current is not None:
+            outcomes = pool.collect(current.tickets)
+            by_client = {o.client_id: o for o in (outcomes[t] for t in current.tickets)}
+            log = [
+                ClientRecord(
+                    current.index, p.client_id, outcome_status(by_client.get(p.client_id), p), p.steps, p.sim_time
+                )
+                for p in current.plans
+            ]
+            updates = [o for o in by_client.values() if isinstance(o, ClientUpdate)]
+            self.sim_time += self.system.round_duration(current.plans)
+            start_weights = self.weights
+            updates = self.apply_round(current.index, updates)
+            upcoming = None
+            if current.index < self.experiment.rounds:
+                upcoming = self._submit_round(pool, current.index + 1)
+            self.report_round(current.index, start_weights, updates, log, pool, started)
+            # a round's time runs from the end of the previous evaluation (WORKLOAD.md): rounds tile the run
+            started, current = self._evaluated_at, upcoming
 
     def finish_round(
         self,
@@ -311,19 +329,41 @@ class Federation:
         pool: ClientPool,
         started: float,
     ) -> None:
-        """Keep client states, aggregate, evaluate and report round `round_index` (both schedules end here)."""
+        """Aggregate, evaluate and report round `round_index` (FedBuff's schedule; the synchronous one overlaps)."""
+        start_weights = self.weights
+        updates = self.apply_round(round_index, updates)
+        self.report_round(round_index, start_weights, updates, log, pool, started)
+
+    def apply_round(self, round_index: int, updates: Sequence[ClientUpdate]) -> list[ClientUpdate]:
+        """Keep client states and aggregate; returns the updates in client order."""
         # client order, not arrival order: float sums must not depend on which actor was faster
         updates = sorted(updates, key=lambda u: u.client_id)
         for update in updates:
             if update.state is not None:
                 self.client_states[update.client_id] = update.state
-        start_weights = self.weights
+        started = time.perf_counter()
         if updates:  # everyone dropped, late or lost: the model stays as it was
             self.weights = self.method.aggregate(self.weights, updates)
+        self._aggregate_s = time.perf_counter() - started
         if not all(np.isfinite(v).all() for v in self.weights.values() if is_float_entry(v)):
             raise NonFiniteLossError("the aggregated model has NaN/Inf weights")
         self.round = round_index
-        failures = pool.drain_failures()
+        return updates
+
+    def report_round(
+        self,
+        round_index: int,
+        start_weights: Weights,
+        updates: Sequence[ClientUpdate],
+        log: Sequence[ClientRecord],
+        pool: ClientPool,
+        started: float,
+    ) -> None:
+        """Evaluate the aggregated model and report round `round_index`."""
+        # the next round may already be training: its worker failures are reported with it
+        drained = self._failures_ahead + pool.drain_failures()
+        failures = [f for f in drained if f.round_index <= round_index]
+        self._failures_ahead = [f for f in drained if f.round_index > round_index]
         self.failures_total += len(failures)
         metrics: dict[str, Any] = {"round": round_index, **self.evaluate()}
         if not math.isfinite(metrics["val_loss"]):
@@ -345,11 +385,14 @@ class Federation:
             staleness = [u.staleness for u in updates]
             metrics.update(staleness_mean=float(np.mean(staleness)), staleness_max=max(staleness))
         metrics[CLIENT_LOG_KEY] = [dataclasses.asdict(record) for record in log]  # filed as an artifact
-        metrics["round_time_s"] = time.perf_counter() - started  # diagnostics below are timed apart
+        self._evaluated_at = time.perf_counter()
+        metrics["round_time_s"] = self._evaluated_at - started  # diagnostics below are timed apart
+        metrics["aggregate_s"] = self._aggregate_s  # part of round_time_s
         if self.experiment.diagnostics.decomposition and self.costly_round(round_index) and updates:
             started = time.perf_counter()
             metrics.update(self.decompose_loss(start_weights, updates, metrics["val_loss"]))
             metrics["decomposition_s"] = time.perf_counter() - started
+            self._evaluated_at += metrics["decomposition_s"]  # timed apart: not part of the next round either
         if self._setup_s is not None:
             metrics["setup_s"], self._setup_s = self._setup_s, None
         self._last = metrics
@@ -388,6 +431,13 @@ class Federation:
         self.sim_time = float(state["sim_time"])
         self.failures_total = int(state["failures_total"])
         self.async_state = state.get("asynchronous")
+
+
+@dataclass(frozen=True)
+class _SubmittedRound:
+    index: int
+    plans: list[ClientPlan]
+    tickets: list[int]
 
 
 def outcome_status(outcome: Any, plan: ClientPlan) -> str:

@@ -103,7 +103,8 @@ def run_cells(
     tuner = tune.Tuner(
         trainable,
         param_space={"cell": tune.grid_search(list(by_key))},
-        tune_config=tune.TuneConfig(num_samples=1, max_concurrent_trials=max_concurrent),
+        # the next cell runs in the finished cell's process, with its client actors (actors/pool.py)
+        tune_config=tune.TuneConfig(num_samples=1, max_concurrent_trials=max_concurrent, reuse_actors=True),
         run_config=run_config(name, storage, callbacks),
     )
     return tuner.fit()

@@ -238,6 +238,7 @@ def _new_tuner(trainable, space, search_alg, scheduler, num_samples, name, stora
             scheduler=scheduler,
             num_samples=num_samples,
             max_concurrent_trials=settings.max_concurrent,
+            reuse_actors=True,  # the next trial runs in the finished trial's process, with its client actors
         ),
         run_config=run_config(name, storage, callbacks),
     )

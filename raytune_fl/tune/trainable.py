@@ -24,7 +24,8 @@ def federated_trial(
     torch.set_num_threads(
         max(1, int(resources.driver_cpus or (resources.cpus_per_actor if not resources.actors else 1)))
     )
-    pool = ray_pool_factory(resources, experiment.faults) if resources.actors > 0 else in_process_pool
+    # Tune runs the next trial in this same process (reuse_actors): the client actors wait here for it
+    pool = ray_pool_factory(resources, experiment.faults, keep_actors=True) if resources.actors > 0 else in_process_pool
     federation = Federation(experiment, method, {**fixed, **config}, pool_factory=pool)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:  # a resumed trial (Tuner.restore): continue after the last checkpointed round

@@ -1,0 +1,112 @@
+"""Study overhead: a 16-trial x 6-round study of WORKLOAD.md through `scripts/tune.py`, timed from outside.
+
+overhead = study wall time (process start to exit: Ray start-up, Tune, trial and actor start-up, MLflow
+logging, checkpoints) / the sum over trials of their rounds' training time (`round_time_s`: broadcast, local
+training, aggregation, evaluation), minus 1. Read back from the study's own MLflow store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from raytune_fl.bench.proc import MiB, measure
+from raytune_fl.bench.workload import WORKLOAD
+
+TUNE_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "tune.py"
+
+
+def study_space(trials: int, rounds: int, actors: int) -> dict[str, Any]:
+    """FedProx's mu searched on WORKLOAD.md, every trial run to the end (no early stopping: same work per trial).
+
+    Tuning selects on a validation split, so clients hold 10 % out (WORKLOAD.md itself has none)."""
+    base = {**WORKLOAD, "rounds": rounds, "resources": {"actors": actors, "cpus_per_actor": 1}}
+    base["partition"] = {**WORKLOAD["partition"], "val_fraction": 0.1}
+    return {
+        "name": "bench-study",
+        "base": base,
+        "variants": {"fedprox": {"method": "fedprox", "search": {"mu": {"loguniform": [0.001, 1.0]}}}},
+        "tune": {"num_samples": trials, "max_concurrent": 1, "scheduler": {"asha": None}, "seed": 0},
+    }
+
+
+def trial_times(tracking_uri: str) -> list[dict[str, float]]:
+    """Per trial (child run): the sum of its round times, its set-up time and its round count."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name("bench-study")
+    runs = client.search_runs([experiment.experiment_id], "tags.`mlflow.parentRunId` != ''", max_results=1000)
+    rows = []
+    for run in runs:
+        rounds = client.get_metric_history(run.info.run_id, "round_time_s")
+        setup = client.get_metric_history(run.info.run_id, "setup_s")
+        rows.append(
+            {
+                "train_s": sum(m.value for m in rounds),
+                "setup_s": sum(m.value for m in setup),
+                "rounds": len(rounds),
+            }
+        )
+    return rows
+
+
+def run_study(trials: int, rounds: int, actors: int, workdir: Path) -> dict[str, Any]:
+    space = workdir / "study.yaml"
+    space.write_text(yaml.safe_dump(study_space(trials, rounds, actors)))
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    command = [sys.executable, str(TUNE_SCRIPT), "--space", str(space), "--mlflow-uri", uri]
+    measured = measure([*command, "--storage", str(workdir / "ray_results")], interval_s=0.5)
+    if measured.returncode != 0:
+        raise RuntimeError(f"tune.py exited with {measured.returncode}:\n{measured.stderr[-3000:]}")
+    rows = trial_times(uri)
+    train = sum(r["train_s"] for r in rows)
+    return {
+        "trials": len(rows),
+        "rounds": sum(r["rounds"] for r in rows),
+        "wall_s": measured.wall_s,
+        "train_s": train,
+        "setup_s": sum(r["setup_s"] for r in rows),
+        "overhead": measured.wall_s / train - 1 if train else float("nan"),
+        "peak_pss_mib": measured.peak_pss / MiB,
+    }
+
+
+def format_result(result: dict[str, Any]) -> str:
+    other = result["wall_s"] - result["train_s"] - result["setup_s"]
+    return "\n".join(
+        [
+            "| trials x rounds | study wall | sum of trial training | overhead | of which actor start-up | rest |",
+            "|---|---|---|---|---|---|",
+            f"| {result['trials']} x {result['rounds'] // max(result['trials'], 1)} | {result['wall_s']:.1f} s "
+            f"| {result['train_s']:.1f} s | {100 * result['overhead']:.0f} % | {result['setup_s']:.1f} s "
+            f"| {other:.1f} s |",
+            f"peak PSS of the study's process tree: {result['peak_pss_mib']:.0f} MiB",
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=16, help="trials (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds per trial (default %(default)s)")
+    parser.add_argument("--actors", type=int, default=2, help="client actors per trial (default %(default)s)")
+    parser.add_argument("--json", help="also write the result to this JSON file")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-study-") as workdir:
+        result = run_study(args.trials, args.rounds, args.actors, Path(workdir))
+    print(format_result(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
