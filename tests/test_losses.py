@@ -147,6 +147,25 @@ def test_rbf_uniformity_finite_for_identical_points():
     assert torch.isfinite(same.grad).all()
 
 
+def test_gram_distances_match_explicit_differences_and_stay_deterministic():
+    from raytune_fl.methods.losses import _pairwise_sq_distances
+
+    z = torch.randn(64, 256, generator=torch.Generator().manual_seed(0)) * 0.3 + 0.5
+    explicit, gram = _pairwise_sq_distances(z, exact=True), _pairwise_sq_distances(z)
+    assert gram.shape == (64 * 63 // 2,)
+    torch.testing.assert_close(gram, explicit, rtol=1e-5, atol=1e-5)  # float32 rounding, not a formula change
+    grads = []
+    for _ in range(3):  # the explicit form's backward accumulates in a thread-dependent order; this one does not
+        leaf = z.clone().requires_grad_()
+        torch.exp(-_pairwise_sq_distances(leaf)).mean().backward()
+        grads.append(leaf.grad)
+    assert all(torch.equal(grads[0], g) for g in grads[1:])
+    # dropping zero distances needs exact zeros for coinciding rows: the explicit form gives them
+    twins = torch.tensor([[0.1, 0.7, 0.3], [0.1, 0.7, 0.3], [1.0, -1.0, 0.5]])
+    assert _pairwise_sq_distances(twins, exact=True)[0].item() == 0.0
+    assert median_sq_distance(twins, drop_zeros=True).item() == pytest.approx(0.81 + 2.89 + 0.04, rel=1e-6)
+
+
 # ---------------------------------------------------------------- hyperspherical_energy
 # Unit vectors a = (1,0), b = (0,1), c = (-1,0); eps = 0.01.
 #   a.b = 0 -> 1/1.01;  a.c = -1 -> 1/2.01;  b.c = 0 -> 1/1.01.

@@ -63,7 +63,7 @@ def run_study(trials: int, rounds: int, actors: int, workdir: Path) -> dict[str,
     space.write_text(yaml.safe_dump(study_space(trials, rounds, actors)))
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     command = [sys.executable, str(TUNE_SCRIPT), "--space", str(space), "--mlflow-uri", uri]
-    measured = measure([*command, "--storage", str(workdir / "ray_results")], interval_s=0.5)
+    measured = measure([*command, "--storage", str(workdir / "ray_results")], interval_s=2.0)
     if measured.returncode != 0:
         raise RuntimeError(f"tune.py exited with {measured.returncode}:\n{measured.stderr[-3000:]}")
     rows = trial_times(uri)

