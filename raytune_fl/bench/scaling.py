@@ -13,14 +13,13 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from raytune_fl.bench.proc import MiB, measure, python_module
-from raytune_fl.bench.workload import WORKLOAD
+from raytune_fl.bench.workload import WORKLOAD, timed_run
 
 SHARE = 400  # samples per client: WORKLOAD.md's mean client size
 
@@ -37,7 +36,7 @@ def run_clients(clients: int, participating: int, rounds: int, actors: int, thre
 
     from raytune_fl.config import ExperimentConfig
     from raytune_fl.data import load_dataset
-    from raytune_fl.engine.federation import FederatedData, Federation, in_process_pool
+    from raytune_fl.engine.federation import FederatedData
 
     torch.set_num_threads(threads)
     experiment = ExperimentConfig.model_validate(
@@ -52,24 +51,9 @@ def run_clients(clients: int, participating: int, rounds: int, actors: int, thre
     dataset = load_dataset("mnist5k")
     parts = equal_shares(len(dataset.y_train), clients)
     data = FederatedData(dataset, parts, [np.zeros(0, dtype=np.int64) for _ in parts])
-    pool_factory = in_process_pool
-    if actors:
-        import ray
-
-        from raytune_fl.actors import ray_pool_factory
-
-        ray.init(address="local", include_dashboard=False, log_to_driver=False, num_cpus=max(2, actors))
-        pool_factory = ray_pool_factory(experiment.resources)
-    stamps: list[float] = []
-    rows: list[dict[str, Any]] = []
-
-    def on_round(metrics: dict[str, Any]) -> None:
-        stamps.append(time.perf_counter())
-        rows.append(metrics)
-
-    Federation(experiment, "fedavg", {}, pool_factory=pool_factory, data=data).run(on_round)
+    rows, times = timed_run(experiment, data)
     return {
-        "round_times": [rows[0]["round_time_s"]] + [b - a for a, b in zip(stamps, stamps[1:])],
+        "round_times": times,
         "clients_per_round": [row["clients"] for row in rows],
         "setup_s": rows[0].get("setup_s", 0.0),
     }

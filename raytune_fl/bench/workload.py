@@ -47,15 +47,15 @@ def workload_config(rounds: int = 6, actors: int = 0):
     )
 
 
-def run_engine(rounds: int, actors: int, threads: int) -> dict[str, Any]:
-    """The engine on the workload in this process (actors > 0: on a private Ray cluster started here)."""
-    import torch
+def timed_run(experiment, data=None) -> tuple[list[dict[str, Any]], list[float]]:
+    """The engine on `experiment` in this process, on a private Ray cluster started here when it has actors.
 
+    Returns the per-round metrics and the round times: between the ends of two successive evaluations
+    (the report included), round 1 from its own start (`round_time_s`)."""
     from raytune_fl.engine.federation import Federation, in_process_pool
 
-    torch.set_num_threads(threads)
-    experiment = workload_config(rounds, actors)
     pool_factory = in_process_pool
+    actors = experiment.resources.actors
     if actors:
         import ray
 
@@ -70,12 +70,20 @@ def run_engine(rounds: int, actors: int, threads: int) -> dict[str, Any]:
         stamps.append(time.perf_counter())
         rows.append(metrics)
 
-    Federation(experiment, "fedavg", {}, pool_factory=pool_factory).run(on_round)
-    times = [rows[0]["round_time_s"]] + [b - a for a, b in zip(stamps, stamps[1:])]
-    if actors:
-        import ray
+    try:
+        Federation(experiment, "fedavg", {}, pool_factory=pool_factory, data=data).run(on_round)
+    finally:
+        if actors:
+            ray.shutdown()
+    return rows, [rows[0]["round_time_s"]] + [b - a for a, b in zip(stamps, stamps[1:])]
 
-        ray.shutdown()
+
+def run_engine(rounds: int, actors: int, threads: int) -> dict[str, Any]:
+    """The workload through the engine in this process (actors > 0: on Ray actors)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    rows, times = timed_run(workload_config(rounds, actors))
     return {
         "round_times": times,
         "test_acc": [row["test_acc"] for row in rows],
