@@ -114,3 +114,12 @@ def measure(command: Sequence[str], interval_s: float = 1.0, env: dict[str, str]
 
 def python_module(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
+
+
+def print_result(title: str, table: str, rows: Any, json_path: str | None) -> None:
+    """The end of every benchmark: its table under a title line, and the rows as JSON when asked."""
+    print(f"\n{title}")
+    print(table)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(rows, f, indent=1)

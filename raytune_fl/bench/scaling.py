@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from raytune_fl.bench.proc import MiB, measure, python_module
+from raytune_fl.bench.proc import MiB, measure, print_result, python_module
 from raytune_fl.bench.workload import WORKLOAD, timed_run
 
 SHARE = 400  # samples per client: WORKLOAD.md's mean client size
@@ -143,11 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
     rows = summarise(results)
-    print(f"\n{args.participating} clients per round, {SHARE} samples each, {args.actors} actors, {args.reps} reps")
-    print(format_table(rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    title = f"{args.participating} clients per round, {SHARE} samples each, {args.actors} actors, {args.reps} reps"
+    print_result(title, format_table(rows), rows, args.json)
     return 0
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 START = time.perf_counter()
 
-from raytune_fl.bench.proc import MiB, measure, python_module  # noqa: E402
+from raytune_fl.bench.proc import MiB, measure, print_result, python_module  # noqa: E402
 
 # ../shared/WORKLOAD.md as an experiment: every client trains on its whole share and the test set is the one
 # evaluated, as in the reference loop (no validation split); diagnostics off (they are not part of the workload)
@@ -188,11 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
     rows = summarise(results)
-    print(f"\nWORKLOAD.md, {args.rounds} rounds x {args.reps} reps; reference = plain loop, {args.threads} threads")
-    print(format_table(rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    title = f"WORKLOAD.md, {args.rounds} rounds x {args.reps} reps; reference = plain loop, {args.threads} threads"
+    print_result(title, format_table(rows), rows, args.json)
     return 0
 
 
