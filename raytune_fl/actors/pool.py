@@ -128,19 +128,19 @@ class RayActorPool:
         )
         threads = max(1, int(resources.cpus_per_actor))
         kills = frozenset(map(tuple, faults.inject_kills))
-        self.keep_actors = keep_actors
-        self.key = (data_key(data), resources.actors, resources.cpus_per_actor, resources.gpus_per_actor, threads)
+        self.keep_actors, self.num_actors = keep_actors, resources.actors
+        self.key: tuple | None = None  # what parked actors must match; hashed only where actors are kept
         reused: list[Any] = []
         if keep_actors:
+            self.key = (data_key(data), resources.actors, resources.cpus_per_actor, resources.gpus_per_actor, threads)
             for actor in _live:  # a trial that ended without closing its pool (its thread was cut short)
                 ray.kill(actor)
             _live.clear()
             if _parked is not None and _parked.key == self.key:
                 reused, (x_ref, y_ref) = _parked.actors, _parked.data_refs
-            elif _parked is not None:  # other data or resources: free the bundles for this trial's actors
-                for actor in _parked.actors:
-                    ray.kill(actor)
-            _parked = None
+                _parked = None
+            else:  # other data or resources: free the bundles for this trial's actors
+                release_parked()
         if not reused:
             # the training arrays go into the object store once; every actor (and every restarted one) reads them
             x_ref, y_ref = ray.put(data.dataset.x_train), ray.put(data.dataset.y_train)
@@ -216,7 +216,7 @@ class RayActorPool:
         pending: list[ray.ObjectRef] = []
         if self.in_flight:  # a trial stopped while its next round was training: let it finish, briefly
             _, pending = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=1.0)
-        if self.keep_actors and not pending and len(self.actors) == self.key[1]:
+        if self.key is not None and not pending and len(self.actors) == self.num_actors:
             _parked = _Parked(self.key, self.actors, self.data_refs)
             _live.clear()
         else:

@@ -69,13 +69,6 @@ class ClientPool(Protocol):
     def close(self) -> None: ...
 
 
-def train_all(pool: ClientPool, jobs: Sequence[TrainJob]) -> list[Outcome]:
-    """The synchronous round: every job submitted at once, outcomes in job order."""
-    tickets = [pool.submit(job) for job in jobs]
-    outcomes = pool.collect(tickets)
-    return [outcomes[t] for t in tickets]
-
-
 def run_job(worker: ClientWorker, job: TrainJob) -> ClientUpdate:
     return worker.train(job.client_id, job.round_index, job.weights, job.payload, job.state, job.max_steps, job.stream)
 
