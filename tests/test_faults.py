@@ -95,7 +95,10 @@ def test_an_actor_killed_between_rounds_is_replaced(ray_cluster, clean):
 
     rows, _ = _run(_experiment(), on_pool=pools.append, on_round=kill_both)
     assert _learning(rows) == _learning(clean[0])
-    assert rows[1]["actor_failures"] >= 2 and rows[-1]["clients_lost"] == 0
+    # round 2 already trains while round 1 is reported: an actor that finished its round-2 jobs before the kill
+    # is found dead in round 3, so the failures fall in round 2 or 3, never round 1, and both are found
+    assert rows[0]["actor_failures"] == 0 and rows[-1]["actor_failures_total"] >= 2
+    assert rows[1]["actor_failures"] >= 1 and all(r["clients_lost"] == 0 for r in rows)
 
 
 def test_a_study_survives_injected_kills_and_says_so_in_mlflow(ray_cluster, tmp_path):
