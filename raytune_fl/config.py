@@ -82,6 +82,9 @@ class FaultsConfig(_Strict):
     # chaos testing: (round, client) pairs whose actor exits (os._exit) just before training that client, on the
     # first attempt only; proves a study survives lost actors on your own cluster
     inject_kills: list[tuple[int, int]] = []
+    # a trial whose own process dies (its node is lost, its driver bundle killed) is restarted by Tune from its last
+    # checkpoint this many times (FailureConfig.max_failures); a Python error in a trial is retried the same way
+    trial_retries: int = Field(2, ge=0)
 
 
 class SystemConfig(_Strict):

@@ -105,7 +105,7 @@ def run_cells(
         param_space={"cell": tune.grid_search(list(by_key))},
         # the next cell runs in the finished cell's process, with its client actors (actors/pool.py)
         tune_config=tune.TuneConfig(num_samples=1, max_concurrent_trials=max_concurrent, reuse_actors=True),
-        run_config=run_config(name, storage, callbacks),
+        run_config=run_config(name, storage, callbacks, cells[0].experiment.faults.trial_retries),
     )
     return tuner.fit()
 

@@ -240,16 +240,18 @@ def _new_tuner(trainable, space, search_alg, scheduler, num_samples, name, stora
             max_concurrent_trials=settings.max_concurrent,
             reuse_actors=True,  # the next trial runs in the finished trial's process, with its client actors
         ),
-        run_config=run_config(name, storage, callbacks),
+        run_config=run_config(name, storage, callbacks, space.base.faults.trial_retries),
     )
 
 
-def run_config(name: str, storage: str | Path, callbacks: list[tune.Callback]) -> tune.RunConfig:
-    """Where a Tune run writes, who hears of its trials, how many checkpoints it keeps (tune and ablation alike)."""
+def run_config(name: str, storage: str | Path, callbacks: list[tune.Callback], trial_retries: int) -> tune.RunConfig:
+    """Where a Tune run writes, who hears of its trials, how many checkpoints it keeps, how often a dead trial is
+    restarted from its last checkpoint (tune and ablation alike)."""
     return tune.RunConfig(
         name=name,
         storage_path=str(Path(storage).resolve()),
         callbacks=callbacks,
+        failure_config=tune.FailureConfig(max_failures=trial_retries),
         verbose=0,  # the progress printer says a line per trial round instead of Tune's tables
         # the latest checkpoint is what a resume needs; one more in case the newest was being written
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
