@@ -61,6 +61,9 @@ class ResourcesConfig(_Strict):
     gpus_per_actor: float = Field(0.0, ge=0)  # fractional GPU per actor; 0 on CPU machines
     driver_cpus: float = Field(0.0, ge=0)  # the round driver mostly waits on actors; evaluation is small
     round_timeout_s: float = Field(600.0, gt=0)  # a driver wait longer than this is a hang, not a slow round
+    # where client actors compute: auto = CUDA when Ray gave the actor a GPU (gpus_per_actor > 0) and torch sees one,
+    # else CPU; cuda = CUDA or a clear error; cpu = CPU even on a GPU (e.g. to test GPU scheduling on a CPU machine)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     # convolutions in NHWC: about 0.8x the time per step of a CNN on CPU (bench/README); False = NCHW, as before 0.7
     channels_last: bool = True
 

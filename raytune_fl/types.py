@@ -12,6 +12,17 @@ import numpy as np
 Weights = dict[str, np.ndarray]
 
 
+@dataclass(frozen=True)
+class WorkerPlace:
+    """Where a client was trained: which Ray node, which GPUs Ray gave the worker, which torch device it used."""
+
+    node: str = ""  # Ray node id; empty when the clients train in the trial's own process
+    gpus: str = ""  # Ray's GPU ids for the worker, comma-separated (its CUDA_VISIBLE_DEVICES); empty: none
+    device: str = "cpu"
+    placement_group: str = ""  # the Ray placement group the worker runs in (the trial's); empty: none
+    actor: str = ""  # the Ray actor id: which of the trial's actors it was
+
+
 @dataclass
 class ClientUpdate:
     """What one client returns after local training in one round."""
@@ -25,6 +36,7 @@ class ClientUpdate:
     state: Any = None  # per-client method state, kept by the server between rounds
     extras: dict[str, Any] = field(default_factory=dict)
     staleness: int = 0  # server versions between the model this client started from and the one it is applied to
+    place: WorkerPlace | None = None  # filled by the Ray actor that trained it
 
 
 def is_float_entry(array: np.ndarray) -> bool:

@@ -14,7 +14,8 @@ def ray_cluster():
     import ray
 
     if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # num_gpus=0 on a GPU machine too: tests that ask for a GPU expect this cluster to have none
+        ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()  # ends only the private cluster this session started
 

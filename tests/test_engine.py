@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import ray
 import torch
 
 from raytune_fl.config import ExperimentConfig, ResourcesConfig
-from raytune_fl.engine.federation import Federation, prepare_data, sample_clients
+from raytune_fl.engine.federation import CLIENT_LOG_KEY, Federation, prepare_data, sample_clients
+from raytune_fl.types import WorkerPlace
 
 EXPERIMENT = ExperimentConfig.model_validate(
     {
@@ -43,7 +46,15 @@ def _run(experiment: ExperimentConfig, method: str, params: dict, pool_factory=N
     rows: list[dict] = []
     kwargs = {} if pool_factory is None else {"pool_factory": pool_factory}
     Federation(experiment, method, params, **kwargs).run(rows.append)
-    return [{k: v for k, v in row.items() if not k.endswith("_s")} for row in rows]  # drop timings
+    return [_learning(row) for row in rows]
+
+
+def _learning(row: dict) -> dict:
+    """A round's metrics without timings and without where each client ran (Ray node, actor, GPU ids)."""
+    kept = {k: v for k, v in row.items() if not k.endswith("_s")}
+    where = {f.name for f in dataclasses.fields(WorkerPlace)}
+    kept[CLIENT_LOG_KEY] = [{k: v for k, v in r.items() if k not in where} for r in row[CLIENT_LOG_KEY]]
+    return kept
 
 
 @pytest.fixture

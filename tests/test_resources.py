@@ -32,3 +32,39 @@ def test_derived_defaults_are_described_not_none():
         "fidelity": "paper",
     }
     assert METHODS.get("univarfl").describe({"lambda": 1.0})["lambda"] == 1.0
+
+
+def test_cuda_on_a_cluster_without_gpus_fails_fast_naming_the_field():
+    check_fits(ResourcesConfig(actors=2, device="cuda", gpus_per_actor=0.5), {"CPU": 2.0, "GPU": 1.0})
+    with pytest.raises(ValueError, match=r"base.resources.device: 'cuda' but the Ray cluster has 0 GPU"):
+        check_fits(ResourcesConfig(actors=2, device="cuda"), {"CPU": 2.0})
+
+
+def test_a_device_that_is_not_auto_cpu_or_cuda_is_refused_by_name():
+    from raytune_fl.config import ConfigError, ExperimentConfig, SearchSpace, override
+
+    space = SearchSpace.model_validate({"name": "x", "base": {}, "variants": {"a": {"method": "fedavg"}}})
+    with pytest.raises(ConfigError, match=r"base.resources.device"):
+        override(space, {"base.resources.device": "gpu"}, source="test")
+    assert ExperimentConfig().resources.device == "auto"
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the machines without CUDA")
+def test_device_choice_without_cuda():
+    from raytune_fl.engine.worker import DeviceError, choose_device
+
+    assert choose_device("auto", has_gpu=True) == "cpu"  # a declared GPU torch cannot use: CPU, not a crash
+    assert choose_device("auto", has_gpu=False) == "cpu"
+    assert choose_device("cpu", has_gpu=True) == "cpu"
+    with pytest.raises(DeviceError, match=r"resources.device: 'cuda' but torch sees no CUDA device on node n1"):
+        choose_device("cuda", has_gpu=True, where=" on node n1")
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_device_choice_with_cuda():
+    from raytune_fl.engine.worker import choose_device
+
+    assert choose_device("auto", has_gpu=True) == "cuda"
+    assert choose_device("auto", has_gpu=False) == "cpu"  # an actor without a Ray GPU does not share one unreserved
+    assert choose_device("cpu", has_gpu=True) == "cpu"
+    assert choose_device("cuda", has_gpu=False) == "cuda"

@@ -32,8 +32,8 @@ from ray.exceptions import RayActorError
 from raytune_fl.config import FaultsConfig, ResourcesConfig
 from raytune_fl.engine.federation import FederatedData
 from raytune_fl.engine.pool import ClientLost, Outcome, TrainJob, WorkerFailure, run_job
-from raytune_fl.engine.worker import ClientWorker, WorkerSpec
-from raytune_fl.types import ClientUpdate, Weights
+from raytune_fl.engine.worker import ClientWorker, WorkerSpec, choose_device
+from raytune_fl.types import ClientUpdate, Weights, WorkerPlace
 
 
 class ClientActor:
@@ -45,28 +45,38 @@ class ClientActor:
         parts: list[np.ndarray],
         threads: int,
         kills: frozenset[tuple[int, int]] = frozenset(),
+        device: str = "auto",  # resources.device
     ) -> None:
         import torch
 
         torch.set_num_threads(threads)
-        # With num_gpus=0 an actor on a GPU node still sees the GPUs: decide from Ray's assignment.
-        self.device = "cuda" if ray.get_gpu_ids() else "cpu"
+        context = ray.get_runtime_context()
+        # Ray sets CUDA_VISIBLE_DEVICES to these ids, so the actor's "cuda" is its assigned GPU
+        gpus = ",".join(str(g) for g in ray.get_gpu_ids())
+        group = context.get_placement_group_id() or ""
+        self.place = WorkerPlace(context.get_node_id(), gpus, "cpu", group, context.get_actor_id() or "")
+        self.device_setting = device
         self.data = (x_train, y_train, parts)
         self.configure(spec, kills)
 
     def configure(self, spec: WorkerSpec, kills: frozenset[tuple[int, int]]) -> bool:
         """Ready for a new trial: a fresh model and method (nothing carries over but the data)."""
-        self.worker = ClientWorker(dataclasses.replace(spec, device=self.device), *self.data)
+        where = f" on Ray node {self.place.node} (Ray GPU ids: {self.place.gpus or 'none'})"
+        device = choose_device(self.device_setting, bool(self.place.gpus), where)  # DeviceError: the trial fails
+        self.place = dataclasses.replace(self.place, device=device)
+        self.worker = ClientWorker(dataclasses.replace(spec, device=device), *self.data)
         self.kills = kills
         return True
 
     def train(self, job: TrainJob, weights: Weights, payload: Mapping[str, Any], attempt: int) -> ClientUpdate:
         if attempt == 0 and (job.round_index, job.client_id) in self.kills:
             os._exit(1)  # chaos testing: die the way a lost node or an OOM kill does, mid-round
-        return run_job(self.worker, dataclasses.replace(job, weights=weights, payload=payload))
+        update = run_job(self.worker, dataclasses.replace(job, weights=weights, payload=payload))
+        update.place = self.place
+        return update
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> WorkerPlace:
+        return self.place
 
 
 @dataclasses.dataclass
@@ -133,6 +143,7 @@ class RayActorPool:
         reused: list[Any] = []
         if keep_actors:
             self.key = (data_key(data), resources.actors, resources.cpus_per_actor, resources.gpus_per_actor, threads)
+            self.key += (resources.device,)
             for actor in _live:  # a trial that ended without closing its pool (its thread was cut short)
                 ray.kill(actor)
             _live.clear()
@@ -145,7 +156,7 @@ class RayActorPool:
             # the training arrays go into the object store once; every actor (and every restarted one) reads them
             x_ref, y_ref = ray.put(data.dataset.x_train), ray.put(data.dataset.y_train)
         self.data_refs = (x_ref, y_ref)
-        self.actor_args = (spec, x_ref, y_ref, data.train_parts, threads, kills)
+        self.actor_args = (spec, x_ref, y_ref, data.train_parts, threads, kills, resources.device)
         self.starting = [actor.configure.remote(spec, kills) for actor in reused]
         self.actors = reused + [self.remote.remote(*self.actor_args) for _ in range(resources.actors - len(reused))]
         if keep_actors:

@@ -39,12 +39,14 @@ WORKLOAD: dict[str, Any] = {
 WAYS = ("reference", "engine_inprocess", "engine_actors")
 
 
-def workload_config(rounds: int = 6, actors: int = 0):
+def workload_config(rounds: int = 6, actors: int = 0, device: str = "cpu"):
+    """`device: cuda` with actors: they share one GPU, 1/actors each (4 actors x 0.25)."""
     from raytune_fl.config import ExperimentConfig
 
-    return ExperimentConfig.model_validate(
-        {**WORKLOAD, "rounds": rounds, "resources": {"actors": actors, "cpus_per_actor": 1}}
-    )
+    resources = {"actors": actors, "cpus_per_actor": 1, "device": device}
+    if device == "cuda" and actors:
+        resources["gpus_per_actor"] = round(1 / actors, 4)
+    return ExperimentConfig.model_validate({**WORKLOAD, "rounds": rounds, "resources": resources})
 
 
 def timed_run(experiment, data=None) -> tuple[list[dict[str, Any]], list[float]]:
@@ -54,8 +56,10 @@ def timed_run(experiment, data=None) -> tuple[list[dict[str, Any]], list[float]]
     (the report included), round 1 from its own start (`round_time_s`)."""
     from raytune_fl.engine.federation import Federation, in_process_pool
 
-    pool_factory = in_process_pool
+    pool_factory, device = in_process_pool, "cpu"
     actors = experiment.resources.actors
+    if not actors and experiment.resources.device == "cuda":
+        device = "cuda"  # the clients and the evaluation, in this process
     if actors:
         import ray
 
@@ -71,22 +75,26 @@ def timed_run(experiment, data=None) -> tuple[list[dict[str, Any]], list[float]]
         rows.append(metrics)
 
     try:
-        Federation(experiment, "fedavg", {}, pool_factory=pool_factory, data=data).run(on_round)
+        Federation(experiment, "fedavg", {}, pool_factory=pool_factory, data=data, device=device).run(on_round)
     finally:
         if actors:
             ray.shutdown()
     return rows, [rows[0]["round_time_s"]] + [b - a for a, b in zip(stamps, stamps[1:])]
 
 
-def run_engine(rounds: int, actors: int, threads: int) -> dict[str, Any]:
+def run_engine(rounds: int, actors: int, threads: int, device: str = "cpu") -> dict[str, Any]:
     """The workload through the engine in this process (actors > 0: on Ray actors)."""
     import torch
 
+    from raytune_fl.engine.federation import CLIENT_LOG_KEY
+
     torch.set_num_threads(threads)
-    rows, times = timed_run(workload_config(rounds, actors))
+    rows, times = timed_run(workload_config(rounds, actors, device))
+    placed = {(r["device"], r["gpus"]) for row in rows for r in row[CLIENT_LOG_KEY]}
     return {
         "round_times": times,
         "test_acc": [row["test_acc"] for row in rows],
+        "placed": sorted(placed),  # (device, Ray GPU ids) the clients trained on; ("", "") in-process
         "setup_s": rows[0].get("setup_s", 0.0),
         "in_process_s": time.perf_counter() - START,
     }
@@ -106,15 +114,15 @@ class WayResult:
         return statistics.median(self.round_times[1:] or self.round_times)
 
 
-def child_command(way: str, rounds: int, threads: int, actors: int) -> list[str]:
-    if way == "reference":
+def child_command(way: str, rounds: int, threads: int, actors: int, device: str = "cpu") -> list[str]:
+    if way == "reference":  # always the CPU loop: the yardstick
         return python_module("raytune_fl.bench.reference", "--threads", str(threads), "--rounds", str(rounds))
     args = ["--child", way, "--rounds", str(rounds), "--threads", str(threads), "--actors", str(actors)]
-    return python_module("raytune_fl.bench.workload", *args)
+    return python_module("raytune_fl.bench.workload", *args, "--device", device)
 
 
-def run_way(way: str, rep: int, rounds: int, threads: int, actors: int) -> WayResult:
-    measured = measure(child_command(way, rounds, threads, actors))
+def run_way(way: str, rep: int, rounds: int, threads: int, actors: int, device: str = "cpu") -> WayResult:
+    measured = measure(child_command(way, rounds, threads, actors, device))
     if measured.returncode != 0:
         raise RuntimeError(f"{way} exited with {measured.returncode}:\n{measured.stderr[-3000:]}")
     report = measured.last_json()
@@ -163,12 +171,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the reference and in-process runs")
     parser.add_argument("--actors", type=int, default=2, help="client actors of the Ray way, 1 CPU/thread each")
     parser.add_argument("--ways", default=",".join(WAYS), help="comma-separated subset of: %(default)s")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where the engine's clients train; cuda: in-process on the GPU, or the actors share one GPU "
+        "(1/actors each); the reference loop stays on the CPU",
+    )
     parser.add_argument("--child", choices=WAYS[1:], help=argparse.SUPPRESS)  # one way, in this process
     parser.add_argument("--json", help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
     if args.child:
         actors = args.actors if args.child == "engine_actors" else 0
-        print(json.dumps(run_engine(args.rounds, actors, args.threads)))
+        print(json.dumps(run_engine(args.rounds, actors, args.threads, args.device)))
         return 0
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]
     unknown = [w for w in ways if w not in WAYS]
@@ -180,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for rep in range(1, args.reps + 1):
         for way in ways:
-            result = run_way(way, rep, args.rounds, args.threads, args.actors)
+            result = run_way(way, rep, args.rounds, args.threads, args.actors, args.device)
             results.append(result)
             print(
                 f"rep {rep} {way:>16}: {result.per_round:.3f} s/round, whole run {result.wall_s:.1f} s, "
@@ -189,6 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     rows = summarise(results)
     title = f"WORKLOAD.md, {args.rounds} rounds x {args.reps} reps; reference = plain loop, {args.threads} threads"
+    if args.device == "cuda":
+        title += f"; engine on CUDA ({args.actors} actors x {round(1 / args.actors, 4):g} GPU)"
     print_result(title, format_table(rows), rows, args.json)
     return 0
 

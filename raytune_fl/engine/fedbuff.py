@@ -18,7 +18,7 @@ import numpy as np
 
 from raytune_fl.aggregators.fedavg import is_running_statistic
 from raytune_fl.engine.pool import ClientLost, ClientPool, TrainJob
-from raytune_fl.engine.system import ClientPlan, ClientRecord
+from raytune_fl.engine.system import ClientPlan, ClientRecord, placed
 from raytune_fl.types import ClientUpdate, Weights
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class BufferedAsync:
             self.flights.remove(flight)
             fed.sim_time = flight.finish
             staleness = fed.round - flight.version
-            status = "dropped"
+            status, outcome = "dropped", None
             if flight.ticket is not None:
                 outcome = self.pool.collect([flight.ticket])[flight.ticket]
                 status = "lost" if isinstance(outcome, ClientLost) else "trained"
@@ -94,7 +94,10 @@ class BufferedAsync:
                     update = dataclasses.replace(outcome, staleness=staleness)
                     self.buffer.append(rebase_statistics(update, flight.job.weights, fed.weights))
             plan = flight.plan
-            self.log.append(ClientRecord(fed.round + 1, plan.client_id, status, plan.steps, plan.sim_time, staleness))
+            where = placed(outcome)
+            self.log.append(
+                ClientRecord(fed.round + 1, plan.client_id, status, plan.steps, plan.sim_time, staleness, **where)
+            )
             if len(self.buffer) >= self.buffer_size:
                 buffer, log = self.buffer, self.log
                 self.buffer, self.log = [], []

@@ -30,7 +30,7 @@ from raytune_fl.engine.diagnostics import (
 from raytune_fl.engine.fedbuff import BufferedAsync
 from raytune_fl.engine.local import LocalSettings, NonFiniteLossError
 from raytune_fl.engine.pool import ClientLost, ClientPool, InProcessPool, TrainJob, WorkerFailure
-from raytune_fl.engine.system import ClientPlan, ClientRecord, SystemModel
+from raytune_fl.engine.system import ClientPlan, ClientRecord, SystemModel, placed
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import Method, build_method
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
@@ -306,7 +306,12 @@ class Federation:
             by_client = {o.client_id: o for o in (outcomes[t] for t in current.tickets)}
             log = [
                 ClientRecord(
-                    current.index, p.client_id, outcome_status(by_client.get(p.client_id), p), p.steps, p.sim_time
+                    current.index,
+                    p.client_id,
+                    outcome_status(by_client.get(p.client_id), p),
+                    p.steps,
+                    p.sim_time,
+                    **placed(by_client.get(p.client_id)),
                 )
                 for p in current.plans
             ]

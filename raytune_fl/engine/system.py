@@ -6,8 +6,10 @@ Simulated time: one unit = one local step of a client at the median speed.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +44,18 @@ class ClientRecord:
     steps: int
     sim_time: float
     staleness: int = 0
+    # where it trained (filled for clients trained by Ray actors; see types.WorkerPlace)
+    node: str = ""
+    gpus: str = ""
+    device: str = ""
+    placement_group: str = ""
+    actor: str = ""
+
+
+def placed(outcome: Any) -> dict[str, str]:
+    """A client record's node / gpus / device fields: where its update was computed, when a Ray actor says."""
+    place = getattr(outcome, "place", None)
+    return dataclasses.asdict(place) if place is not None else {}
 
 
 def epoch_steps(num_samples: int, batch_size: int, epochs: int) -> int:

@@ -51,6 +51,27 @@ class WorkerSpec:
         return MethodContext(self.model.num_classes, self.local.lr, self.local.momentum, num_clients)
 
 
+class DeviceError(RuntimeError):
+    pass
+
+
+def choose_device(setting: str, has_gpu: bool, where: str = "") -> str:
+    """`resources.device` for a worker that Ray gave a GPU (`has_gpu`) or not.
+
+    auto: CUDA only where Ray assigned a GPU (with gpus_per_actor 0 an actor on a GPU node still sees the GPUs,
+    and would share them unreserved) and torch can use it; cuda: CUDA or a clear error; cpu: CPU.
+    """
+    if setting == "cpu":
+        return "cpu"
+    cuda = torch.cuda.is_available()
+    if setting == "cuda" and not cuda:
+        raise DeviceError(
+            f"resources.device: 'cuda' but torch sees no CUDA device{where} (torch {torch.__version__}, "
+            f"CUDA build {torch.version.cuda or 'none'}); use device: auto or cpu"
+        )
+    return "cuda" if cuda and (has_gpu or setting == "cuda") else "cpu"
+
+
 def client_seed(seed: int, round_index: int, client_id: int) -> int:
     """Independent, reproducible stream per (seed, round, client), whichever worker trains it."""
     return int(np.random.SeedSequence([seed, round_index, client_id]).generate_state(1, np.uint64)[0] >> 1)

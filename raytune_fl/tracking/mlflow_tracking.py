@@ -198,6 +198,7 @@ class MlflowTrialLogger(tune.Callback):
         self.diverged: dict[str, str] = {}
         self.trial_index: dict[str, int] = {}
         self.trial_rounds: dict[str, int] = {}
+        self.restarts: dict[str, int] = {}  # trial -> times Tune restarted it from a checkpoint
 
     def _existing_run(self, trial_id: str) -> Any:
         runs = self.client.search_runs(
@@ -301,6 +302,13 @@ class MlflowTrialLogger(tune.Callback):
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._close(trial, "FAILED", "error")
+
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        """The trial's process died (a lost node, say) and Tune restarts it from its last checkpoint: same run."""
+        run_id = self.run_ids.get(trial.trial_id)
+        if run_id is not None:
+            self.restarts[trial.trial_id] = self.restarts.get(trial.trial_id, 0) + 1
+            self.client.set_tag(run_id, "trial_restarts", str(self.restarts[trial.trial_id]))
 
     def close_open_runs(self, status: str = "KILLED") -> None:
         """After an interruption: no child run may stay RUNNING."""

@@ -33,3 +33,5 @@ def check_fits(resources: ResourcesConfig, cluster: dict[str, float]) -> None:
                 f"({resources.actors} actors x {field}, plus the driver) but the Ray cluster has {have:g}; "
                 f"lower resources.actors or resources.{field}"
             )
+    if resources.device == "cuda" and cluster.get("GPU", 0.0) == 0:
+        raise ValueError("base.resources.device: 'cuda' but the Ray cluster has 0 GPU; use device: auto or cpu")

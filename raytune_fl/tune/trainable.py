@@ -6,6 +6,7 @@ import logging
 import tempfile
 from typing import Any
 
+import ray
 import torch
 from ray import tune
 
@@ -13,6 +14,7 @@ from raytune_fl.actors import ray_pool_factory
 from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.checkpoint import load_state, save_state
 from raytune_fl.engine.federation import Federation, in_process_pool
+from raytune_fl.engine.worker import choose_device
 
 
 def federated_trial(
@@ -25,8 +27,11 @@ def federated_trial(
         max(1, int(resources.driver_cpus or (resources.cpus_per_actor if not resources.actors else 1)))
     )
     # Tune runs the next trial in this same process (reuse_actors): the client actors wait here for it
-    pool = ray_pool_factory(resources, experiment.faults, keep_actors=True) if resources.actors > 0 else in_process_pool
-    federation = Federation(experiment, method, {**fixed, **config}, pool_factory=pool)
+    if resources.actors > 0:  # each actor picks its own device (resources.device, its Ray GPUs)
+        pool, device = ray_pool_factory(resources, experiment.faults, keep_actors=True), "cpu"
+    else:  # the clients train here; this process reserves no GPU, so `auto` means CPU
+        pool, device = in_process_pool, choose_device(resources.device, bool(ray.get_gpu_ids()))
+    federation = Federation(experiment, method, {**fixed, **config}, pool_factory=pool, device=device)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:  # a resumed trial (Tuner.restore): continue after the last checkpointed round
         with checkpoint.as_directory() as directory:

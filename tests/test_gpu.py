@@ -1,0 +1,38 @@
+"""The real GPU path (skipped without CUDA): the WORKLOAD.md run with 4 client actors sharing one GPU (0.25 each)
+against the same run on CPU actors. Run on a GPU machine with `python -m pytest -q tests/test_gpu.py`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import torch
+
+from raytune_fl.bench.proc import python_module
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+# Same seed, other kernels: cuDNN's convolutions sum in another order than the CPU's, so the runs agree to
+# rounding in round 1 and then drift as any two float orders do (training amplifies). Five seeds of this workload
+# on CPU spread by sd 0.027 in final accuracy (issue 7's measurement); 0.05 is about two of those.
+FINAL_ACC_TOLERANCE = 0.05
+
+
+def _workload(device: str, actors: int) -> dict:
+    command = python_module(
+        "raytune_fl.bench.workload", "--child", "engine_actors", "--actors", str(actors), "--device", device
+    )
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_workload_on_four_quarter_gpu_actors_learns_as_on_cpu():
+    gpu, cpu = _workload("cuda", 4), _workload("cpu", 4)
+    assert gpu["placed"] == [["cuda", "0"]]  # every client trained on CUDA, all four actors on Ray's GPU 0
+    assert cpu["placed"] == [["cpu", ""]]
+    assert len(gpu["test_acc"]) == len(cpu["test_acc"]) == 6
+    assert gpu["test_acc"][0] == pytest.approx(cpu["test_acc"][0], abs=0.02)
+    assert gpu["test_acc"][-1] == pytest.approx(cpu["test_acc"][-1], abs=FINAL_ACC_TOLERANCE)
+    assert gpu["test_acc"][-1] > 0.5  # it learned: WORKLOAD.md's final accuracy is ~0.76
