@@ -99,6 +99,12 @@ def test_study_logs_to_a_server(ray_cluster, mlflow_server, tmp_path):
         "client_accuracy.parquet",
         "client_rounds.parquet",
     }
+    # artifacts are proxied: the client uploads through the server, which writes them to --artifacts-destination,
+    # so no node needs a filesystem shared with the server
+    assert all(r.info.artifact_uri.startswith("mlflow-artifacts:/") for r in runs), [r.info.artifact_uri for r in runs]
+    stored = {p.name for p in (tmp_path / "artifacts").rglob("*.parquet")}
+    assert {"round_metrics.parquet", "client_rounds.parquet", "partition.parquet"} <= stored, stored
+    assert not (tmp_path / "mlruns").exists() and not list(tmp_path.glob("ray/**/mlruns"))
 
 
 def _external_ip() -> str | None:
