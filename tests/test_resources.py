@@ -68,3 +68,19 @@ def test_device_choice_with_cuda():
     assert choose_device("auto", has_gpu=False) == "cpu"  # an actor without a Ray GPU does not share one unreserved
     assert choose_device("cpu", has_gpu=True) == "cpu"
     assert choose_device("cuda", has_gpu=False) == "cuda"
+
+
+def test_a_trial_that_fits_the_totals_but_no_node_arrangement_fails_fast():
+    from raytune_fl.tune.resources import check_nodes_fit
+
+    quarters = ResourcesConfig(actors=4, cpus_per_actor=1, gpus_per_actor=0.25)
+    # the only GPU node has 2 CPUs: 2 of the 4 GPU actors fit there, none on the CPU-only node
+    with pytest.raises(ValueError, match=r"fit the cluster's totals but not its nodes .* at most 2 actors fit"):
+        check_nodes_fit(quarters, [{"CPU": 2.0, "GPU": 1.0}, {"CPU": 2.0}])
+    check_nodes_fit(quarters, [{"CPU": 2.0}, {"CPU": 4.0, "GPU": 1.0}])  # the GPU node takes all four
+    # bundles of one trial may spread over nodes: 2 + 2 actors, the driver's CPU beside either pair
+    halves = ResourcesConfig(actors=4, cpus_per_actor=1, gpus_per_actor=0.5, driver_cpus=1)
+    check_nodes_fit(halves, [{"CPU": 3.0, "GPU": 1.0}, {"CPU": 2.0, "GPU": 1.0}])
+    with pytest.raises(ValueError, match=r"at most 3 actors fit beside the driver"):
+        check_nodes_fit(halves, [{"CPU": 2.0, "GPU": 1.0}, {"CPU": 2.0, "GPU": 1.0}])
+    check_nodes_fit(ResourcesConfig(actors=0, cpus_per_actor=2), [{"CPU": 2.0}])  # in-process trials

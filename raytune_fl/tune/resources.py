@@ -35,3 +35,37 @@ def check_fits(resources: ResourcesConfig, cluster: dict[str, float]) -> None:
             )
     if resources.device == "cuda" and cluster.get("GPU", 0.0) == 0:
         raise ValueError("base.resources.device: 'cuda' but the Ray cluster has 0 GPU; use device: auto or cpu")
+
+
+def check_nodes_fit(resources: ResourcesConfig, nodes: list[dict[str, float]]) -> None:
+    """Fail fast when one trial fits the cluster's totals but no arrangement of its bundles on the nodes (e.g. 4
+    quarter-GPU actors of 1 CPU each where the only GPU node has 2 CPUs): Ray would leave it pending forever.
+
+    Exact for our trials: bundles may spread over nodes, the actor bundles are identical, so it is enough to try
+    the driver bundle on each node and count how many actor bundles fit in what every node has left."""
+    driver, *actors = trial_bundles(resources)
+    if not nodes:
+        return
+    best = 0
+    for host in range(len(nodes)):
+        if not _fits(driver, nodes[host]):
+            continue
+        left = [{k: v - (driver.get(k, 0.0) if i == host else 0.0) for k, v in n.items()} for i, n in enumerate(nodes)]
+        best = max(best, sum(_how_many(actors[0], n) for n in left) if actors else len(actors))
+        if best >= len(actors):
+            return
+    shown = ", ".join(f"{n.get('CPU', 0):g} CPU/{n.get('GPU', 0):g} GPU" for n in nodes)
+    raise ValueError(
+        f"base.resources: one trial's bundles (driver {driver} + {len(actors)} x {actors[0] if actors else {}}) fit "
+        f"the cluster's totals but not its nodes ({shown}): at most {best} actors fit beside the driver; lower "
+        "resources.actors or resources.cpus_per_actor, or give the GPU nodes more CPUs"
+    )
+
+
+def _fits(bundle: dict[str, float], node: dict[str, float]) -> bool:
+    return all(node.get(k, 0.0) + 1e-9 >= v for k, v in bundle.items())
+
+
+def _how_many(bundle: dict[str, float], node: dict[str, float]) -> int:
+    counts = [int((node.get(k, 0.0) + 1e-9) // v) for k, v in bundle.items() if v > 0]
+    return min(counts) if counts else 1_000_000  # a bundle of nothing fits anywhere
