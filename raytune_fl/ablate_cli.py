@@ -36,7 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--address", help="Ray cluster to join ('auto' or host:port); default: RAY_ADDRESS or local")
     parser.add_argument("--mlflow-uri", help="MLflow tracking URI; default: sqlite:///<cwd>/mlflow.db")
-    parser.add_argument("--storage", default="ray_results", help="directory for Ray Tune results (%(default)s)")
+    parser.add_argument(
+        "--storage",
+        default="ray_results",
+        help="where Ray Tune results go: a directory, file:///dir, s3://bucket/prefix, gs://... as in tune.py "
+        "(%(default)s)",
+    )
     parser.add_argument("--out", help="where the table and results go; default: reports/<space name>/")
     parser.add_argument(
         "--resume",

@@ -9,7 +9,6 @@ import socket
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -46,7 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--mlflow-uri", help="MLflow tracking URI; default: sqlite:///<cwd>/mlflow.db")
     parser.add_argument(
-        "--storage", default="ray_results", help="directory for Ray Tune results (default: %(default)s)"
+        "--storage",
+        default="ray_results",
+        help="where Ray Tune results, checkpoints and the study record go, reachable from every Ray node: a "
+        "directory (on a cluster: shared, e.g. NFS), file:///dir, s3://bucket/prefix, gs://bucket/prefix or "
+        "hdfs://host/path; another S3-compatible endpoint via AWS_ENDPOINT_URL (README) (default: %(default)s)",
     )
     parser.add_argument(
         "--resume",
@@ -101,14 +104,10 @@ def resolve_space(args: argparse.Namespace) -> tuple[SearchSpace, list[str]]:
                 f"--address {args.address!r}: expected 'auto', 'local', host:port or ray://host:port "
                 "with a port in 1..65535"
             )
-    storage = Path(args.storage)
-    try:
-        storage.mkdir(parents=True, exist_ok=True)
-        probe = storage / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as error:
-        raise ConfigError(f"--storage: cannot write to {storage}: {error.strerror}") from None
+    from raytune_fl.tune.storage import resolve_storage
+
+    # made and write-probed (a wrong bucket or endpoint fails here, not in Ray); from here on a Storage
+    args.storage = resolve_storage(args.storage)
     return space, variants
 
 
@@ -168,7 +167,7 @@ def join_ray(address: str | None, resources: ResourcesConfig) -> None:
     """Start or join Ray, say which cluster it is, and check that one trial fits on it."""
     import ray
 
-    from raytune_fl.tune.resources import check_fits
+    from raytune_fl.tune.resources import check_fits, check_nodes_fit
 
     try:
         start_ray(address)
@@ -185,6 +184,7 @@ def join_ray(address: str | None, resources: ResourcesConfig) -> None:
     print(f"Ray cluster: {where} ({cluster.get('CPU', 0):g} CPU, {cluster.get('GPU', 0):g} GPU)", flush=True)
     try:
         check_fits(resources, cluster)
+        check_nodes_fit(resources, [n["Resources"] for n in ray.nodes() if n.get("Alive")])
     except ValueError as error:
         raise ConfigError(str(error)) from None
 
@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     uri = args.mlflow_uri or default_tracking_uri()
     print(f"MLflow tracking URI: {uri}  (experiment {space.name!r})", flush=True)
-    print(f"Ray Tune results:    {Path(args.storage).resolve()}", flush=True)
+    print(f"Ray Tune results:    {args.storage.uri}", flush=True)
     from raytune_fl.tune.manifest import StudyManifest
 
     try:  # before Ray starts: a resume of a study that does not exist (or changed) fails here

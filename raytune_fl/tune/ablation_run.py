@@ -21,6 +21,7 @@ from raytune_fl.tracking import StudyTracker
 from raytune_fl.tracking.mlflow_tracking import MlflowTrialLogger, TrialRun
 from raytune_fl.tune.ablation import AblationCell, AblationPlan, ablation_trial, cell_run
 from raytune_fl.tune.resources import placement_group_factory
+from raytune_fl.tune.storage import Storage
 from raytune_fl.tune.study import ProgressPrinter, _print, run_config
 
 TABLE_METRIC = "test_acc"  # the papers report final test accuracy; selection already happened on validation
@@ -92,7 +93,12 @@ def setting_folder(label: str) -> str:
 
 
 def run_cells(
-    cells: list[AblationCell], *, name: str, storage: str | Path, max_concurrent: int, callbacks: list[tune.Callback]
+    cells: list[AblationCell],
+    *,
+    name: str,
+    storage: str | Path | Storage,
+    max_concurrent: int,
+    callbacks: list[tune.Callback],
 ) -> tune.ResultGrid:
     """The cells as one grid of Tune trials (FIFO: there is nothing to stop early, every cell runs every round)."""
     by_key = {cell.key: cell for cell in cells}
@@ -146,7 +152,7 @@ def run_ablation(
     tracker: StudyTracker,
     data: dict[str, FederatedData],
     *,
-    storage: str | Path,
+    storage: str | Path | Storage,  # a directory or URI (tune/storage.py)
     out_dir: Path,
     resume: tuple[str, set[str]] | None = None,
     out: Callable[[str], None] = _print,

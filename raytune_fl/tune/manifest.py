@@ -1,8 +1,8 @@
 """The study manifest: which variant studies a `tune.py` run started, where, and how they ended.
 
-Written to `<storage>/<space name>.study.json` before each variant starts and after it ends, so that
-`tune.py ... --resume` after a killed driver knows what finished (skipped), what was running (restored
-with Tuner.restore, same MLflow runs) and what never started (run afresh).
+Written to `<storage>/<space name>.study.json` (beside the Tune results: a directory or a bucket prefix) before
+each variant starts and after it ends, so that `tune.py ... --resume` after a killed driver knows what finished
+(skipped), what was running (restored with Tuner.restore, same MLflow runs) and what never started (run afresh).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from raytune_fl.config import ConfigError, SearchSpace
+from raytune_fl.tune.storage import Storage, resolve_storage
 from raytune_fl.tune.study import VariantOutcome, VariantRun
 
 
@@ -25,32 +26,38 @@ def space_digest(space: SearchSpace) -> str:
 
 
 class StudyManifest:
-    def __init__(self, path: Path, digest: str, mlflow_uri: str, variants: dict[str, dict[str, Any]]) -> None:
-        self.path, self.digest, self.mlflow_uri, self.variants = path, digest, mlflow_uri, variants
+    def __init__(
+        self, storage: Storage, path: str, digest: str, mlflow_uri: str, variants: dict[str, dict[str, Any]]
+    ) -> None:
+        self.storage, self.path = storage, path  # `path` is within the storage's filesystem
+        self.digest, self.mlflow_uri, self.variants = digest, mlflow_uri, variants
 
     @staticmethod
-    def location(storage: str | Path, space: SearchSpace) -> Path:
-        return Path(storage).resolve() / f"{space.name}.study.json"
+    def location(storage: Storage, space: SearchSpace) -> str:
+        return storage.join(f"{space.name}.study.json")
 
     @classmethod
-    def start(cls, storage: str | Path, space: SearchSpace, mlflow_uri: str) -> StudyManifest:
+    def start(cls, storage: str | Path | Storage, space: SearchSpace, mlflow_uri: str) -> StudyManifest:
+        storage = resolve_storage(storage)
         path = cls.location(storage, space)
-        if path.exists():  # an earlier study of this space: kept under its start time, so it stays resumable by hand
-            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
-            path.replace(path.with_name(f"{space.name}.study.{stamp}.json"))
-        manifest = cls(path, space_digest(space), mlflow_uri, {})
+        if storage.is_file(path):  # an earlier study of this space: kept under its start time, resumable by hand
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(storage.mtime(path)))
+            storage.move(path, storage.join(f"{space.name}.study.{stamp}.json"))
+        manifest = cls(storage, path, space_digest(space), mlflow_uri, {})
         manifest.save()
         return manifest
 
     @classmethod
-    def load(cls, storage: str | Path, space: SearchSpace, mlflow_uri: str) -> StudyManifest:
+    def load(cls, storage: str | Path | Storage, space: SearchSpace, mlflow_uri: str) -> StudyManifest:
+        storage = resolve_storage(storage)
         path = cls.location(storage, space)
-        if not path.is_file():
-            raise ConfigError(f"--resume: no study of {space.name!r} to resume under {path.parent} (no {path.name})")
+        if not storage.is_file(path):
+            name = path.rsplit("/", 1)[-1]
+            raise ConfigError(f"--resume: no study of {space.name!r} to resume under {storage.uri} (no {name})")
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(storage.read_text(path))
         except (OSError, json.JSONDecodeError) as error:
-            raise ConfigError(f"--resume: cannot read {path}: {error}") from None
+            raise ConfigError(f"--resume: cannot read {storage.show(path)}: {error}") from None
         if data.get("digest") != space_digest(space):
             raise ConfigError(
                 f"--resume: {space.name!r} changed since the study started (file or --set/--rounds/--seed "
@@ -60,13 +67,11 @@ class StudyManifest:
             raise ConfigError(
                 f"--mlflow-uri: the study logged to {data.get('mlflow_uri')}; resume it with the same tracking URI"
             )
-        return cls(path, data["digest"], data["mlflow_uri"], data.get("variants", {}))
+        return cls(storage, path, data["digest"], data["mlflow_uri"], data.get("variants", {}))
 
     def save(self) -> None:
         data = {"digest": self.digest, "mlflow_uri": self.mlflow_uri, "variants": self.variants}
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2, default=str))
-        tmp.replace(self.path)  # atomic: a kill mid-write never leaves half a manifest
+        self.storage.write_text(self.path, json.dumps(data, indent=2, default=str))  # whole or not at all
 
     def started(self, variant: str, run: VariantRun) -> None:
         self.variants[variant] = {**dataclasses.asdict(run), "outcome": None}

@@ -21,6 +21,7 @@ from raytune_fl.methods import METHODS
 from raytune_fl.tracking import StudyTracker
 from raytune_fl.tune.resources import placement_group_factory
 from raytune_fl.tune.space import optuna_space
+from raytune_fl.tune.storage import Storage, resolve_storage
 from raytune_fl.tune.trainable import federated_trial
 
 
@@ -104,7 +105,7 @@ def run_variant(
     space: SearchSpace,
     variant_name: str,
     *,
-    storage: str | Path,
+    storage: str | Path | Storage,
     tracker: StudyTracker | None,
     out: Callable[[str], None] = _print,
     data: FederatedData | None = None,
@@ -143,9 +144,12 @@ def run_variant(
     }
     callbacks: list[tune.Callback] = [ProgressPrinter(variant_name, num_samples, base.rounds, settings.metric, out)]
     parent_run_id = resume.parent_run_id if resume else None
-    restorable = resume is not None and tune.Tuner.can_restore(resume.experiment_path)
+    storage = resolve_storage(storage)
+    fs = storage.filesystem
+    restorable = resume is not None and tune.Tuner.can_restore(resume.experiment_path, storage_filesystem=fs)
     if resume is not None and not restorable:
-        out(f"[{variant_name}] nothing to restore at {resume.experiment_path}: starting the variant afresh")
+        where = storage.show(resume.experiment_path)
+        out(f"[{variant_name}] nothing to restore at {where}: starting the variant afresh")
     logger = None
     if tracker is not None and parent_run_id is not None:
         tracker.reopen(parent_run_id)
@@ -185,13 +189,15 @@ def run_variant(
     )
     name = f"{space.name}-{variant_name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if restorable:
-        tuner = tune.Tuner.restore(resume.experiment_path, trainable, resume_unfinished=True, resume_errored=True)
+        tuner = tune.Tuner.restore(
+            resume.experiment_path, trainable, resume_unfinished=True, resume_errored=True, storage_filesystem=fs
+        )
         # Ray restores the callbacks pickled at the first start; ours hold this process's MLflow bookkeeping
         tuner._local_tuner.get_run_config().callbacks = callbacks
         experiment_path = resume.experiment_path
     else:
         tuner = _new_tuner(trainable, space, search_alg, scheduler, num_samples, name, storage, callbacks)
-        experiment_path = str(Path(storage).resolve() / name)
+        experiment_path = storage.join(name)  # within the storage's filesystem, as Tune's restore takes it
     if on_start is not None:
         on_start(VariantRun(experiment_path, parent_run_id))
     status = "FAILED"
@@ -206,7 +212,7 @@ def run_variant(
             settings.mode,
             base.rounds,
         )
-        outcome.parent_run_id, outcome.storage = parent_run_id, str(Path(storage).resolve())
+        outcome.parent_run_id, outcome.storage = parent_run_id, storage.uri
         outcome.wall_time_s = time.time() - started
         status = "FINISHED" if outcome.best_metrics else "FAILED"
         return outcome
@@ -244,12 +250,17 @@ def _new_tuner(trainable, space, search_alg, scheduler, num_samples, name, stora
     )
 
 
-def run_config(name: str, storage: str | Path, callbacks: list[tune.Callback], trial_retries: int) -> tune.RunConfig:
+def run_config(
+    name: str, storage: str | Path | Storage, callbacks: list[tune.Callback], trial_retries: int
+) -> tune.RunConfig:
     """Where a Tune run writes, who hears of its trials, how many checkpoints it keeps, how often a dead trial is
     restarted from its last checkpoint (tune and ablation alike)."""
+    storage = resolve_storage(storage)
     return tune.RunConfig(
         name=name,
-        storage_path=str(Path(storage).resolve()),
+        # the filesystem itself, not a URI: Ray pickles it to the trials with the endpoint it was made with
+        storage_path=storage.path,
+        storage_filesystem=storage.filesystem,
         callbacks=callbacks,
         failure_config=tune.FailureConfig(max_failures=trial_retries),
         verbose=0,  # the progress printer says a line per trial round instead of Tune's tables
