@@ -127,3 +127,18 @@ def test_the_study_benchmark_space_is_a_valid_search_space_without_early_stoppin
     )
     assert "| 16 x 6 | 120.0 s | 100.0 s | 20 % | 4.0 s | 16.0 s |" in line
     json.dumps(study.study_space(2, 2, 0))  # the YAML written for tune.py is plain data
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks machines without CUDA")
+def test_bench_workload_on_cuda_without_a_gpu_says_so_instead_of_waiting():
+    import subprocess
+
+    from .conftest import REPO
+
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench_workload.py"), "--device", "cuda"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "--device cuda: torch" in done.stderr and "sees no CUDA device" in done.stderr

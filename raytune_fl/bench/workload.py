@@ -185,6 +185,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         actors = args.actors if args.child == "engine_actors" else 0
         print(json.dumps(run_engine(args.rounds, actors, args.threads, args.device)))
         return 0
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():  # the actors would wait forever for a GPU the cluster lacks
+            print(f"error: --device cuda: torch {torch.__version__} sees no CUDA device here", file=sys.stderr)
+            return 2
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]
     unknown = [w for w in ways if w not in WAYS]
     if unknown:
