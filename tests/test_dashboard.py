@@ -111,6 +111,7 @@ def _chromium(page: Path, tmp_path: Path, *mode: str) -> subprocess.CompletedPro
     return done
 
 
+@pytest.mark.slow
 def test_chromium_draws_every_figure_without_script_errors(built, tmp_path):
     report = built.latest  # the fullest page the store gives
     dom = _chromium(report.path, tmp_path, "--dump-dom").stdout

@@ -139,6 +139,7 @@ def _survivors(marker: str, wait_s: float) -> list[str]:
         time.sleep(1)
 
 
+@pytest.mark.slow
 def test_a_killed_study_resumes_to_the_uninterrupted_result(ray_cluster, tmp_path, capsys, request):
     space = _space(tmp_path)
     reference_uri = f"sqlite:///{tmp_path / 'reference.db'}"

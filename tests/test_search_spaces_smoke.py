@@ -33,6 +33,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_search_space_runs_through_tune_py(name, ray_cluster, tmp_path, capsys):
     path = REPO / "search_spaces" / f"{name}.yaml"
