@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from raytune_fl.aggregators.fedavg import is_running_statistic
+from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.pool import ClientLost, ClientPool, TrainJob
+from raytune_fl.engine.schedules import RoundHost
 from raytune_fl.engine.system import ClientPlan, ClientRecord, placed
 from raytune_fl.types import ClientUpdate, Weights
-
-if TYPE_CHECKING:
-    from raytune_fl.engine.federation import Federation
 
 
 @dataclass
@@ -60,13 +60,25 @@ def rebase_statistics(update: ClientUpdate, start: Weights, current: Weights) ->
 
 
 class BufferedAsync:
-    def __init__(self, federation: Federation, pool: ClientPool) -> None:
-        self.fed, self.pool = federation, pool
-        exp = federation.experiment
-        self.num_clients = federation.data.num_clients
-        self.concurrency = max(1, round(exp.participation * self.num_clients))
-        self.buffer_size = int(federation.method.buffer_size or 1)
-        state = federation.async_state or {"dispatches": 0, "flights": [], "buffer": [], "log": []}
+    """FedBuff's schedule. Between runs its state is what a checkpoint taken at the last report holds (clients
+    in flight, the buffer, the dispatch count); a run rebuilds its flights from that state on its pool."""
+
+    def __init__(self, experiment: ExperimentConfig, num_clients: int, buffer_size: int | None) -> None:
+        if experiment.system.deadline is not None:
+            raise ValueError("system.deadline: FedBuff has no round deadline (late updates are applied stale)")
+        self.rounds, self.seed, self.num_clients = experiment.rounds, experiment.seed, num_clients
+        self.concurrency = max(1, round(experiment.participation * num_clients))
+        self.buffer_size = int(buffer_size or 1)
+        self.sim_time = 0.0
+        self.saved: dict[str, Any] | None = None  # the state as of the last report, for checkpoints
+        # the running state, rebuilt from `saved` by each run
+        self.dispatches = 0
+        self.flights: list[Flight] = []
+        self.buffer: list[ClientUpdate] = []
+        self.log: list[ClientRecord] = []
+
+    def run(self, host: RoundHost, pool: ClientPool) -> None:
+        state = self.saved or {"dispatches": 0, "flights": [], "buffer": [], "log": []}
         self.dispatches = int(state["dispatches"])
         self.buffer = list(state["buffer"])
         self.log = [ClientRecord(**row) for row in state["log"]]
@@ -75,65 +87,76 @@ class BufferedAsync:
             flight = Flight(saved["finish"], saved["seq"], saved["version"], saved["job"], ClientPlan(**saved["plan"]))
             flight.ticket = None if flight.plan.dropped else pool.submit(flight.job)
             self.flights.append(flight)
-
-    def run(self) -> None:
-        fed, rounds = self.fed, self.fed.experiment.rounds
         while len(self.flights) < self.concurrency:
-            self.dispatch()
+            self.dispatch(host, pool)
         started = time.perf_counter()
-        while fed.round < rounds:
+        while host.round < self.rounds:
             flight = min(self.flights, key=lambda f: (f.finish, f.seq))
             self.flights.remove(flight)
-            fed.sim_time = flight.finish
-            staleness = fed.round - flight.version
+            self.sim_time = flight.finish
+            staleness = host.round - flight.version
             status, outcome = "dropped", None
             if flight.ticket is not None:
-                outcome = self.pool.collect([flight.ticket])[flight.ticket]
-                status = "lost" if isinstance(outcome, ClientLost) else "trained"
-                if status == "trained":
+                outcome = pool.collect([flight.ticket])[flight.ticket]
+                if isinstance(outcome, ClientLost):
+                    status = "lost"
+                else:
+                    status = "trained"
                     update = dataclasses.replace(outcome, staleness=staleness)
-                    self.buffer.append(rebase_statistics(update, flight.job.weights, fed.weights))
+                    self.buffer.append(rebase_statistics(update, flight.job.weights, host.weights))
             plan = flight.plan
             where = placed(outcome)
             self.log.append(
-                ClientRecord(fed.round + 1, plan.client_id, status, plan.steps, plan.sim_time, staleness, **where)
+                ClientRecord(host.round + 1, plan.client_id, status, plan.steps, plan.sim_time, staleness, **where)
             )
             if len(self.buffer) >= self.buffer_size:
                 buffer, log = self.buffer, self.log
                 self.buffer, self.log = [], []
                 # what a checkpoint taken at this report must hold; the freed slot is refilled after the report,
                 # exactly as a restored run refills it
-                fed.async_state = self.state()
-                fed.finish_round(fed.round + 1, buffer, log, self.pool, started)
+                self.saved = self.running_state()
+                round_index, start_weights = host.round + 1, host.weights
+                updates = host.apply_round(round_index, buffer)
+                host.report_round(round_index, start_weights, updates, log, pool, started)
                 started = time.perf_counter()
-            self.dispatch()
+            self.dispatch(host, pool)
 
-    def dispatch(self) -> None:
+    def dispatch(self, host: RoundHost, pool: ClientPool) -> None:
         """Start one idle client (seeded draw) on the current model, at the current simulated time."""
-        fed = self.fed
         busy = {f.job.client_id for f in self.flights}
         idle = [c for c in range(self.num_clients) if c not in busy]
-        rng = np.random.default_rng([fed.experiment.seed, self.dispatches, 13])  # 13: its own stream
+        rng = np.random.default_rng([self.seed, self.dispatches, 13])  # 13: its own stream
         cid = idle[int(rng.integers(len(idle)))]
-        plan = fed.system.plan([cid], stream=self.dispatches)[0]
+        plan = host.system.plan([cid], stream=self.dispatches)[0]
         job = TrainJob(
             cid,
-            fed.round + 1,
-            fed.weights,
-            fed.method.aggregator.payload(),
-            fed.client_states.get(cid),
+            host.round + 1,
+            host.weights,
+            host.method.aggregator.payload(),
+            host.client_states.get(cid),
             plan.max_steps,
             stream=self.dispatches,
         )
-        flight = Flight(fed.sim_time + plan.sim_time, self.dispatches, fed.round, job, plan)
-        flight.ticket = None if plan.dropped else self.pool.submit(job)
+        flight = Flight(self.sim_time + plan.sim_time, self.dispatches, host.round, job, plan)
+        flight.ticket = None if plan.dropped else pool.submit(job)
         self.flights.append(flight)
         self.dispatches += 1
 
-    def state(self) -> dict[str, Any]:
+    def running_state(self) -> dict[str, Any]:
         return {
             "dispatches": self.dispatches,
             "flights": [f.to_state() for f in self.flights],
             "buffer": list(self.buffer),
             "log": [dataclasses.asdict(r) for r in self.log],
         }
+
+    def round_metrics(self, updates: Sequence[ClientUpdate]) -> dict[str, Any]:
+        staleness = [u.staleness for u in updates]
+        return {"sim_time": self.sim_time, "staleness_mean": float(np.mean(staleness)), "staleness_max": max(staleness)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sim_time": self.sim_time, "asynchronous": self.saved}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.sim_time = float(state["sim_time"])
+        self.saved = state.get("asynchronous")

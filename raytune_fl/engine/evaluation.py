@@ -1,0 +1,145 @@
+"""Scoring the global model: validation and test metrics, the cheap diagnostics, personalised accuracy
+(method.personalise) and FedLD's loss decomposition, all on one model the weights are loaded into."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from raytune_fl.config import DiagnosticsConfig
+from raytune_fl.engine.data import FederatedData
+from raytune_fl.engine.diagnostics import (
+    classifier_spectrum,
+    client_accuracies,
+    loss_decomposition,
+    per_client_accuracy,
+    spectrum_summary,
+)
+from raytune_fl.types import ClientUpdate, Weights
+from raytune_fl.weights import load_weights
+
+SPECTRUM_KEY = "classifier_spectrum"  # the full spectrum, a list; the summary metrics are sv_*
+CLIENT_ACC_KEY = "client_accuracy"  # each client's validation accuracy under the global model, a list
+Personalise = Callable[[Weights, Mapping[str, Any]], Weights]  # a method's: the model a client uses
+
+
+@torch.no_grad()
+def predict(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sample cross-entropy and correctness of `model` in eval mode."""
+    model.eval()
+    device = next(model.parameters()).device
+    losses, correct = [], []
+    for start in range(0, x.shape[0], batch_size):
+        xb, yb = x[start : start + batch_size].to(device), y[start : start + batch_size].to(device)
+        logits, _ = model(xb)
+        losses.append(F.cross_entropy(logits, yb, reduction="none").double().cpu())
+        correct.append((logits.argmax(dim=1) == yb).cpu())
+    if not losses:
+        return np.zeros(0), np.zeros(0, dtype=bool)
+    return torch.cat(losses).numpy(), torch.cat(correct).numpy()
+
+
+def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy of `model` in eval mode."""
+    losses, correct = predict(model, x, y, batch_size)
+    n = max(len(losses), 1)
+    return float(losses.sum()) / n, float(correct.sum()) / n
+
+
+def mean_client_metrics(updates: Sequence[ClientUpdate]) -> dict[str, float]:
+    """Sample-weighted mean of the clients' local training metrics."""
+    if not updates:
+        return {}
+    total = sum(u.num_samples for u in updates)
+    keys = updates[0].metrics.keys()
+    return {
+        f"train_{k}" if k in ("loss", "ce") else k: sum(u.metrics[k] * u.num_samples for u in updates) / total
+        for k in keys
+    }
+
+
+class Evaluator:
+    """The validation and test sets as tensors, and the model that weights are loaded into to score them.
+
+    Every method leaves the model holding the weights it was given as `weights` (the global model).
+    """
+
+    def __init__(
+        self, data: FederatedData, model: torch.nn.Module, batch_size: int, diagnostics: DiagnosticsConfig
+    ) -> None:
+        self.data, self.model, self.batch_size, self.diagnostics = data, model, batch_size, diagnostics
+        dataset = data.dataset
+        val = data.val_indices
+        self.val_x, self.val_y = torch.from_numpy(dataset.x_train[val]), torch.from_numpy(dataset.y_train[val])
+        # which client each validation sample belongs to: per-client accuracy comes from the same pass
+        owner = np.concatenate([np.full(len(part), cid) for cid, part in enumerate(data.val_parts)])
+        self.val_owner = owner[np.argsort(np.concatenate(data.val_parts), kind="stable")]
+        # evaluation batches stay NCHW: the first convolution converts them, no second copy of the test set
+        self.test_x, self.test_y = torch.from_numpy(dataset.x_test), torch.from_numpy(dataset.y_test)
+
+    def evaluate(
+        self, weights: Weights, personalise: Personalise | None, client_states: Mapping[int, Any]
+    ) -> dict[str, Any]:
+        """The global model's metrics, personalised accuracy when the method has it, and the cheap diagnostics."""
+        load_weights(self.model, weights)
+        size, num_clients = self.batch_size, self.data.num_clients
+        val_losses, val_correct = predict(self.model, self.val_x, self.val_y, size)
+        test_loss, test_acc = evaluate(self.model, self.test_x, self.test_y, size)
+        metrics: dict[str, Any] = {
+            "val_loss": float(val_losses.mean()) if len(val_losses) else 0.0,
+            "val_acc": float(val_correct.mean()) if len(val_correct) else 0.0,
+            "test_loss": test_loss,
+            "test_acc": test_acc,
+        }
+        if personalise is not None:
+            metrics.update(self.evaluate_personalised(weights, personalise, client_states))
+        wanted = self.diagnostics
+        if wanted.client_accuracy:
+            metrics.update(per_client_accuracy(val_correct, self.val_owner, num_clients))
+            # the full spread, for the dashboard; a list: the logger files it as an artifact, not a metric
+            metrics[CLIENT_ACC_KEY] = client_accuracies(val_correct, self.val_owner, num_clients).tolist()
+        if wanted.spectrum:
+            spectrum = classifier_spectrum(weights)
+            metrics.update(spectrum_summary(spectrum))
+            metrics[SPECTRUM_KEY] = spectrum.tolist()  # a list: the logger files it as an artifact, not a metric
+        return metrics
+
+    def evaluate_personalised(
+        self, weights: Weights, personalise: Personalise, client_states: Mapping[int, Any]
+    ) -> dict[str, float]:
+        """Each client's held-out samples under the model that client uses (method.personalise)."""
+        size = self.batch_size
+        correct = np.zeros(len(self.val_y), dtype=bool)
+        for cid in range(self.data.num_clients):
+            mine = np.flatnonzero(self.val_owner == cid)
+            if len(mine) == 0:
+                continue
+            load_weights(self.model, personalise(weights, client_states.get(cid, {})))
+            index = torch.from_numpy(mine)
+            correct[mine] = predict(self.model, self.val_x[index], self.val_y[index], size)[1]
+        load_weights(self.model, weights)
+        spread = per_client_accuracy(correct, self.val_owner, self.data.num_clients)
+        return {"personal_val_acc": float(correct.mean()), **{f"personal_{k}": v for k, v in spread.items()}}
+
+    def decompose_loss(
+        self, weights: Weights, start_weights: Weights, updates: Sequence[ClientUpdate], val_loss: float
+    ) -> dict:
+        """FedLD's Eq. 2 for this round's clients: evaluates each client model on its own and on the global data."""
+        size = self.batch_size
+        x, y = torch.from_numpy(self.data.dataset.x_train), torch.from_numpy(self.data.dataset.y_train)
+        local, shifted = [], []
+        for update in updates:
+            client_weights = {
+                k: start_weights[k] + update.delta[k] if k in update.delta else v for k, v in start_weights.items()
+            }
+            client_weights.update(update.buffers)
+            load_weights(self.model, client_weights)
+            own = torch.from_numpy(self.data.train_parts[update.client_id])
+            local.append(evaluate(self.model, x[own], y[own], size)[0])
+            shifted.append(evaluate(self.model, self.val_x, self.val_y, size)[0])
+        load_weights(self.model, weights)
+        return loss_decomposition(val_loss, local, shifted, [u.num_samples for u in updates])
