@@ -14,7 +14,7 @@ import torch
 from raytune_fl.bench import proc, scaling, study, workload
 from raytune_fl.bench.reference import Net, load_data
 from raytune_fl.config import SearchSpace
-from raytune_fl.engine.federation import prepare_data
+from raytune_fl.engine.data import prepare_data
 from raytune_fl.models import build_model
 
 WORKLOAD_SIZES = [262, 356, 1094, 72, 427, 261, 851, 70, 536, 71]  # ../shared/WORKLOAD.md "Partition"

@@ -12,7 +12,8 @@ from raytune_fl.engine.diagnostics import (
     per_client_accuracy,
     spectrum_summary,
 )
-from raytune_fl.engine.federation import SPECTRUM_KEY, Federation
+from raytune_fl.engine.evaluation import SPECTRUM_KEY
+from raytune_fl.engine.federation import Federation
 
 
 def test_spectrum_of_a_hand_made_classifier():
@@ -93,7 +94,7 @@ def test_diagnostics_can_be_switched_off():
 def test_fedbn_is_also_scored_with_each_clients_own_batchnorm():
     import torch
 
-    from raytune_fl.engine.federation import predict
+    from raytune_fl.engine.evaluation import predict
     from raytune_fl.methods.fedbn import with_own_batchnorm
     from raytune_fl.weights import load_weights
 

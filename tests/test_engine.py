@@ -10,7 +10,9 @@ import ray
 import torch
 
 from raytune_fl.config import ExperimentConfig, ResourcesConfig
-from raytune_fl.engine.federation import CLIENT_LOG_KEY, Federation, prepare_data, sample_clients
+from raytune_fl.engine.data import prepare_data
+from raytune_fl.engine.federation import CLIENT_LOG_KEY, Federation
+from raytune_fl.engine.synchronous import sample_clients
 from raytune_fl.types import WorkerPlace
 
 EXPERIMENT = ExperimentConfig.model_validate(
@@ -128,7 +130,8 @@ def test_a_closed_trial_pool_parks_its_actors_and_the_next_trial_reuses_them(ray
 def _plain_nchw_rounds(experiment: ExperimentConfig, method: str, params: dict) -> list[tuple[float, float, float]]:
     """The synchronous round written out plainly, as the engine ran before channels-last and overlapped rounds:
     NCHW tensors, the sampled clients one after another, aggregate, then evaluate. (val_loss, val_acc, train_loss)."""
-    from raytune_fl.engine.federation import evaluate, worker_spec
+    from raytune_fl.engine.evaluation import evaluate
+    from raytune_fl.engine.federation import worker_spec
     from raytune_fl.engine.worker import ClientWorker
     from raytune_fl.methods import build_method
     from raytune_fl.weights import load_weights, read_weights

@@ -8,7 +8,8 @@ from mlflow.tracking import MlflowClient
 
 from raytune_fl.cli import main
 from raytune_fl.config import load_space, override
-from raytune_fl.engine.federation import Federation, prepare_data
+from raytune_fl.engine.data import prepare_data
+from raytune_fl.engine.federation import Federation
 
 from .conftest import REPO
 

@@ -30,7 +30,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from raytune_fl.config import FaultsConfig, ResourcesConfig
-from raytune_fl.engine.federation import FederatedData
+from raytune_fl.engine.data import FederatedData
 from raytune_fl.engine.pool import ClientLost, Outcome, TrainJob, WorkerFailure, run_job
 from raytune_fl.engine.worker import ClientWorker, WorkerSpec, choose_device
 from raytune_fl.types import ClientUpdate, Weights, WorkerPlace

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from raytune_fl.config import ExperimentConfig
-from raytune_fl.engine.federation import Federation, in_process_pool, prepare_data
+from raytune_fl.engine.data import prepare_data
+from raytune_fl.engine.federation import Federation, in_process_pool
 
 # one representative setting per method: its defaults, which is what a first run uses
 DEFAULT_METHODS: dict[str, tuple[str, dict[str, Any]]] = {

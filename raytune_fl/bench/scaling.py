@@ -36,7 +36,7 @@ def run_clients(clients: int, participating: int, rounds: int, actors: int, thre
 
     from raytune_fl.config import ExperimentConfig
     from raytune_fl.data import load_dataset
-    from raytune_fl.engine.federation import FederatedData
+    from raytune_fl.engine.data import FederatedData
 
     torch.set_num_threads(threads)
     experiment = ExperimentConfig.model_validate(
