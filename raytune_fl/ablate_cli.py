@@ -83,9 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(error)
     seeds = [space.base.seed + i for i in range(args.seeds)]
 
-    from raytune_fl.report.store import latest_study
     from raytune_fl.tracking import StudyTracker, default_tracking_uri
-    from raytune_fl.tune.ablation_run import find_parent, run_ablation
+    from raytune_fl.tracking.store import find_ablation_parent, latest_study
+    from raytune_fl.tune.ablation_run import run_ablation
 
     uri = args.mlflow_uri or default_tracking_uri()
     print(f"MLflow tracking URI: {uri}  (experiment {space.name!r})", flush=True)
@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(plan.summary_line(), flush=True)
     resume = None
     if args.resume:
-        parent_run_id, done = find_parent(tracker, plan.fingerprint)
+        parent_run_id, done = find_ablation_parent(tracker.client, tracker.experiment_id, plan.fingerprint)
         if parent_run_id is None:
             return _fail("--resume: MLflow has no ablation with this plan (same space, overrides, grid and seeds)")
         print(f"resuming ablation run {parent_run_id}: {len(done)} of {len(plan.cells)} runs had finished", flush=True)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -15,9 +13,10 @@ import yaml
 
 from raytune_fl.config import ConfigError, ExperimentConfig, ResourcesConfig, SearchSpace, load_space, override
 from raytune_fl.registry import UnknownNameError
+from raytune_fl.tune.cluster import start_ray  # module-level: main reaches Ray only through cli.start_ray
 
 if TYPE_CHECKING:
-    from raytune_fl.engine.federation import FederatedData
+    from raytune_fl.engine.data import FederatedData
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,35 +110,10 @@ def resolve_space(args: argparse.Namespace) -> tuple[SearchSpace, list[str]]:
     return space, variants
 
 
-def _probe(address: str, timeout_s: float = 10.0) -> None:
-    host, _, port = address.rpartition(":")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except (OSError, ValueError) as error:
-        raise ConnectionError(f"nothing answers at {address} ({error})") from None
-
-
-def start_ray(address: str | None) -> None:
-    import ray
-
-    # checkpointing every round makes Tune snapshot its state often (it must, to keep resumes consistent); cheap
-    # for our small states, so its warning about it is noise
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    if ray.is_initialized():  # e.g. inside a test session that already started a private cluster
-        return
-    address = address or os.environ.get("RAY_ADDRESS") or "local"
-    if address not in ("auto", "local") and not address.startswith("ray://"):
-        _probe(address)  # Ray itself retries an unreachable head for minutes
-    kwargs: dict[str, Any] = {"address": address, "log_to_driver": True}
-    if address == "local":
-        kwargs["include_dashboard"] = False
-    ray.init(**kwargs)
-
-
 def check_data(base: ExperimentConfig) -> FederatedData:
     """The dataset and its partition, checked before any Ray process starts; errors name the field."""
     from raytune_fl.data import load_dataset
-    from raytune_fl.engine.federation import prepare_data
+    from raytune_fl.engine.data import prepare_data
 
     spec = base.partition
     try:  # loaded first (and cached) so that missing or malformed files are reported against `root`
@@ -165,8 +139,7 @@ def check_data(base: ExperimentConfig) -> FederatedData:
 
 def join_ray(address: str | None, resources: ResourcesConfig) -> None:
     """Start or join Ray, say which cluster it is, and check that one trial fits on it."""
-    import ray
-
+    from raytune_fl.tune.cluster import cluster_view
     from raytune_fl.tune.resources import check_fits, check_nodes_fit
 
     try:
@@ -179,12 +152,11 @@ def join_ray(address: str | None, resources: ResourcesConfig) -> None:
             "  is the head running (`ray status --address <head>:6379`)? with token authentication, set "
             "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (README, 'Running on a cluster')"
         ) from None
-    cluster = ray.cluster_resources()
-    where = ray.get_runtime_context().gcs_address
+    where, cluster, nodes = cluster_view()
     print(f"Ray cluster: {where} ({cluster.get('CPU', 0):g} CPU, {cluster.get('GPU', 0):g} GPU)", flush=True)
     try:
         check_fits(resources, cluster)
-        check_nodes_fit(resources, [n["Resources"] for n in ray.nodes() if n.get("Alive")])
+        check_nodes_fit(resources, nodes)
     except ValueError as error:
         raise ConfigError(str(error)) from None
 

@@ -19,39 +19,21 @@ import torch
 
 from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.augment import AugmentSpec
-from raytune_fl.engine.data import FederatedData, partition_kwargs, prepare_data
+from raytune_fl.engine.data import FederatedData, prepare_data
 from raytune_fl.engine.evaluation import (
-    CLIENT_ACC_KEY,
-    SPECTRUM_KEY,
     Evaluator,
-    evaluate,
     mean_client_metrics,
-    predict,
 )
 from raytune_fl.engine.fedbuff import BufferedAsync
 from raytune_fl.engine.local import LocalSettings, NonFiniteLossError
 from raytune_fl.engine.pool import ClientPool, InProcessPool, WorkerFailure
 from raytune_fl.engine.schedules import Schedule
-from raytune_fl.engine.synchronous import SynchronousRounds, sample_clients
+from raytune_fl.engine.synchronous import SynchronousRounds
 from raytune_fl.engine.system import ClientRecord, SystemModel
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import Method, build_method
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
 from raytune_fl.weights import read_weights
-
-__all__ = ["CLIENT_LOG_KEY", "Federation", "PoolFactory", "RoundCallback", "in_process_pool", "worker_spec"]
-# re-exported for code that still imports them from here; their homes are engine/data, evaluation, synchronous
-__all__ += [
-    "FederatedData",
-    "prepare_data",
-    "partition_kwargs",
-    "CLIENT_ACC_KEY",
-    "SPECTRUM_KEY",
-    "evaluate",
-    "mean_client_metrics",
-    "predict",
-    "sample_clients",
-]
 
 RoundCallback = Callable[[dict[str, Any]], None]
 CLIENT_LOG_KEY = "client_log"  # per-client rows of the round (status, steps, simulated time), a list

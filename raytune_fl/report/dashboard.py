@@ -11,29 +11,61 @@ from __future__ import annotations
 import argparse
 import html
 import math
-import os
 import re
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import optuna
 import pandas as pd
-import yaml
-from mlflow.entities import Run
-from mlflow.tracking import MlflowClient
 from pydantic import ValidationError
 
 from raytune_fl.config import ConfigError, SearchSpace, load_space
 from raytune_fl.report import figures
-from raytune_fl.report.store import experiment_id, search_all
 from raytune_fl.report.table import summarise
+from raytune_fl.tracking.schema import (
+    ABLATION_FOLDER,
+    ABLATION_RESULTS_FILE,
+    CLIENT_ACCURACY_FILE,
+    CONFIG_FILE,
+    DASHBOARD_FOLDER,
+    PARTITION_FILE,
+    PARTITION_FOLDER,
+    ROUND_METRICS_FILE,
+    SETTING_DEFAULT,
+    SPECTRUM_FILE,
+    STAGE_ABLATION,
+    STAGE_TUNE,
+    TAG_CELL,
+    TAG_METHOD,
+    TAG_PARENT_RUN,
+    TAG_SEED,
+    TAG_SEEDS,
+    TAG_SETTING,
+    TAG_STAGE,
+    TAG_TRIAL_STATUS,
+    TAG_VARIANT,
+    TRIAL_FINISHED,
+    TRIAL_STOPPED_EARLY,
+    TRIAL_UNKNOWN,
+    setting_folder,
+)
+from raytune_fl.tracking.store import (
+    Artifacts,
+    MlflowClient,
+    Run,
+    experiment_id,
+    is_child,
+    metric_history,
+    open_client,
+    stage_runs,
+)
+from raytune_fl.tune.importance import completed_trial, importances
+from raytune_fl.tune.space import parse_param, search_distributions
 
 # section id -> heading, in page order (tests and the page's navigation use the same ids)
 SECTIONS = {
@@ -46,8 +78,7 @@ SECTIONS = {
     "partition": "Partition heat-maps",
 }
 NO_ABLATION = "no ablation runs yet: run scripts/ablate.py"
-_PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-COMPLETED = ("finished", "stopped_early")  # what Ray's OptunaSearch told the study as complete (last value)
+COMPLETED = (TRIAL_FINISHED, TRIAL_STOPPED_EARLY)  # what Ray's OptunaSearch told the study as complete (last value)
 
 
 class DashboardError(Exception):
@@ -82,61 +113,6 @@ class Section:
 # ---------------------------------------------------------------- reading the store
 
 
-@contextmanager
-def _no_progress_bar() -> Iterator[None]:
-    """MLflow draws a progress bar per download; dozens of them would bury the progress lines."""
-    before = os.environ.get(_PROGRESS_BAR)
-    os.environ[_PROGRESS_BAR] = "false"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[_PROGRESS_BAR]
-        else:
-            os.environ[_PROGRESS_BAR] = before
-
-
-class Artifacts:
-    """Downloads each artifact once into a temporary folder; a missing artifact is None, not an exception."""
-
-    def __init__(self, client: MlflowClient, root: Path) -> None:
-        self.client, self.root = client, root
-        self._listings: dict[tuple[str, str], list[Any]] = {}
-        self._local: dict[tuple[str, str], Path] = {}
-
-    def listing(self, run_id: str, folder: str = "") -> list[Any]:
-        key = (run_id, folder)
-        if key not in self._listings:
-            self._listings[key] = list(self.client.list_artifacts(run_id, folder or None))
-        return self._listings[key]
-
-    def files(self, run_id: str, folder: str) -> list[str]:
-        """Every file path under `folder`, recursively."""
-        found = []
-        for info in self.listing(run_id, folder):
-            found.extend(self.files(run_id, info.path) if info.is_dir else [info.path])
-        return found
-
-    def local(self, run_id: str, path: str) -> Path | None:
-        folder = path.rpartition("/")[0]
-        if not any(info.path == path and not info.is_dir for info in self.listing(run_id, folder)):
-            return None
-        if (run_id, path) not in self._local:
-            (self.root / run_id).mkdir(parents=True, exist_ok=True)
-            with _no_progress_bar():
-                local = self.client.download_artifacts(run_id, path, str(self.root / run_id))
-            self._local[run_id, path] = Path(local)
-        return self._local[run_id, path]
-
-    def parquet(self, run_id: str, path: str) -> pd.DataFrame | None:
-        local = self.local(run_id, path)
-        return None if local is None else pd.read_parquet(local)
-
-    def yaml(self, run_id: str, path: str) -> dict[str, Any] | None:
-        local = self.local(run_id, path)
-        return None if local is None else yaml.safe_load(local.read_text())
-
-
 @dataclass
 class Store:
     """What the dashboard reads: the latest tune study per variant and the latest ablation, runs in start order."""
@@ -154,47 +130,43 @@ class Store:
     colors: dict[str, str] = field(default_factory=dict)
 
 
-def _is_child(run: Run) -> bool:
-    return "mlflow.parentRunId" in run.data.tags
-
-
 def _one_run_per_cell(runs: list[Run]) -> list[Run]:
     """A cell re-run by `ablate.py --resume` has several runs; as in the table: a finished one, else the newest."""
     chosen: dict[str, Run] = {}
     for run in runs:  # oldest first
-        cell = run.data.tags.get("cell", run.info.run_id)
-        if chosen.get(cell) is None or chosen[cell].data.tags.get("trial_status") != "finished":
+        cell = run.data.tags.get(TAG_CELL, run.info.run_id)
+        if chosen.get(cell) is None or chosen[cell].data.tags.get(TAG_TRIAL_STATUS) != TRIAL_FINISHED:
             chosen[cell] = run
-    return [run for run in runs if chosen.get(run.data.tags.get("cell", run.info.run_id)) is run]
+    return [run for run in runs if chosen.get(run.data.tags.get(TAG_CELL, run.info.run_id)) is run]
 
 
 def open_store(uri: str, space: SearchSpace, artifacts_root: Path) -> Store:
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         # MlflowClient would create an empty database there; say what is wrong instead
         raise DashboardError(f"no MLflow store at {uri} (run scripts/tune.py first, or pass --mlflow-uri)")
-    client = MlflowClient(uri)
+    client = open_client(uri)
     experiment = experiment_id(client, space.name)
     if experiment is None:
         raise DashboardError(f"no experiment {space.name!r} in the MLflow store at {uri} (run scripts/tune.py first)")
-    tune_runs = search_all(client, experiment, "tags.stage = 'tune'")  # newest first
+    tune_runs = stage_runs(client, experiment, STAGE_TUNE)  # newest first
     parents: dict[str, Run] = {}
     for run in tune_runs:
-        if not _is_child(run):
-            parents.setdefault(run.data.tags.get("variant", run.info.run_name), run)
+        if not is_child(run):
+            parents.setdefault(run.data.tags.get(TAG_VARIANT, run.info.run_name), run)
     trials = {
-        variant: [r for r in reversed(tune_runs) if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+        variant: [r for r in reversed(tune_runs) if r.data.tags.get(TAG_PARENT_RUN) == parent.info.run_id]
         for variant, parent in parents.items()
     }
-    ablation_runs = search_all(client, experiment, "tags.stage = 'ablation'")
-    ablation = next((r for r in ablation_runs if not _is_child(r)), None)
+    ablation_runs = stage_runs(client, experiment, STAGE_ABLATION)
+    ablation = next((r for r in ablation_runs if not is_child(r)), None)
     ablation_trials = (
         _one_run_per_cell(
-            [r for r in reversed(ablation_runs) if r.data.tags.get("mlflow.parentRunId") == ablation.info.run_id]
+            [r for r in reversed(ablation_runs) if r.data.tags.get(TAG_PARENT_RUN) == ablation.info.run_id]
         )
         if ablation
         else []
     )
-    seen = [*parents, *(r.data.tags.get("variant", "") for r in ablation_trials)]
+    seen = [*parents, *(r.data.tags.get(TAG_VARIANT, "") for r in ablation_trials)]
     variants = [v for v in space.variants if v in seen] + [v for v in dict.fromkeys(seen) if v not in space.variants]
     return Store(
         uri=uri,
@@ -205,7 +177,7 @@ def open_store(uri: str, space: SearchSpace, artifacts_root: Path) -> Store:
         tune_trials=trials,
         ablation=ablation,
         ablation_trials=ablation_trials,
-        all_trials=[r for r in tune_runs + ablation_runs if _is_child(r)],
+        all_trials=[r for r in tune_runs + ablation_runs if is_child(r)],
         variants=variants,
         colors=figures.variant_colors(variants),
     )
@@ -213,7 +185,7 @@ def open_store(uri: str, space: SearchSpace, artifacts_root: Path) -> Store:
 
 def _tune_metric(store: Store, variant: str) -> tuple[str, bool, dict[str, Any]]:
     """The study's metric, whether it is maximised, and its config.yaml (the study's own, not today's file)."""
-    config = store.artifacts.yaml(store.tune_parents[variant].info.run_id, "config.yaml") or {}
+    config = store.artifacts.yaml(store.tune_parents[variant].info.run_id, CONFIG_FILE) or {}
     metric = (config.get("tune") or {}).get("metric", store.space.tune.metric)
     return metric, metric != "val_loss", config
 
@@ -226,9 +198,9 @@ def best_trial(trials: Sequence[Run], metric: str, maximize: bool) -> Run | None
     """As the study selected: trials that ran every round first, then the best final value."""
     sign = 1.0 if maximize else -1.0
     scored = [
-        (r.data.tags.get("trial_status") == "finished", sign * _final(r, metric), r)
+        (r.data.tags.get(TAG_TRIAL_STATUS) == TRIAL_FINISHED, sign * _final(r, metric), r)
         for r in trials
-        if r.data.tags.get("trial_status") in COMPLETED and math.isfinite(_final(r, metric))
+        if r.data.tags.get(TAG_TRIAL_STATUS) in COMPLETED and math.isfinite(_final(r, metric))
     ]
     return max(scored, key=lambda s: s[:2])[2] if scored else None
 
@@ -237,13 +209,13 @@ def representatives(store: Store) -> tuple[dict[str, list[Run]], str]:
     """Per variant, the runs that stand for it where one configuration is shown (spectrum, client spread):
     the ablation's first setting (every seed, lowest seed first), else the best tune trial."""
     if store.ablation_trials:
-        first = store.ablation_trials[0].data.tags.get("setting", "default")
+        first = store.ablation_trials[0].data.tags.get(TAG_SETTING, SETTING_DEFAULT)
         reps: dict[str, list[Run]] = {}
         for run in store.ablation_trials:
-            if run.data.tags.get("setting", "default") == first:
-                reps.setdefault(run.data.tags.get("variant", ""), []).append(run)
+            if run.data.tags.get(TAG_SETTING, SETTING_DEFAULT) == first:
+                reps.setdefault(run.data.tags.get(TAG_VARIANT, ""), []).append(run)
         for runs in reps.values():
-            runs.sort(key=lambda r: int(r.data.tags.get("seed", 0)))
+            runs.sort(key=lambda r: int(r.data.tags.get(TAG_SEED, 0)))
         return reps, f"ablation setting {first}"
     reps = {}
     for variant, trials in store.tune_trials.items():
@@ -254,16 +226,12 @@ def representatives(store: Store) -> tuple[dict[str, list[Run]], str]:
     return reps, "each variant's best tune trial"
 
 
-def _path_safe(setting: str) -> str:
-    """A setting as the ablation names its artifact folder (partition/<setting>/)."""
-    return setting.replace("=", "-").replace(",", "_")
-
-
 def _label(run: Run) -> str:
     tags = run.data.tags
-    if tags.get("stage") == "ablation":
-        return f"{tags.get('variant', '')} (seed {tags.get('seed', '?')}, {tags.get('setting', 'default')})"
-    return f"{tags.get('variant', '')} ({run.info.run_name})"
+    if tags.get(TAG_STAGE) == STAGE_ABLATION:
+        setting = tags.get(TAG_SETTING, SETTING_DEFAULT)
+        return f"{tags.get(TAG_VARIANT, '')} (seed {tags.get(TAG_SEED, '?')}, {setting})"
+    return f"{tags.get(TAG_VARIANT, '')} ({run.info.run_name})"
 
 
 # ---------------------------------------------------------------- sections
@@ -279,12 +247,14 @@ def ablation_table_section(store: Store) -> Section:
     if store.ablation is None:
         return section.skip(NO_ABLATION)
     run_id = store.ablation.info.run_id
-    results = store.artifacts.parquet(run_id, "ablation/results.parquet")
+    results = store.artifacts.parquet(run_id, f"{ABLATION_FOLDER}/{ABLATION_RESULTS_FILE}")
     if results is None or results.empty:
-        return section.skip(f"the latest ablation run {run_id} has no ablation/results.parquet (unfinished or failed)")
+        return section.skip(
+            f"the latest ablation run {run_id} has no {ABLATION_FOLDER}/{ABLATION_RESULTS_FILE} (unfinished or failed)"
+        )
     summary = summarise(results, metric="test_acc")
     section.parts.append(figures.ablation_table_html(summary))
-    seeds = store.ablation.data.tags.get("seeds", "?")
+    seeds = store.ablation.data.tags.get(TAG_SEEDS, "?")
     section.note(
         f"Final-round test accuracy in %, mean ± sample std over seeds {seeds}; bold = best of its column; "
         f"(n/runs) = only n runs finished. Ablation run {run_id}, {len(results)} runs."
@@ -296,7 +266,7 @@ def _curves(store: Store, runs: Sequence[Run], setting: Callable[[Run], str]) ->
     """Long per-round test accuracy and elapsed seconds of `runs`; also how many runs had no round table."""
     frames, missing = [], 0
     for run in runs:
-        table = store.artifacts.parquet(run.info.run_id, "round_metrics.parquet")
+        table = store.artifacts.parquet(run.info.run_id, ROUND_METRICS_FILE)
         if table is None or "test_acc" not in table:
             missing += 1
             continue
@@ -304,7 +274,7 @@ def _curves(store: Store, runs: Sequence[Run], setting: Callable[[Run], str]) ->
         frames.append(
             pd.DataFrame(
                 {
-                    "variant": run.data.tags.get("variant", ""),
+                    "variant": run.data.tags.get(TAG_VARIANT, ""),
                     "setting": setting(run),
                     "run_id": run.info.run_id,
                     "round": table["round"].to_numpy(),
@@ -319,7 +289,7 @@ def _curves(store: Store, runs: Sequence[Run], setting: Callable[[Run], str]) ->
 def learning_curves_section(store: Store) -> Section:
     section = Section("learning-curves")
     if store.ablation_trials:
-        curves, missing = _curves(store, store.ablation_trials, lambda r: r.data.tags.get("setting", "default"))
+        curves, missing = _curves(store, store.ablation_trials, lambda r: r.data.tags.get(TAG_SETTING, SETTING_DEFAULT))
         source = f"ablation run {store.ablation.info.run_id}: runs over seeds, one panel per setting"
     else:
         runs = [r for v in store.variants for r in store.tune_trials.get(v, [])]
@@ -329,7 +299,7 @@ def learning_curves_section(store: Store) -> Section:
             "(different hyperparameters, not seeds; ASHA-stopped trials end early)"
         )
     if curves.empty:
-        return section.skip("no run has a round_metrics.parquet artifact yet: run scripts/tune.py")
+        return section.skip(f"no run has a {ROUND_METRICS_FILE} artifact yet: run scripts/tune.py")
     section.note(
         f"Source: {source}. Mean line, {figures.BAND}." + (f" {missing} runs without a round table." if missing else "")
     )
@@ -359,7 +329,7 @@ def optuna_section(store: Store) -> Section:
             section.note(f"{variant}: study run {parent} has no config.yaml: its search space cannot be rebuilt")
             continue
         try:
-            distributions = figures.search_distributions(config)
+            distributions = search_distributions(config)
         except ValidationError as error:  # a config.yaml of another version of the schema
             section.note(f"{variant}: the search ranges in config.yaml of study run {parent} do not parse: {error}")
             continue
@@ -368,13 +338,13 @@ def optuna_section(store: Store) -> Section:
             continue
         rows, frozen, unusable = [], [], 0
         for index, run in enumerate(store.tune_trials.get(variant, [])):
-            status, value = run.data.tags.get("trial_status", "unknown"), _final(run, metric)
+            status, value = run.data.tags.get(TAG_TRIAL_STATUS, TRIAL_UNKNOWN), _final(run, metric)
             rows.append({"index": index, "name": run.info.run_name, "value": value, "status": status})
             if status not in COMPLETED or not math.isfinite(value):
                 continue
             try:
-                params = {name: figures.parse_param(run.data.params[name], d) for name, d in distributions.items()}
-                frozen.append(optuna.trial.create_trial(params=params, distributions=distributions, value=value))
+                params = {name: parse_param(run.data.params[name], d) for name, d in distributions.items()}
+                frozen.append(completed_trial(params, distributions, value))
             except (KeyError, ValueError):  # a trial of an older file whose ranges no longer hold its values
                 unusable += 1
         section.parts.append(f"<h3>{html.escape(variant)}</h3>")
@@ -383,7 +353,7 @@ def optuna_section(store: Store) -> Section:
             continue
         trials = pd.DataFrame(rows)
         _figure(section, figures.history_figure(trials, metric, maximize, variant))
-        found, how = figures.importances(distributions, frozen, maximize)
+        found, how = importances(distributions, frozen, maximize)
         if found is None:
             section.note(how)
         else:
@@ -404,9 +374,9 @@ def round_time_section(store: Store) -> Section:
     section = Section("round-time")
     rows = []
     for run in store.all_trials:
-        for point in store.client.get_metric_history(run.info.run_id, "round_time_s"):
+        for point in metric_history(store.client, run.info.run_id, "round_time_s"):
             rows.append(
-                {"method": run.data.tags.get("method", "?"), "run_id": run.info.run_id, "round_time_s": point.value}
+                {"method": run.data.tags.get(TAG_METHOD, "?"), "run_id": run.info.run_id, "round_time_s": point.value}
             )
     if not rows:
         return section.skip("no run has logged round_time_s yet: run scripts/tune.py")
@@ -422,11 +392,11 @@ def spectrum_section(store: Store) -> Section:
     spectra, owners = {}, {}
     for variant in store.variants:
         for run in reps.get(variant, [])[:1]:
-            table = store.artifacts.parquet(run.info.run_id, "classifier_spectrum.parquet")
+            table = store.artifacts.parquet(run.info.run_id, SPECTRUM_FILE)
             if table is not None and not table.empty:
                 spectra[_label(run)], owners[_label(run)] = table, variant
     if not spectra:
-        return section.skip(f"no classifier_spectrum.parquet on the runs shown ({which}): diagnostics.spectrum off?")
+        return section.skip(f"no {SPECTRUM_FILE} on the runs shown ({which}): diagnostics.spectrum off?")
     _figure(section, figures.spectrum_figure(spectra, store.colors, owners))
     section.note(f"One run per variant: {which}" + (", seed 0 (the lowest seed)." if store.ablation_trials else "."))
     return section
@@ -438,12 +408,12 @@ def client_accuracy_section(store: Store) -> Section:
     boxes, curves = [], []
     for variant in store.variants:
         runs = reps.get(variant, [])
-        tables = [(run, store.artifacts.parquet(run.info.run_id, "client_accuracy.parquet")) for run in runs]
+        tables = [(run, store.artifacts.parquet(run.info.run_id, CLIENT_ACCURACY_FILE)) for run in runs]
         found = [(run, t) for run, t in tables if t is not None and not t.empty]
         for run, table in found:
             boxes.append(figures.last_round(table).assign(variant=variant, label=_label(run)))
         if runs and not found:  # logged before client_accuracy.parquet existed: the per-round summary metrics
-            table = store.artifacts.parquet(runs[0].info.run_id, "round_metrics.parquet")
+            table = store.artifacts.parquet(runs[0].info.run_id, ROUND_METRICS_FILE)
             if table is not None and {"client_acc_mean", "client_acc_worst"} <= set(table.columns):
                 curves.append(table.assign(variant=variant))
     if boxes:
@@ -461,9 +431,10 @@ def client_accuracy_section(store: Store) -> Section:
 def partition_section(store: Store) -> Section:
     section = Section("partition")
     shown: list[tuple[pd.DataFrame, list[str]]] = []  # tune studies share a partition unless overridden
+    partition_file = f"{PARTITION_FOLDER}/{PARTITION_FILE}"
     for variant in store.variants:
         parent = store.tune_parents.get(variant)
-        table = None if parent is None else store.artifacts.parquet(parent.info.run_id, "partition/partition.parquet")
+        table = None if parent is None else store.artifacts.parquet(parent.info.run_id, partition_file)
         if table is None:
             continue
         same = next((names for seen, names in shown if seen.equals(table)), None)
@@ -475,16 +446,16 @@ def partition_section(store: Store) -> Section:
         _figure(section, figures.partition_figure(table, f"Tune studies of {', '.join(names)}: samples per class"))
     if store.ablation is not None:  # partition/partition.parquet, or partition/<setting>/... with a grid
         run_id = store.ablation.info.run_id
-        settings = list(dict.fromkeys(r.data.tags.get("setting", "default") for r in store.ablation_trials))
-        labels = {_path_safe(s): s for s in settings}
-        labels[""] = settings[0] if len(settings) == 1 else "default"  # one setting: no folder per setting
-        for path in store.artifacts.files(run_id, "partition"):
-            if path.endswith("/partition.parquet"):
-                folder = path.removeprefix("partition/").removesuffix("partition.parquet").strip("/")
+        settings = list(dict.fromkeys(r.data.tags.get(TAG_SETTING, SETTING_DEFAULT) for r in store.ablation_trials))
+        labels = {setting_folder(s): s for s in settings}
+        labels[""] = settings[0] if len(settings) == 1 else SETTING_DEFAULT  # one setting: no folder per setting
+        for path in store.artifacts.files(run_id, PARTITION_FOLDER):
+            if path.endswith(f"/{PARTITION_FILE}"):
+                folder = path.removeprefix(f"{PARTITION_FOLDER}/").removesuffix(PARTITION_FILE).strip("/")
                 title = f"Ablation setting {labels.get(folder, folder)}: samples per class"
                 _figure(section, figures.partition_figure(store.artifacts.parquet(run_id, path), title))
     if not section.figures:
-        return section.skip("no partition/partition.parquet on any study or ablation run: run scripts/tune.py")
+        return section.skip(f"no {partition_file} on any study or ablation run: run scripts/tune.py")
     return section
 
 
@@ -523,7 +494,7 @@ def _log(store: Store, out: Path) -> list[str]:
             local = Path(tmp) / "dashboard.html"
             shutil.copyfile(out, local)
         for run in targets:
-            store.client.log_artifact(run.info.run_id, str(local), artifact_path="dashboard")
+            store.client.log_artifact(run.info.run_id, str(local), artifact_path=DASHBOARD_FOLDER)
     return [run.info.run_id for run in targets]
 
 

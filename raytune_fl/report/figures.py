@@ -1,5 +1,6 @@
 """Pure pieces of the dashboard: data transforms (tested on hand-made frames), the plotly figures drawn from them,
-the Optuna study rebuilt from logged values, and the HTML page around them.
+and the HTML page around them. (The Optuna study rebuilt from logged values is tune/space.py's and
+tune/importance.py's: only tune/ imports Optuna.)
 
 Nothing here reads MLflow: every function takes DataFrames or plain values and returns a DataFrame, a list, a
 figure or HTML.
@@ -8,21 +9,17 @@ figure or HTML.
 from __future__ import annotations
 
 import html
-import json
 import math
 from collections.abc import Sequence
-from typing import Any
 
-import optuna
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
-from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from raytune_fl.config import Distribution
 from raytune_fl.report.table import format_cell
+from raytune_fl.tune.space import parse_param as parse_param  # re-exported: its home is tune/ (Optuna types)
 
 PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF")
 TEMPLATE = "plotly_white"
@@ -369,57 +366,6 @@ def ablation_table_html(summary: pd.DataFrame) -> str:
         + "".join(body)
         + "</tbody></table>"
     )
-
-
-# ---------------------------------------------------------------- Optuna: the study rebuilt from MLflow
-
-
-def parse_param(text: str, distribution: BaseDistribution) -> Any:
-    """An MLflow param (text: strings raw, everything else JSON) back to the value its distribution holds."""
-    if isinstance(distribution, FloatDistribution):
-        return float(text)
-    if isinstance(distribution, IntDistribution):
-        return int(float(text))
-    if isinstance(distribution, CategoricalDistribution):
-        for choice in distribution.choices:
-            if text == (choice if isinstance(choice, str) else json.dumps(choice)):
-                return choice
-        raise ValueError(f"{text!r} is none of the choices {list(distribution.choices)}")
-    raise ValueError(f"unsupported distribution {distribution!r}")
-
-
-def search_distributions(config: dict[str, Any]) -> dict[str, BaseDistribution]:
-    """Optuna distributions of a study's `variant.search` (config.yaml keeps every kind, unused ones null)."""
-    from raytune_fl.tune.space import optuna_space  # here: raytune_fl.tune's __init__ imports Ray Tune
-
-    search = (config.get("variant") or {}).get("search") or {}
-    specs = {
-        name: Distribution.model_validate({k: v for k, v in spec.items() if v is not None})
-        for name, spec in search.items()
-    }
-    return optuna_space(specs)
-
-
-def importances(
-    distributions: dict[str, BaseDistribution], trials: list[optuna.trial.FrozenTrial], maximize: bool
-) -> tuple[dict[str, float] | None, str]:
-    """fANOVA importances of a rebuilt study, or None and why not."""
-    if len(trials) < 2:
-        return None, f"importances need at least 2 completed trials (this study has {len(trials)})"
-    if len(distributions) == 1:
-        return {next(iter(distributions)): 1.0}, "one searched hyperparameter: trivially 1"
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created" line per variant
-    try:
-        study = optuna.create_study(direction="maximize" if maximize else "minimize")
-        study.add_trials(trials)
-        evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
-        found = optuna.importance.get_param_importances(study, evaluator=evaluator)
-        return {k: float(v) for k, v in found.items()}, "fANOVA, seed 0"
-    except (RuntimeError, ValueError) as error:  # e.g. every trial scored the same: zero variance
-        return None, f"importances undefined: {error}"
-    finally:
-        optuna.logging.set_verbosity(verbosity)
 
 
 # ---------------------------------------------------------------- the page

@@ -1,10 +1,33 @@
-"""The MLflow layer. Written from the Tune driver process only."""
+"""The MLflow layer: imports MLflow, never Ray. Written from the driver process only.
 
-from raytune_fl.tracking.mlflow_tracking import (
-    MlflowTrialLogger,
-    StudyTracker,
-    default_tracking_uri,
-    round_metrics,
-)
+schema.py: tag names and values, artifact paths, the params codec (plain Python); store.py: every read of the
+store; tracker.py: the experiment and its parent runs (StudyTracker, its parent_run context manager); trials.py:
+the child run of each trial (TrialTracker). The names below load on first use, so that importing schema.py alone
+imports neither MLflow nor the engine.
+"""
 
-__all__ = ["MlflowTrialLogger", "StudyTracker", "default_tracking_uri", "round_metrics"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from raytune_fl.tracking.tracker import ParentRun, StudyTracker, default_tracking_uri
+    from raytune_fl.tracking.trials import TrialRun, TrialTracker, round_metrics
+
+_HOMES = {
+    "ParentRun": "tracker",
+    "StudyTracker": "tracker",
+    "default_tracking_uri": "tracker",
+    "TrialRun": "trials",
+    "TrialTracker": "trials",
+    "round_metrics": "trials",
+}
+__all__ = ["ParentRun", "StudyTracker", "TrialRun", "TrialTracker", "default_tracking_uri", "round_metrics"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

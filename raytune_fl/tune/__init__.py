@@ -1,5 +1,22 @@
-"""The Ray Tune layer: a search-space variant becomes an Optuna-driven, ASHA-scheduled Tune study."""
+"""The Ray Tune layer: a search-space variant becomes an Optuna-driven, ASHA-scheduled Tune study.
 
-from raytune_fl.tune.study import VariantOutcome, run_variant
+The only package that imports Ray Tune and Optuna (tests/test_layering.py). `run_variant` and `VariantOutcome` are
+loaded on first use, so that its light modules (space.py, storage.py, cluster.py) do not import Ray Tune.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from raytune_fl.tune.study import VariantOutcome, run_variant
 
 __all__ = ["VariantOutcome", "run_variant"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from raytune_fl.tune import study
+
+        return getattr(study, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

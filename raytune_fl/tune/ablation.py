@@ -16,7 +16,21 @@ import yaml
 
 from raytune_fl.config import ConfigError, ExperimentConfig, SearchSpace, flatten, override
 from raytune_fl.methods import METHODS
-from raytune_fl.report.store import StudyRecord
+from raytune_fl.tracking.schema import (
+    NO_STUDY,
+    ROLE_TRIAL,
+    SETTING_DEFAULT,
+    STAGE_ABLATION,
+    TAG_CELL,
+    TAG_METHOD,
+    TAG_ROLE,
+    TAG_SEED,
+    TAG_SETTING,
+    TAG_STAGE,
+    TAG_STUDY_RUN_ID,
+    TAG_VARIANT,
+)
+from raytune_fl.tracking.store import StudyRecord
 
 # --grid short names -> field of `base`; any other dotted field of `base` (e.g. optimizer.momentum) works as well
 GRID_KEYS: dict[str, str] = {
@@ -31,7 +45,7 @@ GRID_KEYS: dict[str, str] = {
 }
 # one placement group serves every cell, and seeds come from --seeds
 _NOT_GRIDDABLE = {"resources": "every cell shares one trial size", "seed": "use --seeds"}
-NO_SETTING = "default"  # the setting label when there is no grid
+NO_SETTING = SETTING_DEFAULT  # the setting label when there is no grid
 
 
 @dataclass(frozen=True)
@@ -209,14 +223,14 @@ def cell_run(cell: AblationCell) -> tuple[str, dict[str, str], dict[str, Any]]:
     """Run name, tags and params of a cell's MLflow run. Params use the tune stage's names: flattened base
     fields plus the method's hyperparameters, so runs of both stages line up in the MLflow UI."""
     tags = {
-        "stage": "ablation",
-        "role": "trial",
-        "variant": cell.variant,
-        "method": cell.method,
-        "seed": str(cell.seed),
-        "setting": cell.setting,
-        "cell": cell.key,
-        "study_run_id": cell.study_run_id or "none",
+        TAG_STAGE: STAGE_ABLATION,
+        TAG_ROLE: ROLE_TRIAL,
+        TAG_VARIANT: cell.variant,
+        TAG_METHOD: cell.method,
+        TAG_SEED: str(cell.seed),
+        TAG_SETTING: cell.setting,
+        TAG_CELL: cell.key,
+        TAG_STUDY_RUN_ID: cell.study_run_id or NO_STUDY,
     }
     params = {
         **flatten(cell.experiment.model_dump(mode="json")),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,15 +13,32 @@ import pandas as pd
 from ray import tune
 
 from raytune_fl.config import flatten
-from raytune_fl.engine.federation import FederatedData
-from raytune_fl.report.store import ablation_results
+from raytune_fl.engine.data import FederatedData
 from raytune_fl.report.table import summarise, to_csv, to_markdown
-from raytune_fl.tracking import StudyTracker
-from raytune_fl.tracking.mlflow_tracking import MlflowTrialLogger, TrialRun
+from raytune_fl.tracking import ParentRun, StudyTracker, TrialRun, TrialTracker
+from raytune_fl.tracking.schema import (
+    ABLATION_FOLDER,
+    ABLATION_RESULTS_FILE,
+    PARTITION_FOLDER,
+    ROLE_PARENT,
+    STAGE_ABLATION,
+    TAG_CONFIG_SOURCE_PREFIX,
+    TAG_GRID,
+    TAG_PLAN,
+    TAG_ROLE,
+    TAG_SEEDS,
+    TAG_STAGE,
+    TAG_STUDY_RUN_IDS,
+    TAG_VARIANTS,
+    TRIAL_FINISHED,
+    setting_folder,
+)
+from raytune_fl.tracking.store import ablation_results
 from raytune_fl.tune.ablation import AblationCell, AblationPlan, ablation_trial, cell_run
+from raytune_fl.tune.callbacks import MlflowTrialLogger, ProgressPrinter, print_line
 from raytune_fl.tune.resources import placement_group_factory
 from raytune_fl.tune.storage import Storage
-from raytune_fl.tune.study import ProgressPrinter, _print, run_config
+from raytune_fl.tune.study import run_config
 
 TABLE_METRIC = "test_acc"  # the papers report final test accuracy; selection already happened on validation
 
@@ -37,24 +53,7 @@ class AblationOutcome:
 
     @property
     def unfinished(self) -> int:
-        return int((self.results["status"] != "finished").sum()) if len(self.results) else 0
-
-
-def find_parent(tracker: StudyTracker, fingerprint: str) -> tuple[str | None, set[str]]:
-    """The newest ablation parent with this plan and the cells it already finished (for --resume)."""
-    parents = tracker.client.search_runs(
-        [tracker.experiment_id],
-        filter_string=f"tags.stage = 'ablation' and tags.role = 'parent' and tags.plan = '{fingerprint}'",
-        order_by=["attributes.start_time DESC"],
-    )
-    if not parents:
-        return None, set()
-    run_id = parents[0].info.run_id
-    finished = tracker.client.search_runs(
-        [tracker.experiment_id],
-        filter_string=f"tags.mlflow.parentRunId = '{run_id}' and tags.trial_status = 'finished'",
-    )
-    return run_id, {run.data.tags.get("cell", "") for run in finished}
+        return int((self.results["status"] != TRIAL_FINISHED).sum()) if len(self.results) else 0
 
 
 def start_parent(tracker: StudyTracker, plan: AblationPlan, data: dict[str, FederatedData]) -> str:
@@ -63,14 +62,14 @@ def start_parent(tracker: StudyTracker, plan: AblationPlan, data: dict[str, Fede
     run_id = tracker.start_run(
         "ablation",
         tags={
-            "stage": "ablation",
-            "role": "parent",
-            "plan": plan.fingerprint,
-            "seeds": ",".join(map(str, plan.seeds)),
-            "grid": json.dumps({axis.name: list(axis.values) for axis in plan.axes}, default=str),
-            "variants": ",".join(plan.sources),
-            "study_run_ids": json.dumps({s.variant: s.study_run_id for s in sources}),
-            **{f"config_source.{s.variant}": s.note[:500] for s in sources},
+            TAG_STAGE: STAGE_ABLATION,
+            TAG_ROLE: ROLE_PARENT,
+            TAG_PLAN: plan.fingerprint,
+            TAG_SEEDS: ",".join(map(str, plan.seeds)),
+            TAG_GRID: json.dumps({axis.name: list(axis.values) for axis in plan.axes}, default=str),
+            TAG_VARIANTS: ",".join(plan.sources),
+            TAG_STUDY_RUN_IDS: json.dumps({s.variant: s.study_run_id for s in sources}),
+            **{f"{TAG_CONFIG_SOURCE_PREFIX}{s.variant}": s.note[:500] for s in sources},
         },
         params={**flatten(plan.space.base.model_dump(mode="json")), "seeds": len(plan.seeds)},
         config={
@@ -83,13 +82,9 @@ def start_parent(tracker: StudyTracker, plan: AblationPlan, data: dict[str, Fede
     )
     for label, experiment in plan.experiments.items():
         part = experiment.partition
-        folder = "partition" if len(plan.experiments) == 1 else f"partition/{setting_folder(label)}"
+        folder = PARTITION_FOLDER if len(plan.experiments) == 1 else f"{PARTITION_FOLDER}/{setting_folder(label)}"
         tracker.log_partition(run_id, data[label], f"{experiment.dataset}: {part.kind}, {label}", folder)
     return run_id
-
-
-def setting_folder(label: str) -> str:
-    return label.replace("=", "-").replace(",", "_")
 
 
 def run_cells(
@@ -121,7 +116,7 @@ def latest_per_cell(results: pd.DataFrame) -> pd.DataFrame:
     if results.empty:
         return results
     # ablation_results lists newest first: a lower _order is a newer run
-    ranked = results.assign(_finished=results["status"] == "finished", _order=range(len(results)))
+    ranked = results.assign(_finished=results["status"] == TRIAL_FINISHED, _order=range(len(results)))
     ranked = ranked.sort_values(["_finished", "_order"], ascending=[False, True])
     kept = ranked.drop_duplicates("cell", keep="first")
     return kept.drop(columns=["_finished", "_order"])
@@ -137,11 +132,11 @@ def plan_order(results: pd.DataFrame, cells: list[AblationCell]) -> pd.DataFrame
 def write_table(results: pd.DataFrame, seeds: int, out_dir: Path) -> tuple[pd.DataFrame, dict[str, Path]]:
     summary = summarise(results, TABLE_METRIC)
     files = {
-        "results.parquet": out_dir / "ablation_results.parquet",
+        ABLATION_RESULTS_FILE: out_dir / "ablation_results.parquet",
         "table.md": out_dir / "ablation_table.md",
         "table.csv": out_dir / "ablation_table.csv",
     }
-    results.to_parquet(files["results.parquet"], index=False)
+    results.to_parquet(files[ABLATION_RESULTS_FILE], index=False)
     files["table.md"].write_text(to_markdown(summary, TABLE_METRIC, seeds=seeds))
     files["table.csv"].write_text(to_csv(summary))
     return summary, files
@@ -155,55 +150,45 @@ def run_ablation(
     storage: str | Path | Storage,  # a directory or URI (tune/storage.py)
     out_dir: Path,
     resume: tuple[str, set[str]] | None = None,
-    out: Callable[[str], None] = _print,
+    out: Callable[[str], None] = print_line,
 ) -> AblationOutcome:
     """Runs the plan's cells (with `resume`: under that parent, skipping the cells it finished), logs every run to
     MLflow, and writes the results and the table to `out_dir` and to the parent run's `ablation/` artifacts."""
     started = time.time()
-    if resume is None:
-        parent_run_id, done = start_parent(tracker, plan, data), set()
-    else:
-        (parent_run_id, done) = resume
-        tracker.reopen(parent_run_id)
-    out(f"MLflow ablation run: {parent_run_id}")
+    parent_run_id, done = resume if resume is not None else (None, set())
     todo = [cell for cell in plan.cells if cell.key not in done]
     by_key = {cell.key: cell for cell in todo}
 
-    def describe(trial: Any, index: int) -> TrialRun:
-        cell = by_key[trial.config["cell"]]
+    def describe(config: dict[str, Any], index: int) -> TrialRun:
+        cell = by_key[config["cell"]]
         name, tags, params = cell_run(cell)
         return TrialRun(name, tags, params, rounds=cell.experiment.rounds)
 
-    logger = MlflowTrialLogger(tracker, parent_run_id, plan.rounds, describe, resuming=bool(done))
-    printer = ProgressPrinter("ablation", len(todo), plan.rounds, plan.space.tune.metric, out)
-    status = "FAILED"
-    outcome = AblationOutcome(parent_run_id, pd.DataFrame(), pd.DataFrame())
-    try:
+    outcome = AblationOutcome("", pd.DataFrame(), pd.DataFrame())
+
+    def close_parent(parent: ParentRun) -> None:
+        """Whatever finished is in MLflow: the table is written from it even after an interruption."""
+        results = ablation_results(tracker.client, tracker.experiment_id, parent.run_id)
+        outcome.results = plan_order(latest_per_cell(results), plan.cells)
+        counts = outcome.results["status"].value_counts().to_dict() if len(outcome.results) else {}
+        outcome.wall_time_s = time.time() - started
+        parent.metrics = {"wall_time_s": outcome.wall_time_s, **{f"runs_{k}": float(v) for k, v in counts.items()}}
+        if len(outcome.results):
+            outcome.summary, outcome.files = write_table(outcome.results, len(plan.seeds), out_dir)
+            tracker.log_files(parent.run_id, outcome.files, ABLATION_FOLDER)  # the run keeps its own copy
+
+    with tracker.parent_run(lambda: start_parent(tracker, plan, data), parent_run_id) as parent:
+        outcome.parent_run_id, parent.on_close = parent.run_id, close_parent
+        out(f"MLflow ablation run: {parent.run_id}")
+        trials = TrialTracker(tracker, parent.run_id, plan.rounds, describe, resuming=bool(done))
+        parent.trials.append(trials)
+        printer = ProgressPrinter("ablation", len(todo), plan.rounds, plan.space.tune.metric, out)
         if todo:
             run_cells(
                 todo,
                 name=f"{plan.space.name}-ablation-{time.strftime('%Y%m%d-%H%M%S')}",
                 storage=storage,
                 max_concurrent=plan.space.tune.max_concurrent,
-                callbacks=[printer, logger],
+                callbacks=[printer, MlflowTrialLogger(trials)],
             )
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:  # whatever finished is in MLflow: the table is written from it even after an interruption
-        logger.close_open_runs()
-        tracker.close_running_children(parent_run_id)
-        results = ablation_results(tracker.client, tracker.experiment_id, parent_run_id)
-        outcome.results = plan_order(latest_per_cell(results), plan.cells)
-        counts = outcome.results["status"].value_counts().to_dict() if len(outcome.results) else {}
-        outcome.wall_time_s = time.time() - started
-        metrics = {"wall_time_s": outcome.wall_time_s, **{f"runs_{k}": float(v) for k, v in counts.items()}}
-        if len(outcome.results):
-            outcome.summary, outcome.files = write_table(outcome.results, len(plan.seeds), out_dir)
-            with tempfile.TemporaryDirectory() as tmp:  # the run keeps its own copy under ablation/
-                for artifact, path in outcome.files.items():
-                    (Path(tmp) / artifact).write_bytes(path.read_bytes())
-                tracker.client.log_artifacts(parent_run_id, tmp, artifact_path="ablation")
-        tracker.finish_parent(parent_run_id, metrics, {}, status)
     return outcome

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,9 +16,23 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.optuna import OptunaSearch
 
 from raytune_fl.config import SearchSpace, flatten
-from raytune_fl.engine.federation import FederatedData, prepare_data
+from raytune_fl.engine.data import FederatedData, prepare_data
 from raytune_fl.methods import METHODS
-from raytune_fl.tracking import StudyTracker
+from raytune_fl.tracking import ParentRun, StudyTracker
+from raytune_fl.tracking.schema import (
+    RUN_FAILED,
+    RUN_FINISHED,
+    TAG_BEST_PREFIX,
+    TAG_DATASET,
+    TAG_METHOD,
+    TAG_PARTITION,
+    TAG_SEARCHED,
+    TRIAL_DIVERGED,
+    TRIAL_ERROR,
+    TRIAL_FINISHED,
+    TRIAL_STOPPED_EARLY,
+)
+from raytune_fl.tune.callbacks import MlflowTrialLogger, ProgressPrinter, print_line
 from raytune_fl.tune.resources import placement_group_factory
 from raytune_fl.tune.space import optuna_space
 from raytune_fl.tune.storage import Storage, resolve_storage
@@ -36,56 +50,6 @@ class VariantOutcome:
     storage: str
     wall_time_s: float
     errors: list[str] = field(default_factory=list)
-
-
-class ProgressPrinter(tune.Callback):
-    """One line per trial round: Tune's own table is too verbose for a terminal on long studies."""
-
-    def __init__(self, variant: str, num_trials: int, rounds: int, metric: str, out: Callable[[str], None]) -> None:
-        self.variant, self.num_trials, self.rounds, self.metric, self.out = (
-            variant,
-            num_trials,
-            rounds,
-            metric,
-            out,
-        )
-        self.index: dict[str, int] = {}
-
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        n = self.index.setdefault(trial.trial_id, len(self.index) + 1)
-        params = ", ".join(f"{k}={_short(v)}" for k, v in trial.config.items()) or "defaults"
-        self.out(f"[{self.variant}] trial {n}/{self.num_trials} started: {params}")
-
-    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        n = self.index.get(trial.trial_id, 0)
-        self.out(
-            f"[{self.variant}] trial {n}/{self.num_trials} round {result.get('round')}/{self.rounds} "
-            f"{self.metric}={_get(result, self.metric):.4f} test_acc={_get(result, 'test_acc'):.4f} "
-            f"loss={_get(result, 'train_loss'):.4f} ({_get(result, 'round_time_s'):.1f}s)"
-        )
-
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        last = (trial.last_result or {}).get("round", 0)
-        how = "finished" if last >= self.rounds else f"stopped early by ASHA at round {last}"
-        self.out(f"[{self.variant}] trial {self.index.get(trial.trial_id, 0)}/{self.num_trials} {how}")
-
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.out(
-            f"[{self.variant}] trial {self.index.get(trial.trial_id, 0)}/{self.num_trials} FAILED: {trial.error_file}"
-        )
-
-
-def _get(result: dict, key: str) -> float:
-    value = result.get(key)
-    return float(value) if isinstance(value, (int, float)) else float("nan")
-
-
-def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def _print(line: str) -> None:
-    print(line, file=sys.stdout, flush=True)
 
 
 def tpe_startup_trials(num_samples: int) -> int:
@@ -107,7 +71,7 @@ def run_variant(
     *,
     storage: str | Path | Storage,
     tracker: StudyTracker | None,
-    out: Callable[[str], None] = _print,
+    out: Callable[[str], None] = print_line,
     data: FederatedData | None = None,
     resume: VariantRun | None = None,
     on_start: Callable[[VariantRun], None] | None = None,
@@ -143,26 +107,23 @@ def run_variant(
         **variant.fixed,
     }
     callbacks: list[tune.Callback] = [ProgressPrinter(variant_name, num_samples, base.rounds, settings.metric, out)]
-    parent_run_id = resume.parent_run_id if resume else None
     storage = resolve_storage(storage)
     fs = storage.filesystem
     restorable = resume is not None and tune.Tuner.can_restore(resume.experiment_path, storage_filesystem=fs)
     if resume is not None and not restorable:
         where = storage.show(resume.experiment_path)
         out(f"[{variant_name}] nothing to restore at {where}: starting the variant afresh")
-    logger = None
-    if tracker is not None and parent_run_id is not None:
-        tracker.reopen(parent_run_id)
-    elif tracker is not None:
-        parent_run_id = tracker.start_parent(
+
+    def start_parent() -> str:
+        run_id = tracker.start_parent(
             variant_name,
             tags={
-                "method": variant.method,
-                "dataset": base.dataset,
-                "partition": f"{base.partition.kind}(alpha={base.partition.alpha})"
+                TAG_METHOD: variant.method,
+                TAG_DATASET: base.dataset,
+                TAG_PARTITION: f"{base.partition.kind}(alpha={base.partition.alpha})"
                 if base.partition.kind == "dirichlet"
                 else base.partition.kind,
-                "searched": ",".join(variant.search) or "(none)",
+                TAG_SEARCHED: ",".join(variant.search) or "(none)",
             },
             params={
                 **base_params,
@@ -175,33 +136,40 @@ def run_variant(
                 "tune": settings.model_dump(mode="json"),
             },
         )
-        data = data or prepare_data(base)  # the same seeded partition every trial of this study builds
         part = base.partition
-        tracker.log_partition(parent_run_id, data, f"{base.dataset}: {part.kind}, {part.clients} clients")
-    if tracker is not None and parent_run_id is not None:
-        logger = tracker.trial_logger(
-            parent_run_id, variant_name, variant.method, base_params, base.rounds, resuming=resume is not None
+        partitioned = data or prepare_data(base)  # the same seeded partition every trial of this study builds
+        tracker.log_partition(run_id, partitioned, f"{base.dataset}: {part.kind}, {part.clients} clients")
+        return run_id
+
+    def close_parent(parent: ParentRun) -> None:
+        parent.metrics["wall_time_s"] = time.time() - started
+
+    parent_run_id = resume.parent_run_id if resume else None
+    with tracker.parent_run(start_parent, parent_run_id) if tracker is not None else nullcontext() as parent:
+        if parent is not None:
+            parent_run_id, parent.on_close = parent.run_id, close_parent
+            trials = tracker.trial_tracker(
+                parent_run_id, variant_name, variant.method, base_params, base.rounds, resuming=resume is not None
+            )
+            parent.trials.append(trials)
+            callbacks.append(MlflowTrialLogger(trials))
+        trainable = tune.with_resources(
+            tune.with_parameters(federated_trial, experiment=base, method=variant.method, fixed=dict(variant.fixed)),
+            placement_group_factory(base.resources),
         )
-        callbacks.append(logger)
-    trainable = tune.with_resources(
-        tune.with_parameters(federated_trial, experiment=base, method=variant.method, fixed=dict(variant.fixed)),
-        placement_group_factory(base.resources),
-    )
-    name = f"{space.name}-{variant_name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if restorable:
-        tuner = tune.Tuner.restore(
-            resume.experiment_path, trainable, resume_unfinished=True, resume_errored=True, storage_filesystem=fs
-        )
-        # Ray restores the callbacks pickled at the first start; ours hold this process's MLflow bookkeeping
-        tuner._local_tuner.get_run_config().callbacks = callbacks
-        experiment_path = resume.experiment_path
-    else:
-        tuner = _new_tuner(trainable, space, search_alg, scheduler, num_samples, name, storage, callbacks)
-        experiment_path = storage.join(name)  # within the storage's filesystem, as Tune's restore takes it
-    if on_start is not None:
-        on_start(VariantRun(experiment_path, parent_run_id))
-    status = "FAILED"
-    try:
+        name = f"{space.name}-{variant_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        if restorable:
+            tuner = tune.Tuner.restore(
+                resume.experiment_path, trainable, resume_unfinished=True, resume_errored=True, storage_filesystem=fs
+            )
+            # Ray restores the callbacks pickled at the first start; ours hold this process's MLflow bookkeeping
+            tuner._local_tuner.get_run_config().callbacks = callbacks
+            experiment_path = resume.experiment_path
+        else:
+            tuner = _new_tuner(trainable, space, search_alg, scheduler, num_samples, name, storage, callbacks)
+            experiment_path = storage.join(name)  # within the storage's filesystem, as Tune's restore takes it
+        if on_start is not None:
+            on_start(VariantRun(experiment_path, parent_run_id))
         results = tuner.fit()
         outcome = summarise(
             results,
@@ -214,23 +182,13 @@ def run_variant(
         )
         outcome.parent_run_id, outcome.storage = parent_run_id, storage.uri
         outcome.wall_time_s = time.time() - started
-        status = "FINISHED" if outcome.best_metrics else "FAILED"
+        if parent is not None:
+            parent.status = RUN_FINISHED if outcome.best_metrics else RUN_FAILED
+            if outcome.best_metrics:
+                parent.metrics.update({f"best_{k}": v for k, v in outcome.best_metrics.items()})
+                parent.metrics.update({f"trials_{k}": v for k, v in outcome.trials.items()})
+                parent.tags = {f"{TAG_BEST_PREFIX}{k}": v for k, v in outcome.best_params.items()}
         return outcome
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:
-        if tracker is not None and parent_run_id is not None:
-            if logger is not None:
-                logger.close_open_runs()
-            tracker.close_running_children(parent_run_id)
-            metrics: dict[str, float] = {"wall_time_s": time.time() - started}
-            tags: dict[str, Any] = {}
-            if status == "FINISHED":
-                metrics.update({f"best_{k}": v for k, v in outcome.best_metrics.items()})
-                metrics.update({f"trials_{k}": v for k, v in outcome.trials.items()})
-                tags = {f"best.{k}": v for k, v in outcome.best_params.items()}
-            tracker.finish_parent(parent_run_id, metrics, tags, status)
 
 
 def _new_tuner(trainable, space, search_alg, scheduler, num_samples, name, storage, callbacks) -> tune.Tuner:
@@ -278,19 +236,19 @@ def summarise(
     mode: str,
     rounds: int,
 ) -> VariantOutcome:
-    counts = {"finished": 0, "stopped_early": 0, "diverged": 0, "error": 0}
+    counts = {TRIAL_FINISHED: 0, TRIAL_STOPPED_EARLY: 0, TRIAL_DIVERGED: 0, TRIAL_ERROR: 0}
     candidates, errors = [], []
     for result in results:
         if result.error is not None:
-            counts["error"] += 1
+            counts[TRIAL_ERROR] += 1
             errors.append(str(result.error).splitlines()[0][:300])
             continue
         metrics = result.metrics or {}
         if metrics.get("diverged"):
-            counts["diverged"] += 1  # never a candidate: its score is the worst by construction
+            counts[TRIAL_DIVERGED] += 1  # never a candidate: its score is the worst by construction
             continue
         reached = int(metrics.get("round", 0))
-        counts["finished" if reached >= rounds else "stopped_early"] += 1
+        counts[TRIAL_FINISHED if reached >= rounds else TRIAL_STOPPED_EARLY] += 1
         value = metrics.get(metric)
         if value is not None and math.isfinite(value):
             candidates.append((reached >= rounds, value, result))

@@ -1,0 +1,120 @@
+"""The MLflow layout as names: run tags and their values, artifact paths, and the params codec.
+
+Writers (tracking/tracker.py, tracking/trials.py, the tune and ablation stages) and readers (tracking/store.py, the
+report) use these constants instead of string literals. Plain Python: no MLflow import, so any layer may use it.
+
+Layout: experiment = space name; per variant study a parent run (stage=tune) with a child run per trial; per
+ablation a parent run (stage=ablation, role=parent) with a child run per cell (role=trial).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# ---------------------------------------------------------------- run tags: names
+
+TAG_PARENT_RUN = "mlflow.parentRunId"  # MLflow's own: marks a child run
+TAG_STAGE = "stage"
+TAG_ROLE = "role"  # ablation runs only: parent or trial
+TAG_VARIANT = "variant"
+TAG_METHOD = "method"
+TAG_DATASET = "dataset"  # tune parent
+TAG_PARTITION = "partition"  # tune parent: e.g. dirichlet(alpha=0.5)
+TAG_SEARCHED = "searched"  # tune parent: the searched hyperparameters, comma-separated
+TAG_BEST_PREFIX = "best."  # tune parent: best.<hyperparameter> = the selected value (params codec)
+TAG_PLAN = "plan"  # ablation parent: the plan's fingerprint (what --resume matches on)
+TAG_SEEDS = "seeds"
+TAG_GRID = "grid"
+TAG_VARIANTS = "variants"
+TAG_STUDY_RUN_IDS = "study_run_ids"
+TAG_CONFIG_SOURCE_PREFIX = "config_source."
+TAG_SEED = "seed"  # ablation cell
+TAG_SETTING = "setting"
+TAG_CELL = "cell"
+TAG_STUDY_RUN_ID = "study_run_id"
+TAG_TRIAL_ID = "trial_id"  # trial run: Tune's trial id (a resumed trial finds its run by it)
+TAG_TRIAL_STATUS = "trial_status"
+TAG_RESUMED = "resumed"
+TAG_DIVERGENCE = "divergence"
+TAG_ROUNDS_COMPLETED = "rounds_completed"
+TAG_ACTOR_FAILURES = "actor_failures"
+TAG_TRIAL_RESTARTS = "trial_restarts"
+
+# ---------------------------------------------------------------- run tags: values
+
+STAGE_TUNE = "tune"
+STAGE_ABLATION = "ablation"
+ROLE_PARENT = "parent"
+ROLE_TRIAL = "trial"
+NO_STUDY = "none"  # study_run_id of a cell configured from the YAML
+SETTING_DEFAULT = "default"  # the setting label of an ablation without a grid
+TRUE = "true"
+
+# trial_status
+TRIAL_RUNNING = "running"
+TRIAL_FINISHED = "finished"  # ran every round
+TRIAL_STOPPED_EARLY = "stopped_early"  # ASHA stopped it: its last value is a truncated score
+TRIAL_DIVERGED = "diverged"  # stopped itself on a non-finite loss; the study went on
+TRIAL_ERROR = "error"
+TRIAL_INTERRUPTED = "interrupted"  # still open when its study was killed or failed
+TRIAL_UNKNOWN = "unknown"  # what a reader says of a run without the tag
+
+# MLflow run statuses
+RUN_RUNNING = "RUNNING"
+RUN_FINISHED = "FINISHED"
+RUN_FAILED = "FAILED"
+RUN_KILLED = "KILLED"
+
+# ---------------------------------------------------------------- artifacts
+
+CONFIG_FILE = "config.yaml"  # parent runs: the study's or ablation's configuration
+PARTITION_FOLDER = "partition"  # partition.parquet and partition.png; partition/<setting>/ with a grid
+PARTITION_FILE = "partition.parquet"
+ROUND_METRICS_FILE = "round_metrics.parquet"  # trial runs: one row per round
+SPECTRUM_FILE = "classifier_spectrum.parquet"
+CLIENT_ACCURACY_FILE = "client_accuracy.parquet"
+CLIENT_ROUNDS_FILE = "client_rounds.parquet"
+ABLATION_FOLDER = "ablation"  # ablation parent: results.parquet, table.md, table.csv
+ABLATION_RESULTS_FILE = "results.parquet"
+DASHBOARD_FOLDER = "dashboard"
+
+
+def setting_folder(setting: str) -> str:
+    """An ablation setting as its artifact folder names it (partition/<folder>/)."""
+    return setting.replace("=", "-").replace(",", "_")
+
+
+# ---------------------------------------------------------------- the params codec
+
+MAX_PARAM_LEN = 6000  # MLflow's limit on a param value
+
+
+def encode_value(value: Any) -> str:
+    """A param or tag value as MLflow text: strings raw, everything else JSON (cut at MLflow's limit)."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text[:MAX_PARAM_LEN]
+
+
+def decode_value(text: str) -> Any:
+    """`encode_value` undone where the type is not known: JSON if it parses, else the raw string."""
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, ValueError):
+        return text
+
+
+def decode_float(text: str) -> float:
+    return float(text)
+
+
+def decode_int(text: str) -> int:
+    return int(float(text))  # "3" and "3.0" alike
+
+
+def decode_choice(text: str, choices: tuple[Any, ...] | list[Any]) -> Any:
+    """The choice whose encoding is `text`."""
+    for choice in choices:
+        if text == encode_value(choice):
+            return choice
+    raise ValueError(f"{text!r} is none of the choices {list(choices)}")

@@ -1,0 +1,289 @@
+"""Every read of the MLflow store: run searches, metric histories, artifact listings and downloads.
+
+The writers (tracker.py, trials.py) find their own runs through here too; the report reads nothing else. Tag
+names and values come from schema.py, param and tag values are decoded with its codec.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from mlflow.entities import Metric, Run
+from mlflow.tracking import MlflowClient
+
+from raytune_fl.tracking.schema import (
+    ROLE_PARENT,
+    RUN_FINISHED,
+    RUN_RUNNING,
+    STAGE_ABLATION,
+    STAGE_TUNE,
+    TAG_BEST_PREFIX,
+    TAG_CELL,
+    TAG_DATASET,
+    TAG_METHOD,
+    TAG_PARENT_RUN,
+    TAG_PLAN,
+    TAG_ROLE,
+    TAG_ROUNDS_COMPLETED,
+    TAG_SEED,
+    TAG_SETTING,
+    TAG_STAGE,
+    TAG_TRIAL_ID,
+    TAG_TRIAL_STATUS,
+    TAG_VARIANT,
+    TRIAL_FINISHED,
+    TRIAL_UNKNOWN,
+    decode_value,
+)
+
+__all__ = [
+    "RESULT_METRICS",
+    "Artifacts",
+    "MlflowClient",
+    "Run",
+    "StudyRecord",
+    "ablation_results",
+    "child_runs",
+    "experiment_id",
+    "find_ablation_parent",
+    "is_child",
+    "latest_study",
+    "logged_rounds",
+    "metric_history",
+    "open_client",
+    "parse_tag_value",
+    "search_all",
+    "stage_runs",
+    "trial_run",
+]
+
+# the final-round metrics an ablation table row keeps
+RESULT_METRICS = ("test_acc", "val_acc", "test_loss", "val_loss")
+_PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+
+
+def open_client(tracking_uri: str) -> MlflowClient:
+    return MlflowClient(tracking_uri)
+
+
+def _tag(name: str, value: str) -> str:
+    """A filter-string clause on a tag."""
+    return f"tags.{name} = '{value}'"
+
+
+def _and(*clauses: str) -> str:
+    return " and ".join(clauses)
+
+
+def is_child(run: Run) -> bool:
+    return TAG_PARENT_RUN in run.data.tags
+
+
+# ---------------------------------------------------------------- searches
+
+
+@dataclass(frozen=True)
+class StudyRecord:
+    """A finished tune-stage parent run: what the variant's study selected."""
+
+    run_id: str
+    method: str
+    params: dict[str, Any]  # the selected trial's hyperparameters (searched + fixed), typed again
+    metrics: dict[str, float]  # best_val_acc, best_test_acc, ...
+    start_time_ms: int
+    dataset: str = ""  # what it was tuned on: an ablation on other data should say so
+
+
+def parse_tag_value(text: str) -> Any:
+    """Tags hold JSON for numbers, lists and booleans and raw text for strings (the schema's params codec)."""
+    return decode_value(text)
+
+
+def experiment_id(client: MlflowClient, name: str) -> str | None:
+    found = client.get_experiment_by_name(name)
+    return None if found is None else found.experiment_id
+
+
+def search_all(client: MlflowClient, experiment: str, filter_string: str) -> list[Run]:
+    """Every matching run, newest first (search_runs pages at 1,000)."""
+    runs: list[Run] = []
+    token = None
+    while True:
+        page = client.search_runs(
+            [experiment], filter_string=filter_string, order_by=["attributes.start_time DESC"], page_token=token
+        )
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def stage_runs(client: MlflowClient, experiment: str, stage: str) -> list[Run]:
+    """Every run (parents and children) of a stage (schema.STAGE_TUNE / STAGE_ABLATION), newest first."""
+    return search_all(client, experiment, _tag(TAG_STAGE, stage))
+
+
+def latest_study(client: MlflowClient, experiment: str, variant: str) -> StudyRecord | None:
+    """The newest FINISHED tune parent of `variant` that selected a configuration, or None."""
+    runs = client.search_runs(
+        [experiment],
+        filter_string=_and(
+            _tag(TAG_STAGE, STAGE_TUNE), _tag(TAG_VARIANT, variant), f"attributes.status = '{RUN_FINISHED}'"
+        ),
+        order_by=["attributes.start_time DESC"],
+    )
+    for run in runs:
+        tags = run.data.tags
+        if TAG_PARENT_RUN in tags or not any(key.startswith("best_") for key in run.data.metrics):
+            continue  # a child run, or a parent whose study selected nothing
+        params = {
+            key.removeprefix(TAG_BEST_PREFIX): parse_tag_value(v)
+            for key, v in tags.items()
+            if key.startswith(TAG_BEST_PREFIX)
+        }
+        return StudyRecord(
+            run.info.run_id,
+            tags.get(TAG_METHOD, ""),
+            params,
+            dict(run.data.metrics),
+            run.info.start_time,
+            tags.get(TAG_DATASET, ""),
+        )
+    return None
+
+
+def ablation_results(client: MlflowClient, experiment: str, parent_run_id: str) -> pd.DataFrame:
+    """One row per child run of an ablation parent, with its final-round metrics (MLflow's latest = highest step)."""
+    rows = []
+    for run in search_all(client, experiment, _tag(TAG_PARENT_RUN, parent_run_id)):
+        tags, metrics = run.data.tags, run.data.metrics
+        rows.append(
+            {
+                "run_id": run.info.run_id,
+                "run_name": run.info.run_name,
+                "variant": tags.get(TAG_VARIANT, ""),
+                "method": tags.get(TAG_METHOD, ""),
+                "seed": int(tags.get(TAG_SEED, -1)),
+                "setting": tags.get(TAG_SETTING, ""),
+                "cell": tags.get(TAG_CELL, ""),
+                "status": tags.get(TAG_TRIAL_STATUS, TRIAL_UNKNOWN),
+                "rounds_completed": int(tags.get(TAG_ROUNDS_COMPLETED, 0)),
+                **{name: float(metrics.get(name, math.nan)) for name in RESULT_METRICS},
+            }
+        )
+    columns = ["run_id", "run_name", "variant", "method", "seed", "setting", "cell", "status", "rounds_completed"]
+    return pd.DataFrame(rows, columns=[*columns, *RESULT_METRICS])
+
+
+def find_ablation_parent(client: MlflowClient, experiment: str, fingerprint: str) -> tuple[str | None, set[str]]:
+    """The newest ablation parent with this plan and the cells it already finished (for --resume)."""
+    parents = client.search_runs(
+        [experiment],
+        filter_string=_and(_tag(TAG_STAGE, STAGE_ABLATION), _tag(TAG_ROLE, ROLE_PARENT), _tag(TAG_PLAN, fingerprint)),
+        order_by=["attributes.start_time DESC"],
+    )
+    if not parents:
+        return None, set()
+    run_id = parents[0].info.run_id
+    finished = client.search_runs(
+        [experiment], filter_string=_and(_tag(TAG_PARENT_RUN, run_id), _tag(TAG_TRIAL_STATUS, TRIAL_FINISHED))
+    )
+    return run_id, {run.data.tags.get(TAG_CELL, "") for run in finished}
+
+
+def child_runs(client: MlflowClient, experiment: str, parent_run_id: str, *, running: bool = False) -> list[Run]:
+    """A parent's child runs (the first page of MLflow's search: up to 1,000), only those RUNNING if `running`."""
+    clauses = [_tag(TAG_PARENT_RUN, parent_run_id)]
+    if running:
+        clauses.append(f"attributes.status = '{RUN_RUNNING}'")
+    return client.search_runs([experiment], filter_string=_and(*clauses))
+
+
+def trial_run(client: MlflowClient, experiment: str, parent_run_id: str, trial_id: str) -> Run | None:
+    """The child run a trial logged to, found by its trial_id tag (a resumed trial continues in it)."""
+    runs = client.search_runs(
+        [experiment], filter_string=_and(_tag(TAG_PARENT_RUN, parent_run_id), _tag(TAG_TRIAL_ID, trial_id))
+    )
+    return runs[0] if runs else None
+
+
+# ---------------------------------------------------------------- metric histories
+
+
+def metric_history(client: MlflowClient, run_id: str, key: str) -> list[Metric]:
+    return client.get_metric_history(run_id, key)
+
+
+def logged_rounds(client: MlflowClient, run_id: str, keys: Iterable[str]) -> list[dict[str, Any]]:
+    """The rounds a run logged, as rows {round, metric: value, ...} in round order (step = round)."""
+    by_round: dict[int, dict[str, Any]] = {}
+    for key in keys:
+        for point in client.get_metric_history(run_id, key):
+            by_round.setdefault(point.step, {"round": point.step})[key] = point.value
+    return [by_round[step] for step in sorted(by_round)]
+
+
+# ---------------------------------------------------------------- artifacts
+
+
+@contextmanager
+def _no_progress_bar() -> Iterator[None]:
+    """MLflow draws a progress bar per download; dozens of them would bury the progress lines."""
+    before = os.environ.get(_PROGRESS_BAR)
+    os.environ[_PROGRESS_BAR] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[_PROGRESS_BAR]
+        else:
+            os.environ[_PROGRESS_BAR] = before
+
+
+class Artifacts:
+    """Downloads each artifact once into a temporary folder; a missing artifact is None, not an exception."""
+
+    def __init__(self, client: MlflowClient, root: Path) -> None:
+        self.client, self.root = client, root
+        self._listings: dict[tuple[str, str], list[Any]] = {}
+        self._local: dict[tuple[str, str], Path] = {}
+
+    def listing(self, run_id: str, folder: str = "") -> list[Any]:
+        key = (run_id, folder)
+        if key not in self._listings:
+            self._listings[key] = list(self.client.list_artifacts(run_id, folder or None))
+        return self._listings[key]
+
+    def files(self, run_id: str, folder: str) -> list[str]:
+        """Every file path under `folder`, recursively."""
+        found = []
+        for info in self.listing(run_id, folder):
+            found.extend(self.files(run_id, info.path) if info.is_dir else [info.path])
+        return found
+
+    def local(self, run_id: str, path: str) -> Path | None:
+        folder = path.rpartition("/")[0]
+        if not any(info.path == path and not info.is_dir for info in self.listing(run_id, folder)):
+            return None
+        if (run_id, path) not in self._local:
+            (self.root / run_id).mkdir(parents=True, exist_ok=True)
+            with _no_progress_bar():
+                local = self.client.download_artifacts(run_id, path, str(self.root / run_id))
+            self._local[run_id, path] = Path(local)
+        return self._local[run_id, path]
+
+    def parquet(self, run_id: str, path: str) -> pd.DataFrame | None:
+        local = self.local(run_id, path)
+        return None if local is None else pd.read_parquet(local)
+
+    def yaml(self, run_id: str, path: str) -> dict[str, Any] | None:
+        local = self.local(run_id, path)
+        return None if local is None else yaml.safe_load(local.read_text())

@@ -1,0 +1,190 @@
+"""MLflow layout: experiment = space name, a parent run per variant study or ablation, a child run per trial.
+
+Everything is written from the driver process (a SQLite store locks under concurrent writers), through an
+explicit MlflowClient and run ids: no global "active run" state. Tag names are schema.py's; reads go through
+store.py.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+from raytune_fl.data.record import partition_heatmap, partition_table, save_partition_parquet
+from raytune_fl.tracking import store
+from raytune_fl.tracking.schema import (
+    CONFIG_FILE,
+    PARTITION_FILE,
+    PARTITION_FOLDER,
+    RUN_FAILED,
+    RUN_FINISHED,
+    RUN_KILLED,
+    RUN_RUNNING,
+    STAGE_TUNE,
+    TAG_METHOD,
+    TAG_STAGE,
+    TAG_TRIAL_STATUS,
+    TAG_VARIANT,
+    TRIAL_INTERRUPTED,
+    encode_value,
+)
+from raytune_fl.tracking.trials import TrialRun, TrialTracker
+
+if TYPE_CHECKING:
+    from raytune_fl.engine.data import FederatedData
+
+
+def default_tracking_uri(directory: str | Path = ".") -> str:
+    return f"sqlite:///{(Path(directory) / 'mlflow.db').resolve()}"
+
+
+class StudyTracker:
+    def __init__(self, tracking_uri: str, experiment_name: str) -> None:
+        self.uri = tracking_uri
+        self.client = MlflowClient(tracking_uri)
+        found = self.client.get_experiment_by_name(experiment_name)
+        if found is None:
+            artifact_location = None
+            if tracking_uri.startswith("sqlite:///"):  # keep artifacts beside the database, not in the cwd
+                db = Path(tracking_uri.removeprefix("sqlite:///"))
+                artifact_location = (db.parent / "mlartifacts" / experiment_name).resolve().as_uri()
+            self.experiment_id = self.client.create_experiment(experiment_name, artifact_location=artifact_location)
+        else:
+            self.experiment_id = found.experiment_id
+        self.experiment_name = experiment_name
+
+    def start_parent(self, variant: str, tags: dict[str, str], params: dict[str, Any], config: dict[str, Any]) -> str:
+        """A variant study's parent run (stage=tune)."""
+        return self.start_run(variant, {TAG_VARIANT: variant, TAG_STAGE: STAGE_TUNE, **tags}, params, config)
+
+    def start_run(self, run_name: str, tags: dict[str, str], params: dict[str, Any], config: dict[str, Any]) -> str:
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
+        self.log_params(run.info.run_id, params)
+        self.client.log_dict(run.info.run_id, config, CONFIG_FILE)
+        return run.info.run_id
+
+    def log_partition(
+        self, run_id: str, data: FederatedData, title: str, artifact_path: str = PARTITION_FOLDER
+    ) -> pd.DataFrame:
+        """Per client: sample count and label histogram, as Parquet and a heat map, under partition/."""
+        dataset = data.dataset
+        table = partition_table(
+            dataset.y_train,
+            data.client_parts,
+            dataset.num_classes,
+            class_names=dataset.class_names,
+            domains=dataset.domains_train,
+            domain_names=dataset.domain_names,
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            save_partition_parquet(table, Path(tmp) / PARTITION_FILE)
+            partition_heatmap(table, Path(tmp) / "partition.png", title)
+            self.client.log_artifacts(run_id, tmp, artifact_path=artifact_path)
+        return table
+
+    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        items = [Param(k, encode_value(v)) for k, v in params.items()]
+        for start in range(0, len(items), 100):  # MLflow caps a batch at 100 params
+            self.client.log_batch(run_id, params=items[start : start + 100])
+
+    def log_files(self, run_id: str, files: dict[str, Path], artifact_path: str) -> None:
+        """Copies of local files under `artifact_path`, each under its key as name."""
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, path in files.items():
+                (Path(tmp) / name).write_bytes(path.read_bytes())
+            self.client.log_artifacts(run_id, tmp, artifact_path=artifact_path)
+
+    def reopen(self, run_id: str) -> None:
+        """A resumed study continues in the run it started in (no new parent, no orphan)."""
+        self.client.update_run(run_id, status=RUN_RUNNING)
+
+    def close_running_children(self, parent_run_id: str, status: str = RUN_KILLED) -> int:
+        """Child runs still RUNNING once a study ends belong to trials that died with a killed driver before
+        Tune recorded them (a resume re-creates such trials under new runs); they are closed, not left RUNNING."""
+        runs = store.child_runs(self.client, self.experiment_id, parent_run_id, running=True)
+        for run in runs:
+            self.client.set_tag(run.info.run_id, TAG_TRIAL_STATUS, TRIAL_INTERRUPTED)
+            self.client.set_terminated(run.info.run_id, status)
+        return len(runs)
+
+    def finish_parent(
+        self, run_id: str, metrics: dict[str, float], tags: dict[str, Any], status: str = RUN_FINISHED
+    ) -> None:
+        now = int(time.time() * 1000)
+        finite = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(v)]
+        self.client.log_batch(run_id, metrics=finite, tags=[RunTag(k, encode_value(v)) for k, v in tags.items()])
+        self.client.set_terminated(run_id, status)
+
+    def trial_tracker(
+        self,
+        parent_run_id: str,
+        variant: str,
+        method: str,
+        base_params: dict[str, Any],
+        rounds: int,
+        resuming: bool = False,
+    ) -> TrialTracker:
+        """The tune stage's trials: runs named `<variant>-<index>`, params = base + the sampled hyperparameters."""
+
+        def describe(config: dict[str, Any], index: int) -> TrialRun:
+            tags = {TAG_VARIANT: variant, TAG_METHOD: method, TAG_STAGE: STAGE_TUNE}
+            return TrialRun(f"{variant}-{index:03d}", tags, {**base_params, **config})
+
+        return TrialTracker(self, parent_run_id, rounds, describe, resuming)
+
+    @contextmanager
+    def parent_run(self, start: Callable[[], str], run_id: str | None = None) -> Iterator[ParentRun]:
+        """A parent run for the length of a `with` block: started (`start()` creates it and returns its id) or,
+        with `run_id` (a resume), reopened.
+
+        The block sets `status`, `metrics` and `tags` (and `on_close`) on the yielded ParentRun. When it ends:
+        KeyboardInterrupt -> KILLED and re-raised, any other exception -> FAILED and re-raised, a normal exit ->
+        the status the block set (FINISHED if none). Then the open runs of the block's `trials` and any child
+        still RUNNING are closed (KILLED, trial_status=interrupted), `on_close(parent)` runs, and the parent
+        finishes with its metrics, tags and status.
+        """
+        if run_id is None:
+            run_id = start()
+        else:
+            self.reopen(run_id)
+        parent = ParentRun(run_id)
+        try:
+            yield parent
+            parent.status = parent.status or RUN_FINISHED
+        except KeyboardInterrupt:
+            parent.status = RUN_KILLED
+            raise
+        except BaseException:
+            parent.status = RUN_FAILED
+            raise
+        finally:
+            try:
+                for trials in parent.trials:
+                    trials.close_open_runs()
+                self.close_running_children(run_id)
+                if parent.on_close is not None:
+                    parent.on_close(parent)
+            finally:
+                self.finish_parent(run_id, parent.metrics, parent.tags, parent.status or RUN_FAILED)
+
+
+@dataclass
+class ParentRun:
+    """The parent run inside `StudyTracker.parent_run`: what the block sets is what the parent finishes with."""
+
+    run_id: str
+    status: str | None = None  # None: FINISHED on a normal exit
+    metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, Any] = field(default_factory=dict)
+    trials: list[TrialTracker] = field(default_factory=list)  # their open child runs are closed at the end
+    on_close: Callable[[ParentRun], None] | None = None  # after the children are closed, before the parent ends

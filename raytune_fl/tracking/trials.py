@@ -1,0 +1,233 @@
+"""A study's trials in MLflow: one child run per trial, its metrics per round (step = round), its end.
+
+Plain bookkeeping keyed by trial id: whatever runs the trials (the Ray Tune callback in tune/callbacks.py) says
+when a trial starts, reports a round, ends, fails or is restarted. Resuming, a trial continues in its own run:
+found by its trial_id tag, reopened, and rounds it already logged are not logged twice (a trial restarts from its
+last checkpoint, which may be a round or two before the last round the killed driver logged; the seeded rounds
+repeat exactly).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+from mlflow.entities import Metric
+
+from raytune_fl.engine.evaluation import CLIENT_ACC_KEY, SPECTRUM_KEY
+from raytune_fl.engine.federation import CLIENT_LOG_KEY
+from raytune_fl.tracking import store
+from raytune_fl.tracking.schema import (
+    CLIENT_ACCURACY_FILE,
+    CLIENT_ROUNDS_FILE,
+    ROUND_METRICS_FILE,
+    RUN_FAILED,
+    RUN_FINISHED,
+    RUN_KILLED,
+    RUN_RUNNING,
+    SPECTRUM_FILE,
+    TAG_ACTOR_FAILURES,
+    TAG_DIVERGENCE,
+    TAG_PARENT_RUN,
+    TAG_RESUMED,
+    TAG_ROUNDS_COMPLETED,
+    TAG_TRIAL_ID,
+    TAG_TRIAL_RESTARTS,
+    TAG_TRIAL_STATUS,
+    TRIAL_DIVERGED,
+    TRIAL_ERROR,
+    TRIAL_FINISHED,
+    TRIAL_INTERRUPTED,
+    TRIAL_RUNNING,
+    TRIAL_STOPPED_EARLY,
+    TRUE,
+)
+
+if TYPE_CHECKING:
+    from raytune_fl.tracking.tracker import StudyTracker
+
+# the trial runner's (Ray Tune's) own bookkeeping keys in a result: not our metrics
+_RUNNER_KEYS = {
+    "training_iteration",
+    "time_this_iter_s",
+    "time_total_s",
+    "timestamp",
+    "pid",
+    "hostname",
+    "node_ip",
+    "done",
+    "time_since_restore",
+    "iterations_since_restore",
+    "checkpoint_dir_name",
+    "should_checkpoint",
+}
+
+
+def round_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The numeric metrics a trial reported, without the runner's bookkeeping."""
+    return {
+        k: float(v)
+        for k, v in result.items()
+        if k not in _RUNNER_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool) and k != "round"
+    }
+
+
+def result_round(result: dict[str, Any]) -> int:
+    """The round a result reports (the runner's iteration count where it names none)."""
+    return int(result.get("round", result.get("training_iteration", 0)))
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    """How a trial appears in MLflow: its run name, tags to filter by and params to compare."""
+
+    name: str
+    tags: dict[str, str]
+    params: dict[str, Any]
+    rounds: int | None = None  # the rounds this trial runs when it differs from the tracker's (an ablation grid)
+
+
+# per-round lists a trial reports, filed as long-format Parquet artifacts: key -> (file, columns, rows of a round)
+def _indexed_rows(step: int, values: list) -> list[tuple]:
+    return [(step, i, value) for i, value in enumerate(values)]
+
+
+_ROUND_LISTS: dict[str, tuple[str, list[str] | None, Callable[[int, list], list]]] = {
+    SPECTRUM_KEY: (SPECTRUM_FILE, ["round", "index", "singular_value"], _indexed_rows),
+    CLIENT_ACC_KEY: (CLIENT_ACCURACY_FILE, ["round", "client", "accuracy"], _indexed_rows),
+    # per client and round: trained / dropped / late / lost, steps, simulated time, staleness (dict rows)
+    CLIENT_LOG_KEY: (CLIENT_ROUNDS_FILE, None, lambda step, values: list(values)),
+}
+
+# describe(config, index) -> the run of a new trial; index = its number among the parent's runs
+Describe = Callable[[dict[str, Any], int], TrialRun]
+
+
+class TrialTracker:
+    """The child runs of one parent run, one per trial, written from the driver process."""
+
+    def __init__(
+        self,
+        tracker: StudyTracker,
+        parent_run_id: str,
+        rounds: int,
+        describe: Describe,
+        resuming: bool = False,
+    ) -> None:
+        self.tracker, self.client = tracker, tracker.client
+        self.parent_run_id, self.rounds, self.describe = parent_run_id, rounds, describe
+        self.resuming = resuming
+        self.run_ids: dict[str, str] = {}
+        self.history: dict[str, list[dict[str, Any]]] = {}
+        self.lists: dict[str, dict[str, list]] = {}  # trial -> round-list key -> rows
+        self.diverged: dict[str, str] = {}
+        self.trial_index: dict[str, int] = {}
+        self.trial_rounds: dict[str, int] = {}
+        self.restarts: dict[str, int] = {}  # trial -> times it was restarted from a checkpoint
+
+    def open(self, trial_id: str, config: dict[str, Any]) -> str:
+        """The trial's run: already open, or found again (resume), or new."""
+        if trial_id in self.run_ids:
+            return self.run_ids[trial_id]
+        experiment = self.tracker.experiment_id
+        existing = store.trial_run(self.client, experiment, self.parent_run_id, trial_id) if self.resuming else None
+        rows: list[dict[str, Any]] = []
+        if existing is not None:
+            run_id = existing.info.run_id
+            self.client.update_run(run_id, status=RUN_RUNNING)
+            self.client.set_tag(run_id, TAG_RESUMED, TRUE)
+            rows = store.logged_rounds(self.client, run_id, existing.data.metrics)
+        else:
+            if self.resuming and not self.trial_index:  # number new runs after the ones the first attempt made
+                done = store.child_runs(self.client, experiment, self.parent_run_id)
+                self.trial_index = {run.data.tags.get(TAG_TRIAL_ID, run.info.run_id): i for i, run in enumerate(done)}
+            index = self.trial_index.setdefault(trial_id, len(self.trial_index))
+            described = self.describe(config, index)
+            if described.rounds is not None:
+                self.trial_rounds[trial_id] = described.rounds
+            tags = {
+                **described.tags,
+                TAG_PARENT_RUN: self.parent_run_id,
+                TAG_TRIAL_ID: trial_id,
+                TAG_TRIAL_STATUS: TRIAL_RUNNING,
+            }
+            run = self.client.create_run(experiment, run_name=described.name, tags=tags)
+            run_id = run.info.run_id
+            self.tracker.log_params(run_id, described.params)
+        self.run_ids[trial_id] = run_id
+        self.history[trial_id] = rows
+        self.lists[trial_id] = {key: [] for key in _ROUND_LISTS}
+        return run_id
+
+    def log_round(self, trial_id: str, config: dict[str, Any], result: dict[str, Any]) -> None:
+        """A round's result: its metrics (step = round), its per-round lists, whether the trial diverged."""
+        run_id = self.open(trial_id, config)
+        step = result_round(result)
+        history = self.history[trial_id]
+        if history and step <= history[-1]["round"]:
+            return  # replayed after a resume from an earlier checkpoint: already logged, identical by seeding
+        metrics = round_metrics(result)
+        now = int(time.time() * 1000)
+        batch = [Metric(k, v, now, step) for k, v in metrics.items() if math.isfinite(v)]
+        self.client.log_batch(run_id, metrics=batch)
+        history.append({"round": step, **metrics})
+        for key, (_, _, rows_of) in _ROUND_LISTS.items():
+            if isinstance(result.get(key), list):
+                self.lists[trial_id][key].extend(rows_of(step, result[key]))
+        if result.get("diverged"):
+            self.diverged[trial_id] = str(result.get("divergence", "non-finite loss"))
+
+    def complete(self, trial_id: str) -> None:
+        self.close(trial_id, RUN_FINISHED, TRIAL_FINISHED)
+
+    def fail(self, trial_id: str) -> None:
+        self.close(trial_id, RUN_FAILED, TRIAL_ERROR)
+
+    def close(self, trial_id: str, status: str, trial_status: str) -> None:
+        """The trial's run ends: its status tags, its round table and per-round lists as Parquet artifacts."""
+        run_id = self.run_ids.pop(trial_id, None)
+        if run_id is None:
+            return
+        rows = self.history.pop(trial_id, [])
+        last_round = rows[-1]["round"] if rows else 0
+        reason = self.diverged.pop(trial_id, None)
+        if reason is not None:
+            trial_status = TRIAL_DIVERGED  # stopped itself; the study went on
+            self.client.set_tag(run_id, TAG_DIVERGENCE, reason[:500])
+        elif trial_status == TRIAL_FINISHED and last_round < self.trial_rounds.pop(trial_id, self.rounds):
+            trial_status = TRIAL_STOPPED_EARLY  # ASHA stopped it: its last value is a truncated score
+        self.client.set_tag(run_id, TAG_TRIAL_STATUS, trial_status)
+        self.client.set_tag(run_id, TAG_ROUNDS_COMPLETED, str(last_round))
+        failures = rows[-1].get("actor_failures_total", 0) if rows else 0
+        self.client.set_tag(run_id, TAG_ACTOR_FAILURES, str(int(failures)))
+        tables = {ROUND_METRICS_FILE: pd.DataFrame(rows) if rows else None}
+        for key, collected in self.lists.pop(trial_id, {}).items():
+            name, columns, _ = _ROUND_LISTS[key]
+            if collected:
+                tables[name] = pd.DataFrame(collected, columns=columns)
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, table in tables.items():
+                if table is not None:
+                    table.to_parquet(Path(tmp) / name, index=False)
+                    self.client.log_artifact(run_id, str(Path(tmp) / name))
+        self.client.set_terminated(run_id, status)
+
+    def restarted(self, trial_id: str) -> None:
+        """The trial's process died (a lost node, say) and it restarts from its last checkpoint: same run."""
+        run_id = self.run_ids.get(trial_id)
+        if run_id is not None:
+            self.restarts[trial_id] = self.restarts.get(trial_id, 0) + 1
+            self.client.set_tag(run_id, TAG_TRIAL_RESTARTS, str(self.restarts[trial_id]))
+
+    def close_open_runs(self, status: str = RUN_KILLED) -> None:
+        """After an interruption: no child run may stay RUNNING."""
+        for trial_id, run_id in list(self.run_ids.items()):
+            self.client.set_tag(run_id, TAG_TRIAL_STATUS, TRIAL_INTERRUPTED)
+            self.client.set_terminated(run_id, status)
+            del self.run_ids[trial_id]
