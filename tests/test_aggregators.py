@@ -290,12 +290,13 @@ def test_fedavgm_without_momentum_is_fedavg_exactly():
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"server_momentum": 1.5}, r"server_momentum: must be in \[0, 1\) \(got 1.5\)"),
-        ({"server_momentum": 1.0}, r"server_momentum: must be in \[0, 1\)"),
-        ({"server_momentum": -0.1}, r"server_momentum: must be in \[0, 1\)"),
-        ({"server_momentum": True}, r"server_momentum: must be in \[0, 1\)"),
-        ({"server_lr": 0.0}, r"server_lr: must be a finite number > 0 \(got 0.0\)"),
-        ({"server_lr": "1"}, r"server_lr: must be a finite number > 0"),
+        ({"server_momentum": 1.5}, r"server_momentum: must be a number in \[0, 1\) \(got 1.5\)"),
+        ({"server_momentum": 1.0}, r"server_momentum: must be a number in \[0, 1\)"),
+        ({"server_momentum": -0.1}, r"server_momentum: must be a number in \[0, 1\)"),
+        ({"server_momentum": True}, r"server_momentum: must be a number in \[0, 1\)"),
+        ({"server_lr": 0.0}, r"server_lr: must be a number > 0 \(got 0.0\)"),
+        ({"server_lr": float("inf")}, r"server_lr: must be a finite number > 0 \(got inf\)"),
+        ({"server_lr": "1"}, r"server_lr: must be a number > 0"),
     ],
 )
 def test_fedavgm_validates_hyperparameters(params, message):

@@ -11,7 +11,8 @@ hands it back as `ctx.state[hook.name]` the next time that client trains, whiche
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,18 +144,115 @@ class Method:
         return self.aggregator.aggregate(global_weights, sorted(updates, key=lambda u: u.client_id))
 
 
+_TYPE_WORDS = {float: "a number", int: "an integer", str: "a string", bool: "true or false"}
+
+
+def _number(value: Any) -> str:
+    return repr(int(value)) if isinstance(value, float) and value.is_integer() else repr(value)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One hyperparameter: its type, default, allowed values and a one-line meaning.
+
+    Bounds: `ge`/`gt` below, `le`/`lt` above (closed or open ends). `choices`: the only values allowed.
+    `special`: named values allowed besides numbers (FedUV's sigma "median"). A default of None means
+    "derived from the data" (the spec's `derived` says how); None is then accepted as a value too.
+    """
+
+    type: type  # float, int, str or bool; a float parameter accepts ints too (YAML writes 1 for 1.0)
+    default: Any
+    meaning: str = ""
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choices: tuple[Any, ...] | None = None
+    special: tuple[str, ...] = ()
+
+    def allowed(self) -> str:
+        """What the values may be, as an error message says it: "a number in [0, 1)", "one of 'a', 'b'"."""
+        if self.choices is not None:
+            return f"one of {', '.join(map(repr, self.choices))}"
+        low = self.ge if self.ge is not None else self.gt
+        high = self.le if self.le is not None else self.lt
+        words = _TYPE_WORDS[self.type]
+        if low is not None and high is not None:
+            left, right = "[" if self.ge is not None else "(", "]" if self.le is not None else ")"
+            words += f" in {left}{_number(low)}, {_number(high)}{right}"
+        elif low is not None:
+            words += f" {'>=' if self.ge is not None else '>'} {_number(low)}"
+        elif high is not None:
+            words += f" {'<=' if self.le is not None else '<'} {_number(high)}"
+        return " or ".join([*map(repr, self.special), words])
+
+    def accepts(self, value: Any) -> bool:
+        if isinstance(value, str) and value in self.special:
+            return True
+        if self.type is bool or isinstance(value, bool):  # bool is an int subclass: keep them apart
+            return self.type is bool and isinstance(value, bool)
+        if not isinstance(value, (int, float) if self.type is float else self.type):
+            return False
+        if self.choices is not None:
+            return value in self.choices
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        return not (
+            (self.ge is not None and value < self.ge)
+            or (self.gt is not None and value <= self.gt)
+            or (self.le is not None and value > self.le)
+            or (self.lt is not None and value >= self.lt)
+        )
+
+    def check(self, name: str, value: Any) -> None:
+        """Refuse a value this parameter does not allow; the message names the parameter and what is allowed."""
+        if self.accepts(value):
+            return
+        allowed = self.allowed()
+        if isinstance(value, float) and not math.isfinite(value):
+            allowed = allowed.replace("a number", "a finite number", 1)
+        raise ValueError(f"{name}: must be {allowed} (got {value!r})")
+
+
 @dataclass(frozen=True)
 class MethodSpec:
-    """A registered method: its hyperparameters with defaults, and how to build it."""
+    """A registered method: its typed hyperparameters, and how to build it."""
 
     name: str
-    defaults: Mapping[str, Any]  # None means "derived from the data", explained in `derived`
+    params: Mapping[str, Param]  # declared once: type, default, bounds, meaning
     build: Callable[[dict[str, Any], MethodContext], Method]  # (resolved hyperparameters, context) -> Method
     summary: str = ""
     derived: Mapping[str, str] = field(default_factory=dict)  # e.g. {"lambda": "D/4"}: how a None default resolves
     # hyperparameters under which one round from a fresh state is exactly FedAvg's; None: no such setting
     # (Freeze never trains its classifier). The conformance suite checks it for every method.
     as_fedavg: Mapping[str, Any] | None = field(default_factory=dict)
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return {name: param.default for name, param in self.params.items()}
+
+    def check_names(self, names: Iterable[str]) -> None:
+        """Refuse names that are not hyperparameters of this method, listing the ones it has."""
+        unknown = sorted(set(names) - set(self.params))
+        if unknown:
+            raise ValueError(
+                f"method {self.name!r} has no hyperparameter {', '.join(unknown)}; "
+                f"its hyperparameters: {', '.join(self.params) or '(none)'}"
+            )
+
+    def check(self, name: str, value: Any) -> None:
+        """One hyperparameter's value: a None is allowed only where the default is derived from the data."""
+        self.check_names([name])
+        if value is None and name in self.derived:
+            return
+        self.params[name].check(name, value)
+
+    def resolve(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Every hyperparameter: the given values checked (names, types, bounds), the defaults for the rest."""
+        self.check_names(params)
+        for name, value in params.items():
+            self.check(name, value)
+        return {**self.defaults, **params}
 
     def describe(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Hyperparameters for display: derived defaults shown as their rule instead of None."""
@@ -164,34 +262,21 @@ class MethodSpec:
 METHODS: Registry[MethodSpec] = Registry("method")
 
 
+def register(spec: MethodSpec) -> MethodSpec:
+    """Register a method under its own name."""
+    return METHODS.register(spec.name)(spec)
+
+
 def active(terms: Sequence[LocalTerm]) -> tuple[LocalTerm, ...]:
     return tuple(term for term in terms if term.weight != 0.0)
 
 
-def require_non_negative(params: Mapping[str, Any], *names: str) -> None:
-    for name in names:
-        value = params[name]
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{name}: must be a number >= 0 (got {value!r})")
-
-
-def require_choice(params: Mapping[str, Any], name: str, choices: Sequence[Any]) -> None:
-    if params[name] not in choices:
-        raise ValueError(f"{name}: must be one of {', '.join(map(repr, choices))} (got {params[name]!r})")
-
-
 def build_method(name: str, params: Mapping[str, Any], context: MethodContext | int) -> Method:
-    """Resolve hyperparameters against the method's defaults; unknown names fail with the known ones.
+    """Build a method from hyperparameters resolved by its spec (defaults filled, names, types and bounds checked).
 
     `context` may be just the number of classes where nothing else matters (tests, validation).
     """
     spec = METHODS.get(name)
-    unknown = sorted(set(params) - set(spec.defaults))
-    if unknown:
-        raise ValueError(
-            f"method {name!r} has no hyperparameter {', '.join(unknown)}; "
-            f"its hyperparameters: {', '.join(spec.defaults) or '(none)'}"
-        )
     if isinstance(context, int):
         context = MethodContext(num_classes=context)
-    return spec.build({**spec.defaults, **params}, context)
+    return spec.build(spec.resolve(params), context)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from raytune_fl.aggregators.fedavgm import fedavgm
-from raytune_fl.methods.base import METHODS, Method, MethodContext, MethodSpec, ServerAggregator
+from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Param, ServerAggregator, register
 from raytune_fl.types import ClientUpdate, Weights
 
 
@@ -35,23 +35,17 @@ class ServerMomentum(ServerAggregator):
         self.velocity = {key: np.array(value, copy=True) for key, value in state.get("velocity", {}).items()}
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def build(params: dict[str, Any], context: MethodContext) -> Method:
-    beta, lr = params["server_momentum"], params["server_lr"]
-    if not (_is_number(beta) and 0 <= beta < 1):
-        raise ValueError(f"server_momentum: must be in [0, 1) (got {beta!r})")
-    if not (_is_number(lr) and 0 < lr < float("inf")):
-        raise ValueError(f"server_lr: must be a finite number > 0 (got {lr!r})")
-    return Method("fedavgm", (), ServerMomentum(beta, lr))
+    return Method("fedavgm", (), ServerMomentum(params["server_momentum"], params["server_lr"]))
 
 
-METHODS.register("fedavgm")(
+register(
     MethodSpec(
         "fedavgm",
-        {"server_momentum": 0.9, "server_lr": 1.0},
+        {
+            "server_momentum": Param(float, 0.9, "beta: the server velocity's decay (0: FedAvg)", ge=0, lt=1),
+            "server_lr": Param(float, 1.0, "server step size on the velocity", gt=0),
+        },
         build,
         summary="server momentum on FedAvg's mean delta: v <- beta v + delta, w <- w + server_lr v",
         as_fedavg={"server_momentum": 0.0},

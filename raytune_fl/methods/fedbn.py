@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from raytune_fl.aggregators import fedavg
-from raytune_fl.methods.base import METHODS, ClientContext, ClientHook, Method, MethodContext, MethodSpec, Stateless
+from raytune_fl.methods.base import ClientContext, ClientHook, Method, MethodContext, MethodSpec, Stateless, register
 from raytune_fl.types import Weights
 from raytune_fl.weights import numpy_copy
 
@@ -68,7 +68,7 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
     return Method("fedbn", (), Stateless(fedavg), hooks=(LocalBatchNorm(),), personalise=with_own_batchnorm)
 
 
-METHODS.register("fedbn")(
+register(
     MethodSpec(
         "fedbn",
         {},

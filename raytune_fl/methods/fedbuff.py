@@ -10,25 +10,24 @@ from __future__ import annotations
 from typing import Any
 
 from raytune_fl.aggregators.fedbuff import fedbuff
-from raytune_fl.methods.base import METHODS, Method, MethodContext, MethodSpec, Stateless, require_non_negative
+from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Param, Stateless, register
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
     size, lr = params["buffer_size"], params["server_lr"]
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise ValueError(f"buffer_size: must be an integer >= 1 (got {size!r})")
-    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not 0 < lr < float("inf"):
-        raise ValueError(f"server_lr: must be a finite number > 0 (got {lr!r})")
-    require_non_negative(params, "staleness_exponent")
     exponent = float(params["staleness_exponent"])
     aggregate = Stateless(lambda weights, updates: fedbuff(weights, updates, float(lr), exponent))
     return Method("fedbuff", (), aggregate, buffer_size=size)
 
 
-METHODS.register("fedbuff")(
+register(
     MethodSpec(
         "fedbuff",
-        {"buffer_size": 3, "server_lr": 1.0, "staleness_exponent": 0.5},
+        {
+            "buffer_size": Param(int, 3, "K: arrivals aggregated per server step", ge=1),
+            "server_lr": Param(float, 1.0, "server step size on the buffer's weighted mean delta", gt=0),
+            "staleness_exponent": Param(float, 0.5, "a: a delta tau versions stale is weighted (1 + tau)^-a", ge=0),
+        },
         build,
         summary="asynchronous: apply every K arrivals, w <- w + server_lr * mean_i (1 + tau_i)^-a delta_i",
         as_fedavg=None,  # unweighted mean of a buffer of stale updates: no setting is FedAvg's round

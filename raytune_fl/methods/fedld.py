@@ -17,17 +17,16 @@ from torch import Tensor
 from raytune_fl.aggregators.fedavg import fedavg
 from raytune_fl.aggregators.principal import FIDELITIES, Fidelity, principal_gradient
 from raytune_fl.methods.base import (
-    METHODS,
     Batch,
     LocalTerm,
     Method,
     MethodContext,
     MethodSpec,
+    Param,
     ServerAggregator,
     Stateless,
     active,
-    require_choice,
-    require_non_negative,
+    register,
 )
 from raytune_fl.methods.losses import margin_control
 from raytune_fl.types import ClientUpdate, Weights
@@ -66,21 +65,20 @@ class PrincipalGradient(ServerAggregator):
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
-    require_non_negative(params, "lambda")
-    require_choice(params, "fidelity", FIDELITIES)
-    if not isinstance(params["principal"], bool):
-        raise ValueError(f"principal: must be true or false (got {params['principal']!r})")
     fraction = params["fraction"]
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-        raise ValueError(f"fraction: must be a number in (0, 1] (got {fraction!r})")
     aggregator = PrincipalGradient(fraction, params["fidelity"]) if params["principal"] else Stateless(fedavg)
     return Method("fedld", active([MarginControl(params["lambda"], params["fidelity"])]), aggregator)
 
 
-METHODS.register("fedld")(
+register(
     MethodSpec(
         "fedld",
-        {"lambda": 0.03, "principal": True, "fraction": 0.8, "fidelity": "paper"},
+        {
+            "lambda": Param(float, 0.03, "weight of the logit margin-control term", ge=0),
+            "principal": Param(bool, True, "principal-gradient aggregation (false: FedAvg's mean)"),
+            "fraction": Param(float, 0.8, "share of the gradient spectrum the principal directions keep", gt=0, le=1),
+            "fidelity": Param(str, "paper", "follow the paper or the official code", choices=tuple(FIDELITIES)),
+        },
         build,
         summary="logit margin control + principal-gradient aggregation",
         as_fedavg={"lambda": 0.0, "principal": False},

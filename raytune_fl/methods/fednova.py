@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any
 
 from raytune_fl.aggregators.fednova import effective_steps, fednova
-from raytune_fl.methods.base import METHODS, Method, MethodContext, MethodSpec, Stateless
+from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Stateless, register
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
@@ -20,7 +20,7 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
     return Method("fednova", (), Stateless(partial(fednova, momentum=context.momentum)))
 
 
-METHODS.register("fednova")(
+register(
     MethodSpec(
         "fednova",
         {},

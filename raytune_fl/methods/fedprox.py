@@ -8,16 +8,16 @@ from torch import Tensor
 
 from raytune_fl.aggregators import fedavg
 from raytune_fl.methods.base import (
-    METHODS,
     Batch,
     ClientContext,
     LocalTerm,
     Method,
     MethodContext,
     MethodSpec,
+    Param,
     Stateless,
     active,
-    require_non_negative,
+    register,
 )
 from raytune_fl.methods.losses import proximal
 
@@ -35,11 +35,16 @@ class ProximalTerm(LocalTerm):
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
-    require_non_negative(params, "mu")
     # proximal() is already 0.5 * ||w - w_t||^2, so the term weight is mu itself
     return Method("fedprox", active([ProximalTerm(params["mu"])]), Stateless(fedavg))
 
 
-METHODS.register("fedprox")(
-    MethodSpec("fedprox", {"mu": 0.01}, build, "proximal term (mu/2)||w - w_t||^2", as_fedavg={"mu": 0.0})
+register(
+    MethodSpec(
+        "fedprox",
+        {"mu": Param(float, 0.01, "weight of the proximal term (0: FedAvg)", ge=0)},
+        build,
+        "proximal term (mu/2)||w - w_t||^2",
+        as_fedavg={"mu": 0.0},
+    )
 )

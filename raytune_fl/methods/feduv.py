@@ -14,16 +14,15 @@ from torch import Tensor
 
 from raytune_fl.aggregators import fedavg
 from raytune_fl.methods.base import (
-    METHODS,
     Batch,
     LocalTerm,
     Method,
     MethodContext,
     MethodSpec,
+    Param,
     Stateless,
     active,
-    require_choice,
-    require_non_negative,
+    register,
 )
 from raytune_fl.methods.losses import classifier_variance, rbf_uniformity
 
@@ -67,20 +66,23 @@ def resolve_lambda(params: dict[str, Any], num_classes: int) -> float:
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
-    require_choice(params, "fidelity", FIDELITIES)
     params = {**params, "lambda": resolve_lambda(params, context.num_classes)}
-    require_non_negative(params, "mu", "lambda")
-    sigma = params["sigma"]
-    if sigma != "median" and (isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or sigma <= 0):
-        raise ValueError(f"sigma: must be 'median' or a number > 0 (got {sigma!r})")
-    terms = [ClassifierVariance(params["lambda"], "std"), RbfUniformity(params["mu"], sigma, params["fidelity"])]
+    terms = [
+        ClassifierVariance(params["lambda"], "std"),
+        RbfUniformity(params["mu"], params["sigma"], params["fidelity"]),
+    ]
     return Method("feduv", active(terms), Stateless(fedavg))
 
 
-METHODS.register("feduv")(
+register(
     MethodSpec(
         "feduv",
-        {"mu": 0.5, "lambda": None, "sigma": "median", "fidelity": "paper"},
+        {
+            "mu": Param(float, 0.5, "weight of the RBF uniformity term", ge=0),
+            "lambda": Param(float, None, "weight of the classifier std hinge (None: derived)", ge=0),
+            "sigma": Param(float, "median", "RBF width ('median': the batch's median)", gt=0, special=("median",)),
+            "fidelity": Param(str, "paper", "follow the paper or the official code", choices=FIDELITIES),
+        },
         build,
         summary="classifier std hinge + RBF uniformity",
         derived={"lambda": "D/4 (paper) or 2.5 (official)"},

@@ -17,7 +17,7 @@ from typing import Any
 from torch import nn
 
 from raytune_fl.aggregators import fedavg
-from raytune_fl.methods.base import METHODS, ClientContext, ClientHook, Method, MethodContext, MethodSpec, Stateless
+from raytune_fl.methods.base import ClientContext, ClientHook, Method, MethodContext, MethodSpec, Stateless, register
 from raytune_fl.types import ClientUpdate, Weights
 
 CLASSIFIER_PREFIX = "classifier."  # state_dict keys of `model.classifier` in every registered model
@@ -58,7 +58,7 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
     return Method("freeze", (), Stateless(fedavg_keep_classifier), hooks=(FreezeClassifier(),))
 
 
-METHODS.register("freeze")(
+register(
     MethodSpec(
         "freeze",
         {},

@@ -22,16 +22,16 @@ from torch import Tensor, nn
 
 from raytune_fl.aggregators import fedavg
 from raytune_fl.methods.base import (
-    METHODS,
     Batch,
     ClientContext,
     LocalTerm,
     Method,
     MethodContext,
     MethodSpec,
+    Param,
     Stateless,
     active,
-    require_non_negative,
+    register,
 )
 from raytune_fl.weights import load_weights, read_weights
 
@@ -92,18 +92,18 @@ class ModelContrastiveTerm(LocalTerm):
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
-    require_non_negative(params, "mu")
     tau = params["tau"]
-    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0:
-        raise ValueError(f"tau: must be a number > 0 (got {tau!r})")
     # mu = 0 drops the term entirely (no reference forwards, no state): plain FedAvg
     return Method("moon", active([ModelContrastiveTerm(params["mu"], tau)]), Stateless(fedavg))
 
 
-METHODS.register("moon")(
+register(
     MethodSpec(
         "moon",
-        {"mu": 1.0, "tau": 0.5},
+        {
+            "mu": Param(float, 1.0, "weight of the model-contrastive term (0: FedAvg)", ge=0),
+            "tau": Param(float, 0.5, "temperature of the contrastive softmax", gt=0),
+        },
         build,
         summary="model-contrastive term: z near the global model's, away from the client's previous",
         as_fedavg={"mu": 0.0},

@@ -8,7 +8,6 @@ p_k = n_k / n, so q = 0 is exactly FedAvg; larger q favours clients the global m
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,14 +17,14 @@ import torch.nn.functional as F
 
 from raytune_fl.aggregators.qffl import qffl
 from raytune_fl.methods.base import (
-    METHODS,
     ClientContext,
     ClientHook,
     Method,
     MethodContext,
     MethodSpec,
+    Param,
     ServerAggregator,
-    require_non_negative,
+    register,
 )
 from raytune_fl.types import ClientUpdate, Weights
 
@@ -66,16 +65,13 @@ class QFairAggregator(ServerAggregator):
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
-    require_non_negative(params, "q")
-    if not math.isfinite(params["q"]):
-        raise ValueError(f"q: must be a finite number >= 0 (got {params['q']!r})")
     return Method(NAME, (), QFairAggregator(params["q"], context.lr), hooks=(GlobalLoss(),))
 
 
-METHODS.register(NAME)(
+register(
     MethodSpec(
         NAME,
-        {"q": 1.0},
+        {"q": Param(float, 1.0, "fairness exponent on the global-model loss F_k^q (0: FedAvg)", ge=0)},
         build,
         summary="q-FedAvg: client deltas re-weighted by F_k^q (global-model loss), Lipschitz step L = 1/lr",
         as_fedavg={"q": 0.0},

@@ -26,13 +26,13 @@ from raytune_fl.aggregators.fedavg import fedavg
 from raytune_fl.aggregators.fednova import effective_steps
 from raytune_fl.aggregators.scaffold import client_control_update, server_control_update
 from raytune_fl.methods.base import (
-    METHODS,
     ClientContext,
     ClientHook,
     Method,
     MethodContext,
     MethodSpec,
     ServerAggregator,
+    register,
 )
 from raytune_fl.types import ClientUpdate, Weights
 from raytune_fl.weights import numpy_copy
@@ -106,7 +106,7 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
     return Method(NAME, (), ScaffoldServer(context.num_clients), hooks=(ScaffoldCorrection(context.momentum),))
 
 
-METHODS.register(NAME)(
+register(
     MethodSpec(
         NAME,
         {},

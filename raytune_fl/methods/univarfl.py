@@ -13,15 +13,15 @@ from torch import Tensor
 
 from raytune_fl.aggregators import fedavg
 from raytune_fl.methods.base import (
-    METHODS,
     Batch,
     LocalTerm,
     Method,
     MethodContext,
     MethodSpec,
+    Param,
     Stateless,
     active,
-    require_non_negative,
+    register,
 )
 from raytune_fl.methods.feduv import ClassifierVariance, resolve_lambda
 from raytune_fl.methods.losses import hyperspherical_energy
@@ -40,20 +40,22 @@ class HypersphericalEnergy(LocalTerm):
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
     params = {**params, "lambda": resolve_lambda(params, context.num_classes)}
-    require_non_negative(params, "mu", "lambda")
-    if not isinstance(params["eps"], (int, float)) or params["eps"] <= 0:
-        raise ValueError(f"eps: must be a number > 0 (got {params['eps']!r})")
     terms = [
         ClassifierVariance(params["lambda"], "var"),
-        HypersphericalEnergy(params["mu"], params["eps"], bool(params["include_diagonal"])),
+        HypersphericalEnergy(params["mu"], params["eps"], params["include_diagonal"]),
     ]
     return Method("univarfl", active(terms), Stateless(fedavg))
 
 
-METHODS.register("univarfl")(
+register(
     MethodSpec(
         "univarfl",
-        {"mu": 0.5, "lambda": None, "eps": 1e-2, "include_diagonal": False},
+        {
+            "mu": Param(float, 0.5, "weight of the hyperspherical energy term", ge=0),
+            "lambda": Param(float, None, "weight of the classifier variance hinge (None: D/4)", ge=0),
+            "eps": Param(float, 1e-2, "added to distances in the energy, against division by zero", gt=0),
+            "include_diagonal": Param(bool, False, "count each point's self-distance in the energy"),
+        },
         build,
         derived={"lambda": "D/4"},
         summary="classifier variance hinge + hyperspherical energy",
