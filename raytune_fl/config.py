@@ -209,37 +209,35 @@ class VariantConfig(_Strict):
 
     @model_validator(mode="after")
     def _known_hyperparameters(self) -> VariantConfig:
-        from raytune_fl.methods import METHODS, build_method
+        from raytune_fl.methods import METHODS
 
         if self.method not in METHODS:
             raise ValueError(f"method: unknown method {self.method!r}; known: {', '.join(METHODS)}")
-        known = METHODS.get(self.method).defaults
+        spec = METHODS.get(self.method)
         for section in ("fixed", "search"):
             for name in getattr(self, section):
-                if name not in known:
-                    raise ValueError(
-                        f"{section}.{name}: method {self.method!r} has no hyperparameter {name!r}; "
-                        f"its hyperparameters: {', '.join(known) or '(none)'}"
-                    )
+                try:
+                    spec.check_names([name])
+                except ValueError as error:
+                    raise ValueError(f"{section}.{name}: {error}") from None
         if both := sorted(set(self.fixed) & set(self.search)):
             raise ValueError(f"search.{both[0]}: both fixed and searched; keep one")
-
-        def build(params: dict[str, Any]) -> None:
-            for key, value in params.items():  # build_method's ">= 0" checks let NaN and infinity through
-                if isinstance(value, float) and not math.isfinite(value):
-                    raise ValueError(f"{key}: must be a finite number (got {value})")
-            build_method(self.method, params, 10)
-
         try:  # bad fixed values (a typo in `fidelity`, a negative weight) fail here, not in a trial
-            build(self.fixed)
+            spec.resolve(self.fixed)
         except ValueError as error:
             raise ValueError(f"fixed: {error}") from None
         for name, dist in self.search.items():
-            # a range's ends (and every choice) must be valid values: the method's checks are monotone in
-            # practice (>= 0, > 0, <= 1), so the ends stand for the whole range a trial may draw from
+            param = spec.params[name]
+            if dist.kind in ("loguniform", "uniform") and param.type is not float:
+                raise ValueError(
+                    f"search.{name}: a {dist.kind} range draws floats; {name} must be {param.allowed()}"
+                    + (" (search it with int)" if param.type is int else " (search it with choice)")
+                )
+            # a range's ends (and every choice) must be allowed: the declared bounds are an interval, so the
+            # ends stand for the whole range a trial may draw from
             for value in getattr(dist, dist.kind):  # (low, high), or the choices
                 try:
-                    build({**self.fixed, name: value})
+                    spec.check(name, value)
                 except ValueError as error:
                     raise ValueError(f"search.{name}: {dist.kind} value {value!r} is not allowed: {error}") from None
         return self
@@ -385,3 +383,12 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
+
+
+def run_params(experiment: ExperimentConfig, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The MLflow params of one trial, the same in both stages: the flattened experiment, the method's name and
+    every hyperparameter resolved (defaults filled in; a data-derived default shown as its rule, e.g. "D/4")."""
+    from raytune_fl.methods import METHODS
+
+    spec = METHODS.get(method)
+    return {**flatten(experiment.model_dump(mode="json")), "method": method, **spec.describe(spec.resolve(params))}

@@ -177,7 +177,7 @@ CASES = [
     ),
     Case(
         "unknown-hyperparameter",
-        ["variants.full.search.gamma", "no hyperparameter 'gamma'", "its hyperparameters:", "mu", "lambda"],
+        ["variants.full.search.gamma", "no hyperparameter gamma;", "its hyperparameters:", "mu", "lambda"],
         changed_space(("variants.full.search.gamma", {"uniform": [0, 1]})),
     ),
     Case(

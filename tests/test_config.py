@@ -34,7 +34,7 @@ BAD = [
     ("variants.full.search.mu", {"loguniform": [1.0, 0.1]}, ["variants.full.search.mu", "low < high"]),
     ("variants.full.search.mu", {"loguniform": [0.0, 1.0]}, ["variants.full.search.mu", "low > 0"]),
     ("variants.full.search.mu", {"uniform": [0, 1], "choice": [1]}, ["variants.full.search.mu", "exactly one"]),
-    ("variants.full.search.gamma", {"uniform": [0, 1]}, ["search.gamma", "no hyperparameter 'gamma'", "mu"]),
+    ("variants.full.search.gamma", {"uniform": [0, 1]}, ["search.gamma", "no hyperparameter gamma;", "mu"]),
     ("variants.full.fixed", {"mu": 0.1}, ["both fixed and searched"]),
     ("variants", {}, ["variants"]),
     ("base.partition.alpha", 0, ["base.partition.alpha", "greater than 0"]),

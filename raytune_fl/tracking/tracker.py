@@ -130,15 +130,15 @@ class StudyTracker:
         parent_run_id: str,
         variant: str,
         method: str,
-        base_params: dict[str, Any],
+        params: Callable[[dict[str, Any]], dict[str, Any]],
         rounds: int,
         resuming: bool = False,
     ) -> TrialTracker:
-        """The tune stage's trials: runs named `<variant>-<index>`, params = base + the sampled hyperparameters."""
+        """The tune stage's trials: runs named `<variant>-<index>`, params = params(the sampled hyperparameters)."""
 
         def describe(config: dict[str, Any], index: int) -> TrialRun:
             tags = {TAG_VARIANT: variant, TAG_METHOD: method, TAG_STAGE: STAGE_TUNE}
-            return TrialRun(f"{variant}-{index:03d}", tags, {**base_params, **config})
+            return TrialRun(f"{variant}-{index:03d}", tags, params(config))
 
         return TrialTracker(self, parent_run_id, rounds, describe, resuming)
 

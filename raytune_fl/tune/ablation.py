@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from raytune_fl.config import ConfigError, ExperimentConfig, SearchSpace, flatten, override
+from raytune_fl.config import ConfigError, ExperimentConfig, SearchSpace, override, run_params
 from raytune_fl.methods import METHODS
 from raytune_fl.tracking.schema import (
     NO_STUDY,
@@ -220,8 +220,8 @@ def ablation_trial(config: dict[str, Any], *, cells: dict[str, AblationCell]) ->
 
 
 def cell_run(cell: AblationCell) -> tuple[str, dict[str, str], dict[str, Any]]:
-    """Run name, tags and params of a cell's MLflow run. Params use the tune stage's names: flattened base
-    fields plus the method's hyperparameters, so runs of both stages line up in the MLflow UI."""
+    """Run name, tags and params of a cell's MLflow run. Params are the tune stage's (config.run_params): flattened
+    base fields plus every resolved hyperparameter, so runs of both stages line up in the MLflow UI."""
     tags = {
         TAG_STAGE: STAGE_ABLATION,
         TAG_ROLE: ROLE_TRIAL,
@@ -232,9 +232,4 @@ def cell_run(cell: AblationCell) -> tuple[str, dict[str, str], dict[str, Any]]:
         TAG_CELL: cell.key,
         TAG_STUDY_RUN_ID: cell.study_run_id or NO_STUDY,
     }
-    params = {
-        **flatten(cell.experiment.model_dump(mode="json")),
-        "method": cell.method,
-        **METHODS.get(cell.method).describe(cell.params),
-    }
-    return cell.key, tags, params
+    return cell.key, tags, run_params(cell.experiment, cell.method, cell.params)

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.optuna import OptunaSearch
 
-from raytune_fl.config import SearchSpace, flatten
+from raytune_fl.config import ExperimentConfig, SearchSpace, flatten, run_params
 from raytune_fl.engine.data import FederatedData, prepare_data
 from raytune_fl.methods import METHODS
 from raytune_fl.tracking import ParentRun, StudyTracker
@@ -63,6 +64,12 @@ class VariantRun:
 
     experiment_path: str  # the Tune experiment directory
     parent_run_id: str | None  # the MLflow parent run
+
+
+def trial_params(base: ExperimentConfig, method: str, fixed: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """A tune trial's MLflow params: what its Federation runs with ({**fixed, **config}), resolved as an ablation
+    cell's are (config.run_params), so both stages log the same params for the same configuration."""
+    return run_params(base, method, {**fixed, **config})
 
 
 def run_variant(
@@ -149,7 +156,12 @@ def run_variant(
         if parent is not None:
             parent_run_id, parent.on_close = parent.run_id, close_parent
             trials = tracker.trial_tracker(
-                parent_run_id, variant_name, variant.method, base_params, base.rounds, resuming=resume is not None
+                parent_run_id,
+                variant_name,
+                variant.method,
+                partial(trial_params, base, variant.method, variant.fixed),
+                base.rounds,
+                resuming=resume is not None,
             )
             parent.trials.append(trials)
             callbacks.append(MlflowTrialLogger(trials))
