@@ -273,7 +273,35 @@ def test_both_stages_use_the_same_param_and_metric_names(logged):
     trials = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{study_parent.info.run_id}'")
     trial = next(r for r in trials if r.data.tags["rounds_completed"] == "2")  # the last round adds diagnostics
     cell = next(r for r in children if r.data.tags["variant"] == "full")
-    assert set(trial.data.params) <= set(cell.data.params)
+    assert set(trial.data.params) == set(cell.data.params)  # both: every resolved hyperparameter
     assert set(trial.data.metrics) == set(cell.data.metrics)
-    extra = set(cell.data.params) - set(trial.data.params)
-    assert extra <= {"eps", "include_diagonal"}, extra  # the method's unsearched defaults, written out
+
+
+def test_a_tune_trial_and_an_ablation_cell_of_one_configuration_log_the_same_params():
+    from raytune_fl.methods import METHODS
+    from raytune_fl.tune.ablation import cell_run
+    from raytune_fl.tune.study import trial_params
+
+    s = parse_space(
+        {
+            **tiny_space(),
+            "variants": {
+                "full": {"method": "univarfl", "fixed": {"eps": 0.02}, "search": {"mu": {"loguniform": [0.01, 1.0]}}}
+            },
+        }
+    )
+    variant, sampled = s.variants["full"], {"mu": 0.25}  # what Tune's searcher drew for one trial
+    trial = trial_params(s.base, variant.method, variant.fixed, sampled)
+    # the ablation reads that trial back as its study's selection (derived defaults come back as their rule)
+    selected = METHODS.get("univarfl").describe({**variant.fixed, **sampled})
+    source = variant_source(s, "full", StudyRecord("run1", "univarfl", selected, {"best_val_acc": 0.5}, 0))
+    cell = make_plan(s, [], [s.base.seed], settings(s, []), {"full": source}).cells[0]
+    assert cell_run(cell)[2] == trial
+    # every hyperparameter, resolved: the searched and fixed ones, the defaults, a derived default as its rule
+    assert {k: trial[k] for k in ("method", "mu", "eps", "lambda", "include_diagonal")} == {
+        "method": "univarfl",
+        "mu": 0.25,
+        "eps": 0.02,
+        "lambda": "D/4",
+        "include_diagonal": False,
+    }

@@ -132,3 +132,24 @@ def test_an_integer_range_is_searched_as_integers():
     data["variants"]["buffered"]["search"]["buffer_size"] = {"int": [2.5, 5]}
     with pytest.raises(ConfigError, match=r"buffer_size\.int"):
         parse_space(data)
+
+
+@pytest.mark.parametrize(
+    ("method", "name", "dist", "expected"),
+    [
+        ("fedld", "fraction", {"uniform": [0.5, 1.5]}, "fraction: must be a number in (0, 1] (got 1.5)"),
+        ("fedavgm", "server_momentum", {"uniform": [0.5, 1.0]}, "server_momentum: must be a number in [0, 1)"),
+        ("fedbuff", "buffer_size", {"uniform": [2, 5]}, "a uniform range draws floats; buffer_size must be an integer"),
+        ("fedbuff", "buffer_size", {"int": [0, 5]}, "buffer_size: must be an integer >= 1 (got 0)"),
+        ("fedld", "fidelity", {"choice": ["paper", "offical"]}, "fidelity: must be one of 'paper', 'official'"),
+        ("fedld", "principal", {"uniform": [0, 1]}, "principal must be true or false (search it with choice)"),
+        ("univarfl", "include_diagonal", {"choice": [0, 1]}, "include_diagonal: must be true or false (got 0)"),
+    ],
+)
+def test_a_search_range_the_hyperparameter_does_not_allow_is_refused_at_load(method, name, dist, expected):
+    data = tiny_space()
+    data["variants"] = {"v": {"method": method, "search": {name: dist}}}
+    with pytest.raises(ConfigError) as caught:
+        parse_space(data)
+    message = str(caught.value)
+    assert f"variants.v.search.{name}" in message and expected in message, message

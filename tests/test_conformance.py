@@ -4,7 +4,9 @@ Each check runs real local training through `ClientWorker` (the path actors take
 - finite local losses at the defaults;
 - at the method's declared `as_fedavg` hyperparameters, one round from a fresh state is FedAvg's;
 - aggregating identical client updates gives that update, and all-zero updates change nothing;
-- per-client and server state survive a serialisation round trip (what Ray and checkpoints do).
+- per-client and server state survive a serialisation round trip (what Ray and checkpoints do);
+- every declared hyperparameter has a meaning, a default of its type within its bounds, and resolve() refuses
+  an out-of-bounds value and an unknown name, naming it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 from raytune_fl.engine.local import LocalSettings
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import METHODS, Method, build_method
+from raytune_fl.methods.base import Param
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
 from raytune_fl.weights import read_weights
 
@@ -138,3 +141,43 @@ class TestMethodConformance:
         known = ", ".join(METHODS.get(name).defaults) or "(none)"
         with pytest.raises(ValueError, match=re.escape(f"no hyperparameter bogus; its hyperparameters: {known}")):
             build_method(name, {"bogus": 1}, 10)
+
+    def test_every_hyperparameter_declares_a_meaning_and_a_default_it_allows(self, name):
+        spec = METHODS.get(name)
+        assert set(spec.derived) <= set(spec.params), "a derived rule for an undeclared hyperparameter"
+        for key, param in spec.params.items():
+            assert isinstance(param, Param) and param.type in (float, int, str, bool), key
+            assert param.meaning.strip() and "\n" not in param.meaning, f"{key}: no one-line meaning"
+            if param.default is None:  # derived from the data: the spec says how
+                assert key in spec.derived, f"{key}: a None default needs a `derived` rule"
+            else:
+                assert param.accepts(param.default), f"{key}: default {param.default!r} is not {param.allowed()}"
+        assert spec.resolve({}) == spec.defaults
+        assert spec.resolve(dict(spec.as_fedavg or {})) == {**spec.defaults, **(spec.as_fedavg or {})}
+
+    def test_resolve_refuses_an_out_of_bounds_value_and_an_unknown_name_naming_them(self, name):
+        spec = METHODS.get(name)
+        with pytest.raises(ValueError, match=r"no hyperparameter bogus; its hyperparameters"):
+            spec.resolve({"bogus": 1})
+        for key, value in _outside(spec.params).items():
+            with pytest.raises(ValueError, match=rf"^{re.escape(key)}: must be .* \(got {re.escape(repr(value))}\)$"):
+                spec.resolve({key: value})
+
+
+def _outside(params: dict[str, Param]) -> dict[str, Any]:
+    """For each hyperparameter, one value it does not allow: past a bound, outside the choices, of another type."""
+    out: dict[str, Any] = {}
+    for key, param in params.items():
+        if param.ge is not None:
+            out[key] = param.type(param.ge - 1)
+        elif param.gt is not None:
+            out[key] = param.type(param.gt)
+        elif param.le is not None:
+            out[key] = param.type(param.le + 1)
+        elif param.lt is not None:
+            out[key] = param.type(param.lt)
+        elif param.choices is not None:
+            out[key] = "not-a-choice" if param.type is str else object()
+        else:
+            out[key] = "not-a-bool" if param.type is bool else 1.5j
+    return out
