@@ -3,7 +3,7 @@
 
 import sys
 
-from raytune_fl.report.dashboard import main
+from raytune_fl.cli.dashboard import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,7 +5,7 @@ python scripts/ablate.py --space search_spaces/univarfl.yaml --seeds 3 --grid al
 
 import sys
 
-from raytune_fl.ablate_cli import main
+from raytune_fl.cli.ablate import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,7 +3,7 @@
 
 import sys
 
-from raytune_fl.cli import main
+from raytune_fl.cli.tune import main
 
 if __name__ == "__main__":
     sys.exit(main())

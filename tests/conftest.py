@@ -101,8 +101,8 @@ def ablation_store(ray_cluster, tmp_path_factory):
 
     import yaml
 
-    from raytune_fl.ablate_cli import main as ablate
     from raytune_fl.cli import main as tune
+    from raytune_fl.cli.ablate import main as ablate
 
     root = tmp_path_factory.mktemp("ablation_store")
     space = tiny_space("ablation_tiny", rounds=2, resources={"actors": 0})

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from raytune_fl.ablate_cli import main as ablate
+from raytune_fl.cli.ablate import main as ablate
 from raytune_fl.config import ConfigError, parse_space
-from raytune_fl.report.store import StudyRecord, ablation_results
 from raytune_fl.report.table import format_cell
+from raytune_fl.tracking.store import StudyRecord, ablation_results
 from raytune_fl.tune.ablation import NO_SETTING, make_plan, parse_grid, settings, variant_source
 from raytune_fl.tune.ablation_run import latest_per_cell, plan_order
 from tests.conftest import tiny_space

@@ -19,9 +19,13 @@ from mlflow.tracking import MlflowClient
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from plotly.offline import get_plotlyjs
 
+from raytune_fl.cli.dashboard import main
 from raytune_fl.config import SearchSpace, load_space
-from raytune_fl.report.dashboard import SECTIONS, DashboardReport, build_dashboard, main
-from raytune_fl.report.figures import ablation_table_html, band, best_so_far, elapsed_seconds, parse_param
+from raytune_fl.report.dashboard import DashboardReport, build_dashboard
+from raytune_fl.report.figures import band, best_so_far, elapsed_seconds
+from raytune_fl.report.sections import SECTIONS
+from raytune_fl.report.table import to_html
+from raytune_fl.tune.space import parse_param
 
 from .conftest import tiny_space
 
@@ -224,7 +228,7 @@ def test_ablation_table_is_variants_by_settings_in_percent_with_the_best_of_each
             "best": [True, True, False, False],
         }
     )
-    table = ablation_table_html(summary)
+    table = to_html(summary)
     assert table.startswith("<table class='ablation'><thead><tr><th>variant</th><th>alpha=0.1</th><th>alpha=1.0</th>")
     assert (
         "<tr><th scope='row'>full</th><td><strong>70.14 ± 1.37</strong></td><td><strong>58.33 (1/2)</strong>" in table
@@ -235,7 +239,7 @@ def test_ablation_table_is_variants_by_settings_in_percent_with_the_best_of_each
 def test_the_dashboard_shows_one_run_per_ablation_cell(built, tmp_path):
     # test_ablation's resume test re-runs one cell under the same parent: the dashboard, like the table, keeps
     # one run per cell (a finished one)
-    from raytune_fl.report.dashboard import open_store
+    from raytune_fl.report.runs import open_store
 
     store = open_store(built.uri, built.space, tmp_path)
     cells = [r.data.tags["cell"] for r in store.ablation_trials]

@@ -5,6 +5,7 @@ Pure pandas: results in, table out. Every number in a cell can be recomputed fro
 
 from __future__ import annotations
 
+import html
 import math
 
 import pandas as pd
@@ -85,3 +86,17 @@ def to_markdown(summary: pd.DataFrame, metric: str = "test_acc", seeds: int | No
 def to_csv(summary: pd.DataFrame) -> str:
     """The same wide table as CSV; the best cell of each column ends in ' *'."""
     return wide(summary, best_marker=("", " *")).to_csv()
+
+
+def to_html(summary: pd.DataFrame) -> str:
+    """The same wide table as an HTML table (the dashboard's), the best cell of each column bold."""
+    # the cells are digits, '±', '–' and '(n/runs)': nothing in them to escape
+    table = wide(summary, best_marker=("<strong>", "</strong>"))
+    head = "".join(f"<th>{html.escape(str(s))}</th>" for s in table.columns)
+    body = "".join(
+        f"<tr><th scope='row'>{html.escape(str(variant))}</th>"
+        + "".join(f"<td>{'–' if pd.isna(cell) else cell}</td>" for cell in row)
+        + "</tr>"
+        for variant, row in table.iterrows()
+    )
+    return f"<table class='ablation'><thead><tr><th>variant</th>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 import yaml
@@ -58,8 +58,8 @@ __all__ = [
     "latest_study",
     "logged_rounds",
     "metric_history",
+    "one_run_per_cell",
     "open_client",
-    "parse_tag_value",
     "search_all",
     "stage_runs",
     "trial_run",
@@ -68,6 +68,7 @@ __all__ = [
 # the final-round metrics an ablation table row keeps
 RESULT_METRICS = ("test_acc", "val_acc", "test_loss", "val_loss")
 _PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+T = TypeVar("T")
 
 
 def open_client(tracking_uri: str) -> MlflowClient:
@@ -100,11 +101,6 @@ class StudyRecord:
     metrics: dict[str, float]  # best_val_acc, best_test_acc, ...
     start_time_ms: int
     dataset: str = ""  # what it was tuned on: an ablation on other data should say so
-
-
-def parse_tag_value(text: str) -> Any:
-    """Tags hold JSON for numbers, lists and booleans and raw text for strings (the schema's params codec)."""
-    return decode_value(text)
 
 
 def experiment_id(client: MlflowClient, name: str) -> str | None:
@@ -145,7 +141,7 @@ def latest_study(client: MlflowClient, experiment: str, variant: str) -> StudyRe
         if TAG_PARENT_RUN in tags or not any(key.startswith("best_") for key in run.data.metrics):
             continue  # a child run, or a parent whose study selected nothing
         params = {
-            key.removeprefix(TAG_BEST_PREFIX): parse_tag_value(v)
+            key.removeprefix(TAG_BEST_PREFIX): decode_value(v)
             for key, v in tags.items()
             if key.startswith(TAG_BEST_PREFIX)
         }
@@ -181,6 +177,21 @@ def ablation_results(client: MlflowClient, experiment: str, parent_run_id: str) 
         )
     columns = ["run_id", "run_name", "variant", "method", "seed", "setting", "cell", "status", "rounds_completed"]
     return pd.DataFrame(rows, columns=[*columns, *RESULT_METRICS])
+
+
+def one_run_per_cell(runs: Sequence[T], cell: Callable[[T], str], status: Callable[[T], str]) -> list[T]:
+    """A cell re-run by `ablate.py --resume` has several runs: keep its newest finished run, else its newest.
+
+    `runs` newest first (as the searches list them), any type (Run, a table's row positions); the kept ones come
+    back in that order. The ablation table and the dashboard both keep the runs this chooses.
+    """
+    kept: dict[str, int] = {}
+    for index, run in enumerate(runs):
+        key = cell(run)
+        if key not in kept or (status(runs[kept[key]]) != TRIAL_FINISHED and status(run) == TRIAL_FINISHED):
+            kept[key] = index
+    chosen = set(kept.values())
+    return [run for index, run in enumerate(runs) if index in chosen]
 
 
 def find_ablation_parent(client: MlflowClient, experiment: str, fingerprint: str) -> tuple[str | None, set[str]]:

@@ -33,7 +33,7 @@ from raytune_fl.tracking.schema import (
     TRIAL_FINISHED,
     setting_folder,
 )
-from raytune_fl.tracking.store import ablation_results
+from raytune_fl.tracking.store import ablation_results, one_run_per_cell
 from raytune_fl.tune.ablation import AblationCell, AblationPlan, ablation_trial, cell_run
 from raytune_fl.tune.callbacks import MlflowTrialLogger, ProgressPrinter, print_line
 from raytune_fl.tune.resources import placement_group_factory
@@ -112,14 +112,10 @@ def run_cells(
 
 
 def latest_per_cell(results: pd.DataFrame) -> pd.DataFrame:
-    """A cell re-run by --resume has several runs: keep a finished one, else the newest."""
-    if results.empty:
-        return results
-    # ablation_results lists newest first: a lower _order is a newer run
-    ranked = results.assign(_finished=results["status"] == TRIAL_FINISHED, _order=range(len(results)))
-    ranked = ranked.sort_values(["_finished", "_order"], ascending=[False, True])
-    kept = ranked.drop_duplicates("cell", keep="first")
-    return kept.drop(columns=["_finished", "_order"])
+    """One row per cell (rows newest first, as ablation_results lists them): tracking.store's one_run_per_cell."""
+    cells, statuses = results["cell"].tolist(), results["status"].tolist()
+    kept = one_run_per_cell(range(len(results)), cell=cells.__getitem__, status=statuses.__getitem__)
+    return results.iloc[kept]
 
 
 def plan_order(results: pd.DataFrame, cells: list[AblationCell]) -> pd.DataFrame:

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from raytune_fl.cli import check_data, join_ray, resolve_space
+from raytune_fl.cli import common
 from raytune_fl.config import ConfigError
 from raytune_fl.registry import UnknownNameError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ablate.py",
-        description="Re-run each variant's best configuration (from its tuned study in MLflow, else the YAML's "
+    parser = common.command_parser(
+        "ablate.py",
+        "Re-run each variant's best configuration (from its tuned study in MLflow, else the YAML's "
         "fixed values) over seeds x settings as Ray Tune trials; write the mean ± std table and the dashboard.",
     )
-    parser.add_argument("--space", required=True, help="search-space YAML file, e.g. search_spaces/univarfl.yaml")
     parser.add_argument("--seeds", type=int, default=3, help="training seeds per cell: base.seed, base.seed+1, ...")
     parser.add_argument(
         "--grid",
@@ -28,20 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a setting axis (repeatable; the table's columns are their product): alpha (Dirichlet), rho "
         "(participation), clients, local_epochs, rounds, lr, batch_size, dropout, or any dotted field of base",
     )
-    parser.add_argument("--variants", help="comma-separated subset of the file's variants")
-    parser.add_argument("--rounds", type=int, help="override base.rounds")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as in tune.py")
+    common.add_overrides(parser)
     parser.add_argument(
         "--ignore-studies", action="store_true", help="use the YAML's fixed values even where a tuned study exists"
     )
-    parser.add_argument("--address", help="Ray cluster to join ('auto' or host:port); default: RAY_ADDRESS or local")
-    parser.add_argument("--mlflow-uri", help="MLflow tracking URI; default: sqlite:///<cwd>/mlflow.db")
-    parser.add_argument(
-        "--storage",
-        default="ray_results",
-        help="where Ray Tune results go: a directory, file:///dir, s3://bucket/prefix, gs://... as in tune.py "
-        "(%(default)s)",
-    )
+    common.add_cluster(parser)
     parser.add_argument("--out", help="where the table and results go; default: reports/<space name>/")
     parser.add_argument(
         "--resume",
@@ -52,26 +41,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _fail(message: object) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 2
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    args.num_samples, args.seed = None, None  # tune.py options an ablation has no use for (resolve_space reads them)
     from raytune_fl.tune.ablation import make_plan, parse_grid, settings, variant_source
 
     try:  # everything that can be wrong with the command line or the data, before MLflow and Ray
         if args.seeds < 1:
             raise ConfigError(f"--seeds: at least 1 (got {args.seeds})")
-        space, variants = resolve_space(args)
+        space, variants = common.resolve_space(args)
         axes = parse_grid(args.grid)
         experiments = settings(space, axes)
         data = {}
         for label, experiment in experiments.items():  # every setting's partition
             try:
-                data[label] = check_data(experiment)
+                data[label] = common.check_data(experiment)
             except ConfigError as error:
                 raise ConfigError(f"setting {label}: {error}") from None
         out_dir = Path(args.out or Path("reports") / space.name)
@@ -80,26 +63,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as error:
             raise ConfigError(f"--out: cannot create {out_dir}: {error.strerror}") from None
     except (ConfigError, UnknownNameError) as error:
-        return _fail(error)
+        return common.fail(error)
     seeds = [space.base.seed + i for i in range(args.seeds)]
 
-    from raytune_fl.tracking import StudyTracker, default_tracking_uri
+    from raytune_fl.tracking import StudyTracker
     from raytune_fl.tracking.store import find_ablation_parent, latest_study
     from raytune_fl.tune.ablation_run import run_ablation
 
-    uri = args.mlflow_uri or default_tracking_uri()
+    uri = common.tracking_uri(args)
     print(f"MLflow tracking URI: {uri}  (experiment {space.name!r})", flush=True)
     try:
         tracker = StudyTracker(uri, space.name)
     except Exception as error:  # each tracking backend fails with its own exception types
-        return _fail(f"--mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}")
+        return common.fail(f"--mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}")
     try:
         sources = {}
         for name in variants:
             study = None if args.ignore_studies else latest_study(tracker.client, tracker.experiment_id, name)
             sources[name] = variant_source(space, name, study)
     except ConfigError as error:
-        return _fail(error)
+        return common.fail(error)
     for source in sources.values():
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in source.params.items())
         print(f"[{source.variant}] {source.method}: {source.note} [{shown or 'method defaults'}]", flush=True)
@@ -109,13 +92,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.resume:
         parent_run_id, done = find_ablation_parent(tracker.client, tracker.experiment_id, plan.fingerprint)
         if parent_run_id is None:
-            return _fail("--resume: MLflow has no ablation with this plan (same space, overrides, grid and seeds)")
+            return common.fail(
+                "--resume: MLflow has no ablation with this plan (same space, overrides, grid and seeds)"
+            )
         print(f"resuming ablation run {parent_run_id}: {len(done)} of {len(plan.cells)} runs had finished", flush=True)
         resume = (parent_run_id, done)
     try:
-        join_ray(args.address, space.base.resources)
+        common.join_ray(args.address, space.base.resources)
     except ConfigError as error:
-        return _fail(error)
+        return common.fail(error)
 
     outcome = run_ablation(plan, tracker, data, storage=args.storage, out_dir=out_dir, resume=resume)
     files = outcome.files

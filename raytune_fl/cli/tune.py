@@ -1,0 +1,116 @@
+"""`scripts/tune.py`: one Optuna-driven Tune study per ablation variant of a search-space file."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+
+from raytune_fl.cli import common
+from raytune_fl.config import ConfigError
+from raytune_fl.registry import UnknownNameError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = common.command_parser(
+        "tune.py",
+        "Tune each ablation variant of a search-space file with Ray Tune + Optuna (TPE) + ASHA; "
+        "log every trial and round to MLflow.",
+    )
+    common.add_overrides(parser)
+    parser.add_argument("--num-samples", type=int, help="override tune.num_samples (trials per searched variant)")
+    parser.add_argument("--seed", type=int, help="override base.seed (training) and tune.seed (TPE sampler)")
+    common.add_cluster(parser)
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the study a killed run left in --storage (same --space and overrides): finished variants "
+        "are kept, the interrupted one resumes its trials from their last checkpoints, the rest start",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        space, variants = common.resolve_space(args)
+    except (ConfigError, UnknownNameError) as error:
+        return common.fail(error)
+
+    try:
+        data = common.check_data(space.base)
+    except ConfigError as error:
+        return common.fail(error)
+    summary = data.num_clients, len(data.dataset.y_train), len(data.val_indices), len(data.dataset.y_test)
+    print("data: {} clients, {} train samples ({} held out for validation), {} test samples".format(*summary))
+
+    from raytune_fl.tracking import StudyTracker
+
+    uri = common.tracking_uri(args)
+    print(f"MLflow tracking URI: {uri}  (experiment {space.name!r})", flush=True)
+    print(f"Ray Tune results:    {args.storage.uri}", flush=True)
+    from raytune_fl.tune.manifest import StudyManifest
+
+    try:  # before Ray starts: a resume of a study that does not exist (or changed) fails here
+        if args.resume:
+            manifest = StudyManifest.load(args.storage, space, uri)
+        else:
+            manifest = StudyManifest.start(args.storage, space, uri)
+    except ConfigError as error:
+        return common.fail(error)
+    try:
+        tracker = StudyTracker(uri, space.name)
+    except Exception as error:  # each tracking backend (files, SQLAlchemy, HTTP) fails with its own exception types
+        return common.fail(f"--mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}")
+
+    from raytune_fl.tune import run_variant
+
+    try:
+        common.join_ray(args.address, space.base.resources)
+    except ConfigError as error:
+        return common.fail(error)
+    started = time.time()
+    outcomes = []
+    for name in variants:
+        done = manifest.outcome(name) if args.resume else None
+        if done is not None:
+            print(f"=== variant {name}: finished before the interruption, kept ===", flush=True)
+            outcomes.append(done)
+            continue
+        print(f"=== variant {name} (method {space.variants[name].method}) ===", flush=True)
+        outcome = run_variant(
+            space,
+            name,
+            storage=args.storage,
+            tracker=tracker,
+            data=data,
+            resume=manifest.run(name) if args.resume else None,
+            on_start=lambda run, name=name: manifest.started(name, run),
+        )
+        manifest.finished(name, outcome)
+        outcomes.append(outcome)
+    print_summary(outcomes, uri, space.name, time.time() - started)
+    return 0 if all(o.best_metrics for o in outcomes) else 1
+
+
+def print_summary(outcomes: list, uri: str, experiment: str, wall_s: float) -> None:
+    metric, nan = "val_acc", float("nan")
+    print("\n=== best configuration per variant (selected on validation; test reported beside) ===")
+    for o in outcomes:
+        if not o.best_metrics:
+            print(f"{o.variant:>16}: no successful trial ({o.trials}); first error: {o.errors[:1]}")
+            continue
+        m = o.best_metrics
+        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.best_params.items())
+        print(
+            f"{o.variant:>16}: {metric}={m.get(metric, nan):.4f} test_acc={m.get('test_acc', nan):.4f} "
+            f"(round {int(m.get('round', 0))}) [{params or 'no hyperparameters'}] "
+            f"trials {o.trials} {o.wall_time_s:.0f}s"
+        )
+    print(f"\ntotal wall time: {wall_s:.0f}s")
+    print(f"MLflow: experiment {experiment!r} at {uri}")
+    if uri.startswith("sqlite:"):
+        print(f"  view with: mlflow ui --backend-store-uri {uri}")
+    for o in outcomes:
+        if o.parent_run_id:
+            print(f"  {o.variant}: parent run {o.parent_run_id}")

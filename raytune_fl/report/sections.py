@@ -1,0 +1,301 @@
+"""The dashboard's sections, one builder per question: each reads what it needs from the `Store` (runs.py) and
+returns a `Section` of HTML fragments (notes, the ablation table, figure divs). A section whose data was never
+logged shows a one-line note saying what is missing instead of vanishing.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from pydantic import ValidationError
+
+from raytune_fl.report import figures
+from raytune_fl.report.page import figure_div
+from raytune_fl.report.runs import COMPLETED, Store, final_value, representatives, run_label, tune_metric
+from raytune_fl.report.table import summarise, to_html
+from raytune_fl.tracking.schema import (
+    ABLATION_FOLDER,
+    ABLATION_RESULTS_FILE,
+    CLIENT_ACCURACY_FILE,
+    PARTITION_FILE,
+    PARTITION_FOLDER,
+    ROUND_METRICS_FILE,
+    SETTING_DEFAULT,
+    SPECTRUM_FILE,
+    TAG_METHOD,
+    TAG_SEEDS,
+    TAG_SETTING,
+    TAG_TRIAL_STATUS,
+    TAG_VARIANT,
+    TRIAL_UNKNOWN,
+    setting_folder,
+)
+from raytune_fl.tracking.store import Run, metric_history
+from raytune_fl.tune.importance import completed_trial, importances
+from raytune_fl.tune.space import parse_param, search_distributions
+
+# section id -> heading, in page order (tests and the page's navigation use the same ids)
+SECTIONS = {
+    "ablation-table": "Ablation table",
+    "learning-curves": "Learning curves",
+    "optuna": "Optuna optimisation history and parameter importances",
+    "round-time": "Time per round per method",
+    "spectrum": "Classifier singular-value spectrum",
+    "client-accuracy": "Per-client accuracy spread",
+    "partition": "Partition heat-maps",
+}
+NO_ABLATION = "no ablation runs yet: run scripts/ablate.py"
+
+
+@dataclass
+class Section:
+    id: str
+    parts: list[str] = field(default_factory=list)  # HTML fragments: notes, tables, figure divs
+    figures: int = 0
+    skipped: str | None = None  # the reason, when the section has no data at all
+
+    def note(self, text: str) -> None:
+        self.parts.append(f"<p class='note'>{html.escape(text)}</p>")
+
+    def skip(self, reason: str) -> Section:
+        self.skipped = reason
+        self.note(reason)
+        return self
+
+
+def _figure(section: Section, fig: Any) -> None:
+    section.figures += 1
+    section.parts.append(figure_div(fig, f"{section.id}-fig-{section.figures}"))
+
+
+def ablation_table_section(store: Store) -> Section:
+    section = Section("ablation-table")
+    if store.ablation is None:
+        return section.skip(NO_ABLATION)
+    run_id = store.ablation.info.run_id
+    results = store.artifacts.parquet(run_id, f"{ABLATION_FOLDER}/{ABLATION_RESULTS_FILE}")
+    if results is None or results.empty:
+        return section.skip(
+            f"the latest ablation run {run_id} has no {ABLATION_FOLDER}/{ABLATION_RESULTS_FILE} (unfinished or failed)"
+        )
+    summary = summarise(results, metric="test_acc")
+    section.parts.append(to_html(summary))
+    seeds = store.ablation.data.tags.get(TAG_SEEDS, "?")
+    section.note(
+        f"Final-round test accuracy in %, mean ± sample std over seeds {seeds}; bold = best of its column; "
+        f"(n/runs) = only n runs finished. Ablation run {run_id}, {len(results)} runs."
+    )
+    return section
+
+
+def _curves(store: Store, runs: Sequence[Run], setting: Callable[[Run], str]) -> tuple[pd.DataFrame, int]:
+    """Long per-round test accuracy and elapsed seconds of `runs`; also how many runs had no round table."""
+    frames, missing = [], 0
+    for run in runs:
+        table = store.artifacts.parquet(run.info.run_id, ROUND_METRICS_FILE)
+        if table is None or "test_acc" not in table:
+            missing += 1
+            continue
+        table = table.sort_values("round")
+        frames.append(
+            pd.DataFrame(
+                {
+                    "variant": run.data.tags.get(TAG_VARIANT, ""),
+                    "setting": setting(run),
+                    "run_id": run.info.run_id,
+                    "round": table["round"].to_numpy(),
+                    "test_acc": table["test_acc"].to_numpy(),
+                    "elapsed_s": figures.elapsed_seconds(table).to_numpy(),
+                }
+            )
+        )
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), missing
+
+
+def learning_curves_section(store: Store) -> Section:
+    section = Section("learning-curves")
+    if store.ablation_trials:
+        curves, missing = _curves(store, store.ablation_trials, lambda r: r.data.tags.get(TAG_SETTING, SETTING_DEFAULT))
+        source = f"ablation run {store.ablation.info.run_id}: runs over seeds, one panel per setting"
+    else:
+        runs = [r for v in store.variants for r in store.tune_trials.get(v, [])]
+        curves, missing = _curves(store, runs, lambda r: "tune trials")
+        source = (
+            f"{NO_ABLATION}. Shown instead: each variant's latest tune study, runs = its trials "
+            "(different hyperparameters, not seeds; ASHA-stopped trials end early)"
+        )
+    if curves.empty:
+        return section.skip(f"no run has a {ROUND_METRICS_FILE} artifact yet: run scripts/tune.py")
+    section.note(
+        f"Source: {source}. Mean line, {figures.BAND}." + (f" {missing} runs without a round table." if missing else "")
+    )
+    by_round = figures.curve_figure(curves, "test_acc", "round", "round", "Test accuracy per round", store.colors)
+    _figure(section, by_round)
+    by_time = figures.curve_figure(
+        curves,
+        "test_acc",
+        "elapsed_s",
+        f"{figures.ELAPSED_TITLE}; mean over runs at each round",
+        "Test accuracy against wall-clock time",
+        store.colors,
+    )
+    _figure(section, by_time)
+    return section
+
+
+def optuna_section(store: Store) -> Section:
+    section = Section("optuna")
+    unsearched = []
+    for variant in store.variants:
+        if variant not in store.tune_parents:
+            continue
+        metric, maximize, config = tune_metric(store, variant)
+        parent = store.tune_parents[variant].info.run_id
+        if not config:
+            section.note(f"{variant}: study run {parent} has no config.yaml: its search space cannot be rebuilt")
+            continue
+        try:
+            distributions = search_distributions(config)
+        except ValidationError as error:  # a config.yaml of another version of the schema
+            section.note(f"{variant}: the search ranges in config.yaml of study run {parent} do not parse: {error}")
+            continue
+        if not distributions:
+            unsearched.append(variant)
+            continue
+        rows, frozen, unusable = [], [], 0
+        for index, run in enumerate(store.tune_trials.get(variant, [])):
+            status, value = run.data.tags.get(TAG_TRIAL_STATUS, TRIAL_UNKNOWN), final_value(run, metric)
+            rows.append({"index": index, "name": run.info.run_name, "value": value, "status": status})
+            if status not in COMPLETED or not math.isfinite(value):
+                continue
+            try:
+                params = {name: parse_param(run.data.params[name], d) for name, d in distributions.items()}
+                frozen.append(completed_trial(params, distributions, value))
+            except (KeyError, ValueError):  # a trial of an older file whose ranges no longer hold its values
+                unusable += 1
+        section.parts.append(f"<h3>{html.escape(variant)}</h3>")
+        if not rows:
+            section.note(f"study run {parent} has no trial runs")
+            continue
+        trials = pd.DataFrame(rows)
+        _figure(section, figures.history_figure(trials, metric, maximize, variant))
+        found, how = importances(distributions, frozen, maximize)
+        if found is None:
+            section.note(how)
+        else:
+            _figure(section, figures.importance_figure(found, variant, how))
+        section.note(
+            f"Study run {parent}: {len(rows)} trials, {len(frozen)} completed (finished or stopped early, scored by "
+            f"their last {metric})" + (f"; {unusable} outside the logged ranges left out" if unusable else "") + "."
+        )
+    if unsearched:
+        section.note(f"Nothing searched (one trial each): {', '.join(unsearched)}.")
+    if not section.figures:
+        missing = "no searched variant has a tune study" if store.tune_parents else "no tune studies yet"
+        return section.skip(f"{missing}: run scripts/tune.py")
+    return section
+
+
+def round_time_section(store: Store) -> Section:
+    section = Section("round-time")
+    rows = []
+    for run in store.all_trials:
+        for point in metric_history(store.client, run.info.run_id, "round_time_s"):
+            rows.append(
+                {"method": run.data.tags.get(TAG_METHOD, "?"), "run_id": run.info.run_id, "round_time_s": point.value}
+            )
+    if not rows:
+        return section.skip("no run has logged round_time_s yet: run scripts/tune.py")
+    times = pd.DataFrame(rows)
+    _figure(section, figures.round_time_figure(times))
+    section.note(f"{len(times)} rounds of {times['run_id'].nunique()} runs (tune and ablation, every study).")
+    return section
+
+
+def spectrum_section(store: Store) -> Section:
+    section = Section("spectrum")
+    reps, which = representatives(store)
+    spectra, owners = {}, {}
+    for variant in store.variants:
+        for run in reps.get(variant, [])[:1]:
+            table = store.artifacts.parquet(run.info.run_id, SPECTRUM_FILE)
+            if table is not None and not table.empty:
+                spectra[run_label(run)], owners[run_label(run)] = table, variant
+    if not spectra:
+        return section.skip(f"no {SPECTRUM_FILE} on the runs shown ({which}): diagnostics.spectrum off?")
+    _figure(section, figures.spectrum_figure(spectra, store.colors, owners))
+    section.note(f"One run per variant: {which}" + (", seed 0 (the lowest seed)." if store.ablation_trials else "."))
+    return section
+
+
+def client_accuracy_section(store: Store) -> Section:
+    section = Section("client-accuracy")
+    reps, which = representatives(store)
+    boxes, curves = [], []
+    for variant in store.variants:
+        runs = reps.get(variant, [])
+        tables = [(run, store.artifacts.parquet(run.info.run_id, CLIENT_ACCURACY_FILE)) for run in runs]
+        found = [(run, t) for run, t in tables if t is not None and not t.empty]
+        for run, table in found:
+            boxes.append(figures.last_round(table).assign(variant=variant, label=run_label(run)))
+        if runs and not found:  # logged before client_accuracy.parquet existed: the per-round summary metrics
+            table = store.artifacts.parquet(runs[0].info.run_id, ROUND_METRICS_FILE)
+            if table is not None and {"client_acc_mean", "client_acc_worst"} <= set(table.columns):
+                curves.append(table.assign(variant=variant))
+    if boxes:
+        title = f"Accuracy of the global model on each client's held-out data, last round ({which}, runs pooled)"
+        _figure(section, figures.client_box_figure(pd.concat(boxes, ignore_index=True), store.colors, title))
+    if curves:
+        title = f"Client accuracy per round ({which}; no client_accuracy.parquet: summary metrics)"
+        _figure(section, figures.client_curve_figure(pd.concat(curves, ignore_index=True), store.colors, title))
+        section.note("Runs logged before client_accuracy.parquet existed show the per-round mean/worst/std instead.")
+    if not section.figures:
+        return section.skip(f"no per-client accuracy on the runs shown ({which}): diagnostics.client_accuracy off?")
+    return section
+
+
+def partition_section(store: Store) -> Section:
+    section = Section("partition")
+    shown: list[tuple[pd.DataFrame, list[str]]] = []  # tune studies share a partition unless overridden
+    partition_file = f"{PARTITION_FOLDER}/{PARTITION_FILE}"
+    for variant in store.variants:
+        parent = store.tune_parents.get(variant)
+        table = None if parent is None else store.artifacts.parquet(parent.info.run_id, partition_file)
+        if table is None:
+            continue
+        same = next((names for seen, names in shown if seen.equals(table)), None)
+        if same is None:
+            shown.append((table, [variant]))
+        else:
+            same.append(variant)
+    for table, names in shown:
+        _figure(section, figures.partition_figure(table, f"Tune studies of {', '.join(names)}: samples per class"))
+    if store.ablation is not None:  # partition/partition.parquet, or partition/<setting>/... with a grid
+        run_id = store.ablation.info.run_id
+        settings = list(dict.fromkeys(r.data.tags.get(TAG_SETTING, SETTING_DEFAULT) for r in store.ablation_trials))
+        labels = {setting_folder(s): s for s in settings}
+        labels[""] = settings[0] if len(settings) == 1 else SETTING_DEFAULT  # one setting: no folder per setting
+        for path in store.artifacts.files(run_id, PARTITION_FOLDER):
+            if path.endswith(f"/{PARTITION_FILE}"):
+                folder = path.removeprefix(f"{PARTITION_FOLDER}/").removesuffix(PARTITION_FILE).strip("/")
+                title = f"Ablation setting {labels.get(folder, folder)}: samples per class"
+                _figure(section, figures.partition_figure(store.artifacts.parquet(run_id, path), title))
+    if not section.figures:
+        return section.skip(f"no {partition_file} on any study or ablation run: run scripts/tune.py")
+    return section
+
+
+BUILDERS: dict[str, Callable[[Store], Section]] = {
+    "ablation-table": ablation_table_section,
+    "learning-curves": learning_curves_section,
+    "optuna": optuna_section,
+    "round-time": round_time_section,
+    "spectrum": spectrum_section,
+    "client-accuracy": client_accuracy_section,
+    "partition": partition_section,
+}
