@@ -35,6 +35,7 @@ from raytune_fl.tracking.schema import (
 )
 from raytune_fl.tune.callbacks import MlflowTrialLogger, ProgressPrinter, print_line
 from raytune_fl.tune.resources import placement_group_factory
+from raytune_fl.tune.selection import best_of
 from raytune_fl.tune.space import optuna_space
 from raytune_fl.tune.storage import Storage, resolve_storage
 from raytune_fl.tune.trainable import federated_trial
@@ -266,9 +267,7 @@ def summarise(
             candidates.append((reached >= rounds, value, result))
     if not candidates:
         return VariantOutcome(variant, method, {}, {}, counts, None, "", 0.0, errors)
-    sign = 1 if mode == "max" else -1
-    # Prefer trials that ran every round: an ASHA-stopped trial's score is from an earlier round.
-    full, value, best = max(candidates, key=lambda c: (c[0], sign * c[1]))
+    best = best_of(candidates, maximize=mode == "max")  # trials that ran every round first (tune/selection.py)
     keep = (
         "val_acc",
         "val_loss",
