@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import pytest
 import yaml
 
-from raytune_fl import cli
 from raytune_fl.cli import main
+from raytune_fl.tune import cluster
 
 from .conftest import DELETE, changed_space, tiny_space
 
@@ -320,7 +320,7 @@ def no_ray(monkeypatch):
     def refuse(address):
         raise AssertionError("main() went on to start Ray: the bad input was not caught")
 
-    monkeypatch.setattr(cli, "start_ray", refuse)
+    monkeypatch.setattr(cluster, "start_ray", refuse)
     return ray
 
 

@@ -295,3 +295,54 @@ def test_a_module_outside_every_layer_is_reported():
 )
 def test_the_checker_lets_allowed_imports_through(path, source):
     assert check_source(path, source) == []
+
+
+def _package_imports() -> dict[str, set[str]]:
+    """raytune_fl's module graph: every import of one of its modules (any level of the file, TYPE_CHECKING
+    included). `from pkg import name` points at pkg.name when that is a module; a module's own packages are
+    not counted (Python runs a package's __init__ before its modules by construction)."""
+    modules = {}
+    for path in (REPO / "raytune_fl").rglob("*.py"):
+        name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        modules[name.removesuffix(".__init__")] = path
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in modules:
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                           for a in node.names]  # fmt: skip
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name in modules]
+            else:
+                continue
+            graph[name] |= {t for t in targets if t != name and not name.startswith(t + ".")}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (found := visit(nxt, path + [nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_raytune_fl_has_no_import_cycle():
+    cycle = _cycle(_package_imports())
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None

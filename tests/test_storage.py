@@ -19,9 +19,9 @@ import pyarrow.fs as pafs
 import pytest
 from mlflow.tracking import MlflowClient
 
-from raytune_fl import cli
 from raytune_fl.cli import main
 from raytune_fl.config import ConfigError, parse_space
+from raytune_fl.tune import cluster
 from raytune_fl.tune.manifest import StudyManifest
 from raytune_fl.tune.storage import resolve_storage
 
@@ -168,7 +168,7 @@ def test_tune_py_refuses_a_bad_bucket_before_ray_without_a_traceback(s3, tmp_pat
     def refuse(address):
         raise AssertionError("main() went on to start Ray")
 
-    monkeypatch.setattr(cli, "start_ray", refuse)
+    monkeypatch.setattr(cluster, "start_ray", refuse)
     space = tmp_path / "tiny.yaml"
     space.write_text(yaml.safe_dump(tiny_space()))
     argv = ["--space", str(space), "--storage", "s3://no-such-bucket/x", "--mlflow-uri", f"sqlite:///{tmp_path}/m"]

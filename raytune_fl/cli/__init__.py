@@ -1,12 +1,11 @@
 """The command lines: common.py (shared options and the checks before Ray starts), one module per command:
 tune.py (`scripts/tune.py`), ablate.py (`scripts/ablate.py`), dashboard.py (`dashboards/build.py`).
 
-`raytune_fl.cli.main` is tune.py's. Ray is started only through `raytune_fl.cli.start_ray` (common.join_ray looks
-it up here at call time, so that a test can replace it).
+`raytune_fl.cli.main` is tune.py's. Ray is started only through `raytune_fl.tune.cluster.start_ray`
+(common.join_ray looks it up there at call time, so that a test can replace it).
 """
 
 from raytune_fl.cli.common import check_data, join_ray, resolve_space
 from raytune_fl.cli.tune import build_parser, main, print_summary
-from raytune_fl.tune.cluster import start_ray
 
-__all__ = ["build_parser", "check_data", "join_ray", "main", "print_summary", "resolve_space", "start_ray"]
+__all__ = ["build_parser", "check_data", "join_ray", "main", "print_summary", "resolve_space"]

@@ -156,12 +156,11 @@ def check_data(base: ExperimentConfig) -> FederatedData:
 
 def join_ray(address: str | None, resources: ResourcesConfig) -> None:
     """Start or join Ray, say which cluster it is, and check that one trial fits on it."""
-    from raytune_fl import cli  # looked up on the package at call time: tests replace cli.start_ray
-    from raytune_fl.tune.cluster import cluster_view
+    from raytune_fl.tune import cluster as ray_cluster  # start_ray looked up at call time: tests replace it
     from raytune_fl.tune.resources import check_fits, check_nodes_fit
 
     try:
-        cli.start_ray(address)
+        ray_cluster.start_ray(address)
     except (ConnectionError, RuntimeError, TimeoutError) as error:  # unreachable head, auth token missing, ...
         source = "--address" if address else "RAY_ADDRESS"
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -170,7 +169,7 @@ def join_ray(address: str | None, resources: ResourcesConfig) -> None:
             "  is the head running (`ray status --address <head>:6379`)? with token authentication, set "
             "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (README, 'Running on a cluster')"
         ) from None
-    where, cluster, nodes = cluster_view()
+    where, cluster, nodes = ray_cluster.cluster_view()
     print(f"Ray cluster: {where} ({cluster.get('CPU', 0):g} CPU, {cluster.get('GPU', 0):g} GPU)", flush=True)
     try:
         check_fits(resources, cluster)

@@ -15,10 +15,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pandas as pd
 from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
 
 from raytune_fl.engine.evaluation import CLIENT_ACC_KEY, SPECTRUM_KEY
 from raytune_fl.engine.federation import CLIENT_LOG_KEY
@@ -49,8 +50,15 @@ from raytune_fl.tracking.schema import (
     TRUE,
 )
 
-if TYPE_CHECKING:
-    from raytune_fl.tracking.tracker import StudyTracker
+
+class RunWriter(Protocol):
+    """What a trial's runs need of the study's tracker (tracker.StudyTracker): its store, experiment and params."""
+
+    client: MlflowClient
+    experiment_id: str
+
+    def log_params(self, run_id: str, params: dict[str, Any]) -> None: ...
+
 
 # the trial runner's (Ray Tune's) own bookkeeping keys in a result: not our metrics
 _RUNNER_KEYS = {
@@ -114,7 +122,7 @@ class TrialTracker:
 
     def __init__(
         self,
-        tracker: StudyTracker,
+        tracker: RunWriter,
         parent_run_id: str,
         rounds: int,
         describe: Describe,
