@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 import torch
 
-from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.checkpoint import load_state, save_state
 from raytune_fl.engine.federation import CLIENT_LOG_KEY, Federation
 from raytune_fl.engine.pool import ClientLost, InProcessPool, Outcome, TrainJob, WorkerFailure
@@ -25,6 +24,7 @@ from raytune_fl.engine.worker import ClientWorker, WorkerSpec
 
 from .conftest import REPO
 from .frozen_engine import federation as frozen
+from .test_resume import _experiment  # the same tiny 4-client digits run
 
 ENGINE = REPO / "raytune_fl" / "engine"
 
@@ -36,19 +36,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def _experiment(**overrides: Any) -> ExperimentConfig:
-    settings = {
-        "dataset": "digits",
-        "partition": {"kind": "dirichlet", "alpha": 0.5, "clients": 4, "min_size": 20},
-        "rounds": 4,
-        "batch_size": 32,
-        "resources": {"actors": 0},
-        "diagnostics": {"every": 2},
-        **overrides,
-    }
-    return ExperimentConfig(**settings)
 
 
 def _untimed(rows: Sequence[dict]) -> list[dict]:
