@@ -89,8 +89,9 @@ def test_four_quarter_gpu_actors_share_gpu_0_in_the_trial_placement_group(one_gp
 def test_two_concurrent_trials_get_disjoint_gpus(two_gpu_node, tmp_path):
     space = _space(tmp_path, "pair", actors=2, gpus_per_actor=0.5)  # 1 GPU per trial, 2 trials at once
     client = _run(
-        two_gpu_node, "ablate.py", space, tmp_path, "pair", "--seeds", "2", "--grid", "rho=1.0", "--no-dashboard"
-    )
+        two_gpu_node, "ablate.py", space, tmp_path, "pair", "--seeds", "2", "--grid", "rho=1.0", "--no-dashboard",
+        "--out", str(tmp_path / "pair-report"),
+    )  # fmt: skip
     cells = _children(client)
     assert len(cells) == 2 and all(r.info.status == "FINISHED" for r in cells)
     first, second = sorted(cells, key=lambda r: r.info.start_time)
