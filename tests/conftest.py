@@ -111,7 +111,11 @@ def ablation_store(ray_cluster, tmp_path_factory):
     path.write_text(yaml.safe_dump(space, sort_keys=False))  # the file's variant order is the table's row order
     uri = f"sqlite:///{root / 'mlflow.db'}"
     common = ["--space", str(path), "--mlflow-uri", uri, "--storage", str(root / "ray_results")]
-    assert tune([*common, "--variants", "full", "--num-samples", "2"]) == 0
+    tuned = io.StringIO()
+    with contextlib.redirect_stdout(tuned):
+        code = tune([*common, "--variants", "full", "--num-samples", "2"])
+    print(tuned.getvalue())
+    assert code == 0
     # the dashboard of a store with studies only (its fallbacks), before the ablation adds to the store
     from raytune_fl.config import load_space
     from raytune_fl.report.dashboard import build_dashboard
@@ -135,6 +139,7 @@ def ablation_store(ray_cluster, tmp_path_factory):
         out=out,
         argv=argv,
         output=printed.getvalue(),
+        tune_output=tuned.getvalue(),  # tune.py's stdout (not a terminal)
         tune_only=tune_only,
         dashboard_output=printed_by_dashboard,
     )

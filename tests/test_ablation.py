@@ -254,9 +254,11 @@ def test_resume_reruns_only_the_cells_that_did_not_finish(ablation_store, logged
     redo = next(r for r in children if r.info.run_name == "fedavg/seed1/alpha=1.0")
     before = final(client, redo.info.run_id, "test_acc")
     client.set_tag(redo.info.run_id, "trial_status", "error")  # as if that trial had failed
-    assert ablate([*ablation_store.argv, "--resume", "--no-dashboard"]) == 0
+    assert ablate([*ablation_store.argv, "--resume", "--no-dashboard", "--verbose"]) == 0
     out = capsys.readouterr().out
-    assert "7 of 8 runs had finished" in out and "trial 1/1 started: cell=fedavg/seed1/alpha=1.0" in out
+    assert "7 of 8 runs had finished" in out and "[ablation] cell 1/1 started: cell=fedavg/seed1/alpha=1.0" in out
+    assert "[ablation] cell 1/1 round 2/2 val_acc=" in out  # --verbose: a line per round
+    assert "[ablation] done: 1/1 cells ended (1 finished) | " in out
     rerun = client.search_runs(
         [experiment], f"tags.mlflow.parentRunId = '{parent.info.run_id}' and tags.cell = 'fedavg/seed1/alpha=1.0'"
     )

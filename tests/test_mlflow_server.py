@@ -8,6 +8,7 @@ import sys
 import time
 import urllib.request
 
+import optuna
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
@@ -67,7 +68,8 @@ def mlflow_server(tmp_path):
     log.close()
 
 
-def test_study_logs_to_a_server(ray_cluster, mlflow_server, tmp_path):
+def test_study_logs_to_a_server(ray_cluster, mlflow_server, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where the Optuna study goes when MLflow is a server: <cwd>/optuna.db
     data = tiny_space("served")
     data["base"]["rounds"] = 2
     data["tune"]["num_samples"] = 2
@@ -105,6 +107,8 @@ def test_study_logs_to_a_server(ray_cluster, mlflow_server, tmp_path):
     stored = {p.name for p in (tmp_path / "artifacts").rglob("*.parquet")}
     assert {"round_metrics.parquet", "client_rounds.parquet", "partition.parquet"} <= stored, stored
     assert not (tmp_path / "mlruns").exists() and not list(tmp_path.glob("ray/**/mlruns"))
+    optuna_db = f"sqlite:///{tmp_path / 'optuna.db'}"
+    assert [s.study_name for s in optuna.get_all_study_summaries(optuna_db)] == ["served-full"]
 
 
 def _external_ip() -> str | None:

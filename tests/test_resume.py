@@ -146,7 +146,7 @@ def test_a_killed_study_resumes_to_the_uninterrupted_result(ray_cluster, tmp_pat
     assert main(["--space", str(space), "--storage", str(tmp_path / "ref"), "--mlflow-uri", reference_uri]) == 0
 
     uri, storage = f"sqlite:///{tmp_path / 'killed.db'}", tmp_path / "killed"
-    args = ["--space", str(space), "--storage", str(storage), "--mlflow-uri", uri]
+    args = ["--space", str(space), "--storage", str(storage), "--mlflow-uri", uri, "--verbose"]  # a line per round
     ray_tmp = tempfile.mkdtemp(prefix="rk", dir="/tmp")  # short: Ray's socket paths have a length limit
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")} | {"RAY_TMPDIR": ray_tmp}
     process = subprocess.Popen(

@@ -229,7 +229,7 @@ def test_a_study_on_s3_killed_mid_trial_resumes_to_the_uninterrupted_result(s3, 
     assert main(["--space", str(space), "--storage", str(tmp_path / "ref"), "--mlflow-uri", reference_uri]) == 0
 
     uri, storage = f"sqlite:///{tmp_path / 'killed.db'}", f"s3://{s3.bucket}/studies"
-    args = ["--space", str(space), "--storage", storage, "--mlflow-uri", uri]
+    args = ["--space", str(space), "--storage", storage, "--mlflow-uri", uri, "--verbose"]  # a line per round
     ray_tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths have a length limit
     request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
     # the subprocess's private Ray cluster inherits the S3 environment, so its trial workers have it too

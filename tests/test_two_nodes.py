@@ -47,6 +47,7 @@ def _ablate(head: Node, space: Path, tmp: Path, name: str) -> tuple[CliRun, str]
     uri = f"sqlite:///{tmp / name}.db"
     args = ["--space", str(space), "--address", head.address, "--storage", str(tmp / f"{name}-results")]
     args += ["--mlflow-uri", uri, "--seeds", "2", "--grid", "rho=1.0", "--out", str(tmp / name), "--no-dashboard"]
+    args += ["--verbose"]  # a line per cell round: the loss test waits for two cells' first rounds
     return start_cli(REPO / "scripts" / "ablate.py", args, tmp, name, head.env, REPO), uri
 
 

@@ -38,6 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue the latest ablation with the same plan: cells that finished are kept, the rest run",
     )
     parser.add_argument("--no-dashboard", action="store_true", help="skip building the dashboard at the end")
+    parser.add_argument(
+        "--log-models",
+        action="store_true",
+        help="log each finished cell's final global model as an MLflow PyTorch model on its run (a few seconds "
+        "and about a model's size of artifact storage per cell)",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print a line when each cell starts and one per cell round (its scores, loss and round time); "
+        "by default a live status line (a line per cell and a summary every 30 s when not a terminal)",
+    )
     return parser
 
 
@@ -102,7 +114,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         return common.fail(error)
 
-    outcome = run_ablation(plan, tracker, data, storage=args.storage, out_dir=out_dir, resume=resume)
+    outcome = run_ablation(
+        plan,
+        tracker,
+        data,
+        storage=args.storage,
+        out_dir=out_dir,
+        resume=resume,
+        log_models=args.log_models,
+        verbose=args.verbose,
+    )
     files = outcome.files
     print(f"\n=== {space.name}: final-round test accuracy (%), mean ± std over {len(seeds)} seeds ===")
     print(files["table.md"].read_text() if files else "(no run finished)")

@@ -22,10 +22,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, help="override base.seed (training) and tune.seed (TPE sampler)")
     common.add_cluster(parser)
     parser.add_argument(
+        "--optuna-storage",
+        metavar="URL",
+        help="Optuna storage (SQLAlchemy URL, e.g. sqlite:///path/optuna.db or postgresql://user:pw@host/db) each "
+        "searched variant's study <space name>-<variant> persists to, for optuna.load_study and optuna-dashboard; "
+        "default: optuna.db beside the MLflow SQLite file, else <cwd>/optuna.db",
+    )
+    parser.add_argument(
+        "--no-models",
+        action="store_true",
+        help="do not log each variant's best global model as an MLflow PyTorch model (a few seconds per variant)",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="continue the study a killed run left in --storage (same --space and overrides): finished variants "
         "are kept, the interrupted one resumes its trials from their last checkpoints, the rest start",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print a line when each trial starts and one per trial round (its scores, loss and round time); "
+        "by default a live status line per variant (a line per trial and a summary every 30 s when not a terminal)",
     )
     return parser
 
@@ -62,6 +80,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         tracker = StudyTracker(uri, space.name)
     except Exception as error:  # each tracking backend (files, SQLAlchemy, HTTP) fails with its own exception types
         return common.fail(f"--mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}")
+    optuna_url = None
+    if any(space.variants[name].search for name in variants):  # nothing searched: no Optuna study, no file
+        from raytune_fl.tune import optuna_storage
+
+        try:  # before Ray starts: an unreachable or read-only storage fails here
+            optuna_url = optuna_storage.resolve_url(args.optuna_storage, uri)
+            optuna_storage.check(optuna_url, given=args.optuna_storage is not None)
+            if args.resume:
+                manifest.check_optuna_storage(optuna_storage.masked(optuna_url))
+        except ConfigError as error:
+            return common.fail(error)
+        shown = optuna_storage.masked(optuna_url)
+        print(f"Optuna studies:      {shown}  (view with: {optuna_storage.dashboard_command(optuna_url)})", flush=True)
 
     from raytune_fl.tune import run_variant
 
@@ -86,10 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             data=data,
             resume=manifest.run(name) if args.resume else None,
             on_start=lambda run, name=name: manifest.started(name, run),
+            log_model=not args.no_models,
+            optuna_storage=optuna_url,
+            verbose=args.verbose,
         )
         manifest.finished(name, outcome)
         outcomes.append(outcome)
     print_summary(outcomes, uri, space.name, time.time() - started)
+    print_next_steps(args, uri, space.name, outcomes)
     return 0 if all(o.best_metrics for o in outcomes) else 1
 
 
@@ -113,4 +148,31 @@ def print_summary(outcomes: list, uri: str, experiment: str, wall_s: float) -> N
         print(f"  view with: mlflow ui --backend-store-uri {uri}")
     for o in outcomes:
         if o.parent_run_id:
-            print(f"  {o.variant}: parent run {o.parent_run_id}")
+            model = f", best model models:/{o.model_id}" if o.model_id else ""
+            print(f"  {o.variant}: parent run {o.parent_run_id}{model}")
+    studies = [o for o in outcomes if o.optuna_study]
+    for storage in dict.fromkeys(o.optuna_storage for o in studies):
+        print(f"Optuna: studies at {storage}")
+        print(f"  view with: optuna-dashboard {storage}")
+        for o in studies:
+            if o.optuna_storage == storage:
+                print(f"  {o.variant}: optuna.load_study(study_name={o.optuna_study!r}, storage={storage!r})")
+
+
+def print_next_steps(args: argparse.Namespace, uri: str, experiment: str, outcomes: list) -> None:
+    """Where to look at what the study made, and what to run next: commands to copy."""
+    space = args.space + (f" --mlflow-uri {uri}" if args.mlflow_uri else "")
+    print("\n=== next ===")
+    if uri.startswith("sqlite:"):
+        print(f"  compare the variants in the MLflow UI:  mlflow ui --backend-store-uri {uri} --port 5000")
+        print(f"    then open http://127.0.0.1:5000, experiment {experiment!r} (README: 'Comparing variants')")
+    else:
+        print(f"  compare the variants in the MLflow UI at {uri}, experiment {experiment!r}")
+    storages = list(dict.fromkeys(o.optuna_storage for o in outcomes if o.optuna_study))
+    for storage in storages:
+        print(f"  the Optuna studies (history, importances, contours):  optuna-dashboard {storage}")
+    print(f"  ablate the selected configurations over seeds:  python scripts/ablate.py --space {space} --seeds 3")
+    print(f"  the study as an HTML dashboard:  python scripts/dashboard.py --space {space}")
+    model = next((o.model_id for o in outcomes if o.model_id), None)
+    if model:
+        print(f"  a trained model:  mlflow.pytorch.load_model('models:/{model}')  (with MLFLOW_TRACKING_URI={uri})")

@@ -9,6 +9,7 @@ import numpy as np
 
 from raytune_fl.config import ExperimentConfig, PartitionConfig
 from raytune_fl.data import ArrayDataset, load_dataset, partition, train_val_split
+from raytune_fl.data.identity import DataIdentity, data_identity
 
 
 @dataclass(frozen=True)
@@ -58,3 +59,17 @@ def partition_kwargs(spec: PartitionConfig) -> dict[str, Any]:
     if spec.kind == "domain_split" and "alpha" in spec.model_fields_set:
         return {"alpha": spec.alpha}
     return {}
+
+
+def data_identity_of(experiment: ExperimentConfig, data: FederatedData) -> DataIdentity:
+    """What a run of `experiment` trains on, for the tracker: the dataset, its split, the partition settings."""
+    spec = experiment.partition
+    settings = {
+        "kind": spec.kind,
+        **partition_kwargs(spec),
+        "clients": spec.clients,
+        "min_size": spec.min_size,
+        "seed": spec.seed,
+        "val_fraction": spec.val_fraction,
+    }
+    return data_identity(data.dataset, data.train_parts, data.val_parts, settings, experiment.root)

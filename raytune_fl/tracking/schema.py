@@ -12,6 +12,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+# ---------------------------------------------------------------- experiment tags
+
+# MLflow's own: the experiment's type, "Machine learning" (custom_model_development) or "GenAI apps & agents"
+# (genai_development). Set on every experiment we create or use (tracker.StudyTracker). MLflow 3.10-3.17's UI
+# opens an experiment on the page of its "GenAI | Model training" switch instead (a browser setting, GenAI until
+# switched; `?workflowType=machine_learning` in the URL overrides it: report/mlflow_ui.py's runs_url).
+TAG_EXPERIMENT_KIND = "mlflow.experimentKind"
+EXPERIMENT_KIND_TRAINING = "custom_model_development"
+
 # ---------------------------------------------------------------- run tags: names
 
 TAG_PARENT_RUN = "mlflow.parentRunId"  # MLflow's own: marks a child run
@@ -22,6 +31,8 @@ TAG_METHOD = "method"
 TAG_DATASET = "dataset"  # tune parent
 TAG_PARTITION = "partition"  # tune parent: e.g. dirichlet(alpha=0.5)
 TAG_SEARCHED = "searched"  # tune parent: the searched hyperparameters, comma-separated
+TAG_OPTUNA_STUDY = "optuna_study"  # tune parent of a searched variant: its Optuna study name
+TAG_OPTUNA_STORAGE = "optuna_storage"  # tune parent: that study's Optuna storage URL (password masked)
 TAG_BEST_PREFIX = "best."  # tune parent: best.<hyperparameter> = the selected value (params codec)
 TAG_PLAN = "plan"  # ablation parent: the plan's fingerprint (what --resume matches on)
 TAG_SEEDS = "seeds"
@@ -40,6 +51,12 @@ TAG_DIVERGENCE = "divergence"
 TAG_ROUNDS_COMPLETED = "rounds_completed"
 TAG_ACTOR_FAILURES = "actor_failures"
 TAG_TRIAL_RESTARTS = "trial_restarts"
+TAG_DESCRIPTION = "mlflow.note.content"  # MLflow's own: the run's description (markdown) in the UI
+TAG_MODEL_ID = "model_id"  # a run that logged a model: its MLflow model id (load with models:/<id>)
+TAG_MODEL_RUN_ID = "model_run_id"  # tune parent: the trial run that logged the variant's best model
+DATASET_CONTEXT = "mlflow.data.context"  # MLflow's own input tag: what the dataset was used for
+CONTEXT_TRAIN = "train"
+MODEL_NAME = "global_model"  # the name a run's logged model has (MLflow's Models column)
 
 # ---------------------------------------------------------------- run tags: values
 

@@ -7,6 +7,7 @@ store.py.
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 import time
@@ -17,13 +18,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from raytune_fl.data.identity import DataIdentity, source_text
 from raytune_fl.data.record import partition_heatmap, partition_table, save_partition_parquet
 from raytune_fl.tracking import store
 from raytune_fl.tracking.schema import (
     CONFIG_FILE,
+    CONTEXT_TRAIN,
+    DATASET_CONTEXT,
+    EXPERIMENT_KIND_TRAINING,
     PARTITION_FILE,
     PARTITION_FOLDER,
     RUN_FAILED,
@@ -31,6 +36,8 @@ from raytune_fl.tracking.schema import (
     RUN_KILLED,
     RUN_RUNNING,
     STAGE_TUNE,
+    TAG_DESCRIPTION,
+    TAG_EXPERIMENT_KIND,
     TAG_METHOD,
     TAG_STAGE,
     TAG_TRIAL_STATUS,
@@ -58,9 +65,15 @@ class StudyTracker:
             if tracking_uri.startswith("sqlite:///"):  # keep artifacts beside the database, not in the cwd
                 db = Path(tracking_uri.removeprefix("sqlite:///"))
                 artifact_location = (db.parent / "mlartifacts" / experiment_name).resolve().as_uri()
-            self.experiment_id = self.client.create_experiment(experiment_name, artifact_location=artifact_location)
+            self.experiment_id = self.client.create_experiment(
+                experiment_name,
+                artifact_location=artifact_location,
+                tags={TAG_EXPERIMENT_KIND: EXPERIMENT_KIND_TRAINING},
+            )
         else:
             self.experiment_id = found.experiment_id
+            if TAG_EXPERIMENT_KIND not in found.tags:  # made before the tag was set, or by hand; a set kind is kept
+                self.client.set_experiment_tag(self.experiment_id, TAG_EXPERIMENT_KIND, EXPERIMENT_KIND_TRAINING)
         self.experiment_name = experiment_name
 
     def start_parent(self, variant: str, tags: dict[str, str], params: dict[str, Any], config: dict[str, Any]) -> str:
@@ -91,6 +104,22 @@ class StudyTracker:
             partition_heatmap(table, Path(tmp) / "partition.png", title)
             self.client.log_artifacts(run_id, tmp, artifact_path=artifact_path)
         return table
+
+    def log_datasets(self, run_id: str, identities: list[DataIdentity]) -> None:
+        """The data a run trained on, as MLflow dataset inputs: the runs page's Dataset column, and filters such
+        as `dataset.name LIKE 'mnist5k/dirichlet-0.1%'` or `dataset.digest = '...'`."""
+        if identities:
+            self.client.log_inputs(run_id, datasets=[dataset_input(identity) for identity in identities])
+
+    def describe(self, run_id: str, text: str) -> None:
+        """The run's description (markdown), shown at the top of its page in the MLflow UI."""
+        self.client.set_tag(run_id, TAG_DESCRIPTION, text)
+
+    def log_model(self, run_id: str, model: Any, example: Any, step: int, linked_runs: tuple[str, ...] = ()) -> str:
+        """A trained global model as an MLflow PyTorch model of `run_id` (tracking/models.py); its model id."""
+        from raytune_fl.tracking.models import log_model  # imports torch.export: only when a model is logged
+
+        return log_model(self.client, run_id, model, example, step=step, linked_runs=linked_runs)
 
     def log_params(self, run_id: str, params: dict[str, Any]) -> None:
         items = [Param(k, encode_value(v)) for k, v in params.items()]
@@ -133,12 +162,16 @@ class StudyTracker:
         params: Callable[[dict[str, Any]], dict[str, Any]],
         rounds: int,
         resuming: bool = False,
+        datasets: tuple[DataIdentity, ...] = (),
+        describe_trial: Callable[[dict[str, Any], int], str] | None = None,
     ) -> TrialTracker:
-        """The tune stage's trials: runs named `<variant>-<index>`, params = params(the sampled hyperparameters)."""
+        """The tune stage's trials: runs named `<variant>-<index>`, params = params(the sampled hyperparameters),
+        trained on `datasets`, described by describe_trial(the sampled hyperparameters, index)."""
 
         def describe(config: dict[str, Any], index: int) -> TrialRun:
             tags = {TAG_VARIANT: variant, TAG_METHOD: method, TAG_STAGE: STAGE_TUNE}
-            return TrialRun(f"{variant}-{index:03d}", tags, params(config))
+            text = describe_trial(config, index) if describe_trial is not None else ""
+            return TrialRun(f"{variant}-{index:03d}", tags, params(config), datasets=datasets, description=text)
 
         return TrialTracker(self, parent_run_id, rounds, describe, resuming)
 
@@ -176,6 +209,32 @@ class StudyTracker:
                     parent.on_close(parent)
             finally:
                 self.finish_parent(run_id, parent.metrics, parent.tags, parent.status or RUN_FAILED)
+
+
+def dataset_input(identity: DataIdentity) -> DatasetInput:
+    """A DataIdentity as MLflow's dataset input: name, digest, source, tensor schema, and a profile holding the
+    sizes and the partition settings (shown when the dataset is clicked in the UI)."""
+    schema = {
+        "mlflow_tensorspec": {
+            "features": json.dumps([{"name": "image", "type": "tensor", "tensor-spec": _spec(identity.shape)}]),
+            "targets": json.dumps(
+                [{"name": "label", "type": "tensor", "tensor-spec": {"dtype": "int64", "shape": [-1]}}]
+            ),
+        }
+    }
+    dataset = Dataset(
+        name=identity.name,
+        digest=identity.digest,
+        source_type="code",
+        source=source_text(identity),
+        schema=json.dumps(schema),
+        profile=json.dumps(identity.profile),
+    )
+    return DatasetInput(dataset, tags=[InputTag(DATASET_CONTEXT, CONTEXT_TRAIN)])
+
+
+def _spec(shape: tuple[int, ...]) -> dict[str, Any]:
+    return {"dtype": "float32", "shape": [-1, *shape]}
 
 
 @dataclass

@@ -21,6 +21,7 @@ import pandas as pd
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
+from raytune_fl.data.identity import DataIdentity
 from raytune_fl.engine.evaluation import CLIENT_ACC_KEY, SPECTRUM_KEY
 from raytune_fl.engine.federation import CLIENT_LOG_KEY
 from raytune_fl.tracking import store
@@ -58,6 +59,10 @@ class RunWriter(Protocol):
     experiment_id: str
 
     def log_params(self, run_id: str, params: dict[str, Any]) -> None: ...
+
+    def log_datasets(self, run_id: str, identities: list[DataIdentity]) -> None: ...
+
+    def describe(self, run_id: str, text: str) -> None: ...
 
 
 # the trial runner's (Ray Tune's) own bookkeeping keys in a result: not our metrics
@@ -99,6 +104,8 @@ class TrialRun:
     tags: dict[str, str]
     params: dict[str, Any]
     rounds: int | None = None  # the rounds this trial runs when it differs from the tracker's (an ablation grid)
+    datasets: tuple[DataIdentity, ...] = ()  # the data it trains on (MLflow dataset inputs)
+    description: str = ""  # the run's description in the MLflow UI
 
 
 # per-round lists a trial reports, filed as long-format Parquet artifacts: key -> (file, columns, rows of a round)
@@ -168,6 +175,9 @@ class TrialTracker:
             run = self.client.create_run(experiment, run_name=described.name, tags=tags)
             run_id = run.info.run_id
             self.tracker.log_params(run_id, described.params)
+            self.tracker.log_datasets(run_id, list(described.datasets))
+            if described.description:
+                self.tracker.describe(run_id, described.description)
         self.run_ids[trial_id] = run_id
         self.history[trial_id] = rows
         self.lists[trial_id] = {key: [] for key in _ROUND_LISTS}

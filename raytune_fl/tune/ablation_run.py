@@ -13,7 +13,8 @@ import pandas as pd
 from ray import tune
 
 from raytune_fl.config import flatten
-from raytune_fl.engine.data import FederatedData
+from raytune_fl.data.identity import DataIdentity
+from raytune_fl.engine.data import FederatedData, data_identity_of
 from raytune_fl.report.table import summarise, to_csv, to_markdown
 from raytune_fl.tracking import ParentRun, StudyTracker, TrialRun, TrialTracker
 from raytune_fl.tracking.schema import (
@@ -35,7 +36,10 @@ from raytune_fl.tracking.schema import (
 )
 from raytune_fl.tracking.store import ablation_results, one_run_per_cell
 from raytune_fl.tune.ablation import AblationCell, AblationPlan, ablation_trial, cell_run
-from raytune_fl.tune.callbacks import MlflowTrialLogger, ProgressPrinter, print_line
+from raytune_fl.tune.callbacks import MlflowTrialLogger, print_line
+from raytune_fl.tune.describe import ablation_description, cell_description
+from raytune_fl.tune.export import log_trial_model
+from raytune_fl.tune.progress import ProgressCallback, ProgressState
 from raytune_fl.tune.resources import placement_group_factory
 from raytune_fl.tune.storage import Storage
 from raytune_fl.tune.study import run_config
@@ -84,7 +88,46 @@ def start_parent(tracker: StudyTracker, plan: AblationPlan, data: dict[str, Fede
         part = experiment.partition
         folder = PARTITION_FOLDER if len(plan.experiments) == 1 else f"{PARTITION_FOLDER}/{setting_folder(label)}"
         tracker.log_partition(run_id, data[label], f"{experiment.dataset}: {part.kind}, {label}", folder)
+    tracker.log_datasets(run_id, list(identities(plan, data).values()))
+    tracker.describe(run_id, ablation_description(plan.space, list(plan.sources), plan.seeds, list(plan.experiments)))
     return run_id
+
+
+def identities(plan: AblationPlan, data: dict[str, FederatedData]) -> dict[str, DataIdentity]:
+    """Each setting's data (a grid over the partition gives each setting its own)."""
+    return {label: data_identity_of(experiment, data[label]) for label, experiment in plan.experiments.items()}
+
+
+def log_cell_models(
+    tracker: StudyTracker,
+    parent_run_id: str,
+    results: tune.ResultGrid,
+    cells: dict[str, AblationCell],
+    data: dict[str, FederatedData],
+    out: Callable[[str], None],
+) -> int:
+    """Each finished cell's final global model on its run (`ablate.py --log-models`); how many were logged."""
+    logged = 0
+    for result in results:
+        cell = cells.get((result.config or {}).get("cell"))
+        if result.error is not None or cell is None:
+            continue
+        done = log_trial_model(
+            tracker,
+            parent_run_id,
+            result,
+            cell.experiment,
+            cell.method,
+            cell.params,
+            data[cell.setting],
+            link_parent=False,
+        )
+        if done is not None:
+            logged += 1
+            model_id, _, trained = done
+            score = trained.metrics["test_acc"]
+            out(f"model of {cell.key}: models:/{model_id} (round {trained.round}, test_acc {score:.4f})")
+    return logged
 
 
 def run_cells(
@@ -147,6 +190,8 @@ def run_ablation(
     out_dir: Path,
     resume: tuple[str, set[str]] | None = None,
     out: Callable[[str], None] = print_line,
+    log_models: bool = False,  # each finished cell's final global model as an MLflow model on its run
+    verbose: bool = False,  # a line per cell start and per cell round too
 ) -> AblationOutcome:
     """Runs the plan's cells (with `resume`: under that parent, skipping the cells it finished), logs every run to
     MLflow, and writes the results and the table to `out_dir` and to the parent run's `ablation/` artifacts."""
@@ -155,10 +200,16 @@ def run_ablation(
     todo = [cell for cell in plan.cells if cell.key not in done]
     by_key = {cell.key: cell for cell in todo}
 
+    datasets = identities(plan, data)
+
     def describe(config: dict[str, Any], index: int) -> TrialRun:
         cell = by_key[config["cell"]]
         name, tags, params = cell_run(cell)
-        return TrialRun(name, tags, params, rounds=cell.experiment.rounds)
+        note = plan.sources[cell.variant].note
+        text = cell_description(cell.variant, cell.method, cell.seed, cell.setting, cell.params, note)
+        return TrialRun(
+            name, tags, params, rounds=cell.experiment.rounds, datasets=(datasets[cell.setting],), description=text
+        )
 
     outcome = AblationOutcome("", pd.DataFrame(), pd.DataFrame())
 
@@ -178,13 +229,27 @@ def run_ablation(
         out(f"MLflow ablation run: {parent.run_id}")
         trials = TrialTracker(tracker, parent.run_id, plan.rounds, describe, resuming=bool(done))
         parent.trials.append(trials)
-        printer = ProgressPrinter("ablation", len(todo), plan.rounds, plan.space.tune.metric, out)
+        # every cell runs every round (FIFO): the time left is an estimate, not a bound; no "best" across cells
+        rounds = {cell.key: cell.experiment.rounds for cell in todo}  # a grid may vary them
+        progress = ProgressState(
+            "ablation",
+            len(todo),
+            plan.rounds,
+            plan.space.tune.metric,
+            noun="cell",
+            show_best=False,
+            rounds_of=lambda config: rounds[config["cell"]],
+            total_rounds=sum(rounds.values()),
+        )
+        printer = ProgressCallback(progress, verbose=verbose)
         if todo:
-            run_cells(
+            results = run_cells(
                 todo,
                 name=f"{plan.space.name}-ablation-{time.strftime('%Y%m%d-%H%M%S')}",
                 storage=storage,
                 max_concurrent=plan.space.tune.max_concurrent,
                 callbacks=[printer, MlflowTrialLogger(trials)],
             )
+            if log_models:
+                log_cell_models(tracker, parent.run_id, results, by_key, data, out)
     return outcome

@@ -2,7 +2,8 @@
 
 Written to `<storage>/<space name>.study.json` (beside the Tune results: a directory or a bucket prefix) before
 each variant starts and after it ends, so that `tune.py ... --resume` after a killed driver knows what finished
-(skipped), what was running (restored with Tuner.restore, same MLflow runs) and what never started (run afresh).
+(skipped), what was running (restored with Tuner.restore, same MLflow runs and Optuna study) and what never started
+(run afresh). Each started variant's entry names its Optuna study and storage (password masked), if it has one.
 """
 
 from __future__ import annotations
@@ -87,4 +88,19 @@ class StudyManifest:
 
     def run(self, variant: str) -> VariantRun | None:
         entry = self.variants.get(variant)
-        return VariantRun(entry["experiment_path"], entry["parent_run_id"]) if entry else None
+        if not entry:
+            return None
+        return VariantRun(
+            entry["experiment_path"], entry["parent_run_id"], entry.get("optuna_study"), entry.get("optuna_storage")
+        )
+
+    def check_optuna_storage(self, shown: str) -> None:
+        """A resume writes to the Optuna storage its interrupted variants started in (`shown`: the URL as
+        optuna_storage.masked prints it)."""
+        for name, entry in self.variants.items():
+            recorded = entry.get("optuna_storage")
+            if recorded and not entry.get("outcome") and recorded != shown:
+                raise ConfigError(
+                    f"--optuna-storage: variant {name!r} of the study keeps its Optuna study {entry['optuna_study']!r} "
+                    f"in {recorded}, not {shown}; resume with --optuna-storage {recorded}"
+                )

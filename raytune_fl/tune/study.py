@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -17,7 +18,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.optuna import OptunaSearch
 
 from raytune_fl.config import ExperimentConfig, SearchSpace, flatten, run_params
-from raytune_fl.engine.data import FederatedData, prepare_data
+from raytune_fl.engine.data import FederatedData, data_identity_of, prepare_data
 from raytune_fl.methods import METHODS
 from raytune_fl.tracking import ParentRun, StudyTracker
 from raytune_fl.tracking.schema import (
@@ -26,6 +27,9 @@ from raytune_fl.tracking.schema import (
     TAG_BEST_PREFIX,
     TAG_DATASET,
     TAG_METHOD,
+    TAG_MODEL_RUN_ID,
+    TAG_OPTUNA_STORAGE,
+    TAG_OPTUNA_STUDY,
     TAG_PARTITION,
     TAG_SEARCHED,
     TRIAL_DIVERGED,
@@ -33,7 +37,11 @@ from raytune_fl.tracking.schema import (
     TRIAL_FINISHED,
     TRIAL_STOPPED_EARLY,
 )
-from raytune_fl.tune.callbacks import MlflowTrialLogger, ProgressPrinter, print_line
+from raytune_fl.tune import optuna_storage as optuna_db
+from raytune_fl.tune.callbacks import MlflowTrialLogger, print_line
+from raytune_fl.tune.describe import trial_description, variant_description
+from raytune_fl.tune.export import log_trial_model
+from raytune_fl.tune.progress import ProgressCallback, ProgressState
 from raytune_fl.tune.resources import placement_group_factory
 from raytune_fl.tune.selection import best_of
 from raytune_fl.tune.space import optuna_space
@@ -52,6 +60,9 @@ class VariantOutcome:
     storage: str
     wall_time_s: float
     errors: list[str] = field(default_factory=list)
+    optuna_study: str | None = None  # its Optuna study (searched variants with an Optuna storage)
+    optuna_storage: str | None = None  # that study's storage URL, password masked
+    model_id: str | None = None  # the selected trial's global model in MLflow (models:/<model_id>)
 
 
 def tpe_startup_trials(num_samples: int) -> int:
@@ -65,6 +76,8 @@ class VariantRun:
 
     experiment_path: str  # the Tune experiment directory
     parent_run_id: str | None  # the MLflow parent run
+    optuna_study: str | None = None  # the Optuna study's name (None: nothing searched, or no Optuna storage)
+    optuna_storage: str | None = None  # its storage URL, password masked (tune/optuna_storage.py)
 
 
 def trial_params(base: ExperimentConfig, method: str, fixed: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
@@ -80,24 +93,44 @@ def run_variant(
     storage: str | Path | Storage,
     tracker: StudyTracker | None,
     out: Callable[[str], None] = print_line,
+    verbose: bool = False,
     data: FederatedData | None = None,
     resume: VariantRun | None = None,
     on_start: Callable[[VariantRun], None] | None = None,
+    log_model: bool = True,
+    optuna_storage: str | None = None,
 ) -> VariantOutcome:
     """One variant's study. With `resume` (a study a killed driver left behind), Tune restores its trials
-    from their last checkpoints and the searcher from its saved state, and MLflow continues in the same runs."""
+    from their last checkpoints and the searcher from its saved state, and MLflow continues in the same runs.
+
+    With `optuna_storage` (a SQLAlchemy URL, tune/optuna_storage.py) a searched variant's Optuna study persists
+    there as `<space name>-<variant>` (`-<start time>` appended when a fresh run finds that name taken); a resume
+    reopens the study its manifest entry names (the restored searcher's pickled storage points at it)."""
     started = time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S")  # the Tune experiment's name, and an Optuna study name's suffix
     variant = space.variants[variant_name]
     settings, base = space.tune, space.base
     searched = bool(variant.search)
     # a variant with nothing to search is deterministic: repeating it would only repeat the same run
     num_samples = settings.num_samples if searched else 1
-    search_alg = None
+    search_alg = optuna_study = None
     if searched:
         sampler = optuna.samplers.TPESampler(seed=settings.seed, n_startup_trials=tpe_startup_trials(num_samples))
+        rdb = optuna_db.open_storage(optuna_storage) if optuna_storage else None
+        if rdb is not None and resume is None:  # a fresh run never joins an earlier run's study
+            optuna_study = optuna_db.unused_study_name(rdb, f"{space.name}-{variant_name}", stamp)
+        elif rdb is not None:  # the study the interrupted run wrote to (none if it started in memory)
+            optuna_study = resume.optuna_study
         search_alg = OptunaSearch(
-            space=optuna_space(variant.search), metric=settings.metric, mode=settings.mode, sampler=sampler
+            space=optuna_space(variant.search),
+            metric=settings.metric,
+            mode=settings.mode,
+            sampler=sampler,
+            study_name=optuna_study,
+            storage=rdb if optuna_study else None,
         )
+    shown_storage = optuna_db.masked(optuna_storage) if optuna_study else None
+    optuna_tags = {TAG_OPTUNA_STUDY: optuna_study, TAG_OPTUNA_STORAGE: shown_storage} if optuna_study else {}
     asha = settings.scheduler.asha
     scheduler = (
         ASHAScheduler(
@@ -114,13 +147,25 @@ def run_variant(
         "method": variant.method,
         **variant.fixed,
     }
-    callbacks: list[tune.Callback] = [ProgressPrinter(variant_name, num_samples, base.rounds, settings.metric, out)]
+    progress = ProgressState(
+        variant_name,
+        num_samples,
+        base.rounds,
+        settings.metric,
+        settings.mode,
+        may_stop_early=isinstance(scheduler, ASHAScheduler),
+    )
+    # a live status line on a terminal, a line per trial elsewhere; with `verbose` a line per trial round too
+    callbacks: list[tune.Callback] = [ProgressCallback(progress, verbose=verbose)]
     storage = resolve_storage(storage)
     fs = storage.filesystem
     restorable = resume is not None and tune.Tuner.can_restore(resume.experiment_path, storage_filesystem=fs)
     if resume is not None and not restorable:
         where = storage.show(resume.experiment_path)
         out(f"[{variant_name}] nothing to restore at {where}: starting the variant afresh")
+
+    partitioned = data or (prepare_data(base) if tracker is not None else None)  # what every trial builds, seeded
+    identity = data_identity_of(base, partitioned) if partitioned is not None else None
 
     def start_parent() -> str:
         run_id = tracker.start_parent(
@@ -132,6 +177,7 @@ def run_variant(
                 if base.partition.kind == "dirichlet"
                 else base.partition.kind,
                 TAG_SEARCHED: ",".join(variant.search) or "(none)",
+                **optuna_tags,
             },
             params={
                 **base_params,
@@ -145,8 +191,9 @@ def run_variant(
             },
         )
         part = base.partition
-        partitioned = data or prepare_data(base)  # the same seeded partition every trial of this study builds
         tracker.log_partition(run_id, partitioned, f"{base.dataset}: {part.kind}, {part.clients} clients")
+        tracker.log_datasets(run_id, [identity])
+        tracker.describe(run_id, variant_description(space, variant_name, num_samples))
         return run_id
 
     def close_parent(parent: ParentRun) -> None:
@@ -163,6 +210,8 @@ def run_variant(
                 partial(trial_params, base, variant.method, variant.fixed),
                 base.rounds,
                 resuming=resume is not None,
+                datasets=(identity,),
+                describe_trial=partial(trial_description, variant_name, variant.method),
             )
             parent.trials.append(trials)
             callbacks.append(MlflowTrialLogger(trials))
@@ -170,7 +219,7 @@ def run_variant(
             tune.with_parameters(federated_trial, experiment=base, method=variant.method, fixed=dict(variant.fixed)),
             placement_group_factory(base.resources),
         )
-        name = f"{space.name}-{variant_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        name = f"{space.name}-{variant_name}-{stamp}"
         if restorable:
             tuner = tune.Tuner.restore(
                 resume.experiment_path, trainable, resume_unfinished=True, resume_errored=True, storage_filesystem=fs
@@ -182,9 +231,11 @@ def run_variant(
             tuner = _new_tuner(trainable, space, search_alg, scheduler, num_samples, name, storage, callbacks)
             experiment_path = storage.join(name)  # within the storage's filesystem, as Tune's restore takes it
         if on_start is not None:
-            on_start(VariantRun(experiment_path, parent_run_id))
+            on_start(VariantRun(experiment_path, parent_run_id, optuna_study, shown_storage))
         results = tuner.fit()
-        outcome = summarise(
+        if optuna_study is not None:
+            _close_optuna_trials(optuna_storage, optuna_study, variant_name, out)
+        outcome, best = summarise(
             results,
             variant_name,
             variant.method,
@@ -194,6 +245,7 @@ def run_variant(
             base.rounds,
         )
         outcome.parent_run_id, outcome.storage = parent_run_id, storage.uri
+        outcome.optuna_study, outcome.optuna_storage = optuna_study, shown_storage
         outcome.wall_time_s = time.time() - started
         if parent is not None:
             parent.status = RUN_FINISHED if outcome.best_metrics else RUN_FAILED
@@ -201,7 +253,44 @@ def run_variant(
                 parent.metrics.update({f"best_{k}": v for k, v in outcome.best_metrics.items()})
                 parent.metrics.update({f"trials_{k}": v for k, v in outcome.trials.items()})
                 parent.tags = {f"{TAG_BEST_PREFIX}{k}": v for k, v in outcome.best_params.items()}
+            if best is not None and log_model:
+                outcome.model_id = _log_best_model(
+                    tracker, parent, best, base, variant.method, variant.fixed, partitioned, out
+                )
         return outcome
+
+
+def _log_best_model(
+    tracker: StudyTracker,
+    parent: ParentRun,
+    best: tune.Result,
+    base: ExperimentConfig,
+    method: str,
+    fixed: dict[str, Any],
+    data: FederatedData,
+    out: Callable[[str], None],
+) -> str | None:
+    """The selected trial's global model on its run, and listed on the variant's parent run."""
+    logged = log_trial_model(
+        tracker, parent.run_id, best, base, method, {**fixed, **best.config}, data, link_parent=True
+    )
+    if logged is None:
+        out(f"  no model logged for {parent.run_id}: the selected trial left no checkpoint (checkpoint_every: 0?)")
+        return None
+    model_id, run_id, _ = logged
+    parent.tags[TAG_MODEL_RUN_ID] = run_id
+    return model_id
+
+
+def _close_optuna_trials(url: str, study_name: str, variant: str, out: Callable[[str], None]) -> None:
+    """Optuna trials a killed driver left RUNNING (Tune never recorded them) are marked FAIL once the study ends."""
+    try:
+        closed = optuna_db.fail_running_trials(url, study_name)
+    except Exception as error:  # the results are in MLflow and Tune already; say so rather than fail the study
+        out(f"[{variant}] could not close the Optuna study's running trials: {type(error).__name__}: {error}")
+        return
+    if closed:
+        out(f"[{variant}] {closed} Optuna trial(s) left RUNNING by the interrupted run marked FAIL")
 
 
 def _new_tuner(trainable, space, search_alg, scheduler, num_samples, name, storage, callbacks) -> tune.Tuner:
@@ -227,6 +316,9 @@ def run_config(
     """Where a Tune run writes, who hears of its trials, how many checkpoints it keeps, how often a dead trial is
     restarted from its last checkpoint (tune and ablation alike)."""
     storage = resolve_storage(storage)
+    # Ray's newer console output prints its own boxes and hints even at verbose=0; the classic one at 0 prints
+    # nothing, and our progress display (tune/progress.py) says what a user needs
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     return tune.RunConfig(
         name=name,
         # the filesystem itself, not a URI: Ray pickles it to the trials with the endpoint it was made with
@@ -234,7 +326,7 @@ def run_config(
         storage_filesystem=storage.filesystem,
         callbacks=callbacks,
         failure_config=tune.FailureConfig(max_failures=trial_retries),
-        verbose=0,  # the progress printer says a line per trial round instead of Tune's tables
+        verbose=0,  # tune/progress.py shows a status line and a line per trial instead of Tune's tables
         # the latest checkpoint is what a resume needs; one more in case the newest was being written
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
     )
@@ -248,7 +340,8 @@ def summarise(
     metric: str,
     mode: str,
     rounds: int,
-) -> VariantOutcome:
+) -> tuple[VariantOutcome, tune.Result | None]:
+    """The variant's outcome, and the selected trial's result (None when no trial succeeded)."""
     counts = {TRIAL_FINISHED: 0, TRIAL_STOPPED_EARLY: 0, TRIAL_DIVERGED: 0, TRIAL_ERROR: 0}
     candidates, errors = [], []
     for result in results:
@@ -266,7 +359,7 @@ def summarise(
         if value is not None and math.isfinite(value):
             candidates.append((reached >= rounds, value, result))
     if not candidates:
-        return VariantOutcome(variant, method, {}, {}, counts, None, "", 0.0, errors)
+        return VariantOutcome(variant, method, {}, {}, counts, None, "", 0.0, errors), None
     best = best_of(candidates, maximize=mode == "max")  # trials that ran every round first (tune/selection.py)
     keep = (
         "val_acc",
@@ -281,4 +374,4 @@ def summarise(
     )
     best_metrics = {k: float(best.metrics[k]) for k in keep if k in best.metrics}
     params = METHODS.get(method).describe({**fixed, **best.config})
-    return VariantOutcome(variant, method, params, best_metrics, counts, None, "", 0.0, errors)
+    return VariantOutcome(variant, method, params, best_metrics, counts, None, "", 0.0, errors), best

@@ -1,0 +1,81 @@
+"""Trained global models as MLflow PyTorch models, on the run that trained them.
+
+Saved as a `torch.export` program ("pt2"): loading needs torch only (not this package, no pickle), with
+`mlflow.pytorch.load_model("models:/<model_id>")`. The model takes a batch of images (N, C, H, W) float32,
+normalised as the dataset is, and returns logits (N, classes); the signature says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import mlflow.pytorch
+import numpy as np
+import torch
+from mlflow.entities import LoggedModelOutput
+from mlflow.models import infer_signature
+from mlflow.tracking import MlflowClient
+from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+from raytune_fl.tracking.schema import MODEL_NAME, TAG_MODEL_ID
+
+
+class Logits(torch.nn.Module):
+    """Our models return (logits, z); a served classifier returns the logits."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)[0]
+
+
+def log_model(
+    client: MlflowClient,
+    run_id: str,
+    model: torch.nn.Module,
+    example: np.ndarray,
+    *,
+    step: int,
+    linked_runs: Iterable[str] = (),
+    tags: dict[str, Any] | None = None,
+) -> str:
+    """`model` (in eval mode, on the CPU) logged to `run_id` at `step` (the round it was trained to); also listed
+    as an output of each run in `linked_runs` (a study's parent). Returns the model id."""
+    module = Logits(model.cpu().eval())
+    example = np.ascontiguousarray(example[:2], dtype=np.float32)  # two images: the batch dimension stays free
+    with torch.no_grad():
+        output = module(torch.from_numpy(example)).numpy()
+    quiet = logging.getLogger("mlflow")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # MLflow prints table-creation and environment notes on every call
+    try:
+        with _use_tracking_uri(client.tracking_uri):
+            info = mlflow.pytorch.log_model(
+                module,
+                name=MODEL_NAME,
+                run_id=run_id,
+                step=step,
+                signature=infer_signature(example, output),
+                input_example=example,
+                serialization_format="pt2",
+                # stated, not inferred: inference loads the model in a subprocess (seconds per model)
+                pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"numpy=={np.__version__}"],
+                tags={k: str(v) for k, v in (tags or {}).items()},
+            )
+    finally:
+        quiet.setLevel(level)
+    client.set_tag(run_id, TAG_MODEL_ID, info.model_id)
+    for other in linked_runs:
+        client.log_outputs(other, models=[LoggedModelOutput(info.model_id, step=step)])
+        client.set_tag(other, TAG_MODEL_ID, info.model_id)
+    return info.model_id
+
+
+def load_model(tracking_uri: str, model_id: str) -> torch.nn.Module:
+    """A logged model back, as `mlflow.pytorch.load_model` gives it to anyone."""
+    with _use_tracking_uri(tracking_uri):
+        return mlflow.pytorch.load_model(f"models:/{model_id}")

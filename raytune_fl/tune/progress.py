@@ -1,0 +1,413 @@
+"""Live progress of a Tune run (a variant study, the ablation's cells), in the driver.
+
+Three parts, so that what is shown can be tested without Ray:
+
+- `ProgressState`: what happened so far, fed by events (a trial started, reported a round, completed, errored)
+  and timed by an injected clock;
+- the renderers (`status_line`, `ended_line`, `started_line`, `round_line`): pure functions of the state;
+- `ProgressDisplay`: writes them to a stream. On a terminal one status line is redrawn in place (throttled) and
+  a final one stays; anywhere else (CI, a log file, a pipe) it writes whole lines only: one when a trial ends, a
+  summary every `summary_every_s`, the final one. With `verbose`, the start and every round of every trial too.
+
+`ProgressCallback` is the thin `tune.Callback` that feeds the state and ticks the display.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from ray import tune
+
+from raytune_fl.tracking.schema import TRIAL_DIVERGED, TRIAL_ERROR, TRIAL_FINISHED, TRIAL_STOPPED_EARLY
+
+Clock = Callable[[], float]
+ERASE = "\r\x1b[K"  # back to the start of the line, erase it (a terminal only)
+
+
+@dataclass
+class TrialProgress:
+    number: int  # in the order the trials were first seen: 1, 2, ...
+    params: dict[str, Any]
+    rounds: int  # the rounds it runs if nothing stops it
+    started_at: float | None = None  # its latest start in this run (None: restored as it was, never started here)
+    ended_at: float | None = None
+    round: int = 0  # the last round it reported (or reached before a restore)
+    last: dict[str, Any] = field(default_factory=dict)  # its last result
+    running: bool = False
+    outcome: str | None = None  # None until it ends: finished, stopped_early, diverged or error
+    error_file: str | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return self.ended_at - self.started_at
+
+
+class ProgressState:
+    """What a Tune run has done so far. Pure: the events come in as calls, the time from `clock`."""
+
+    def __init__(
+        self,
+        label: str,
+        total: int,
+        rounds: int,
+        metric: str = "val_acc",
+        mode: str = "max",
+        *,
+        noun: str = "trial",
+        may_stop_early: bool = False,  # ASHA may stop trials: the time left is an upper bound
+        show_best: bool = True,
+        rounds_of: Callable[[dict[str, Any]], int] | None = None,  # a trial's rounds by its config (default: rounds)
+        total_rounds: int | None = None,  # trial-rounds of the whole run at most (default: total x rounds)
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.label, self.total, self.rounds, self.metric, self.mode = label, total, rounds, metric, mode
+        self.rounds_of, self.total_rounds = rounds_of, total_rounds if total_rounds is not None else total * rounds
+        self.noun, self.may_stop_early, self.show_best, self.clock = noun, may_stop_early, show_best, clock
+        self.started_at = clock()
+        self.first_start: float | None = None  # the time base of the rate: Ray's start-up before it is not counted
+        self.rounds_run = 0  # trial-rounds reported in this run
+        self.trials: dict[str, TrialProgress] = {}
+
+    # ---- events
+
+    def trial(self, trial_id: str, params: dict[str, Any] | None = None) -> TrialProgress:
+        if trial_id not in self.trials:
+            params = dict(params or {})
+            rounds = self.rounds_of(params) if self.rounds_of is not None and params else self.rounds
+            self.trials[trial_id] = TrialProgress(len(self.trials) + 1, params, rounds)
+        return self.trials[trial_id]
+
+    def started(self, trial_id: str, params: dict[str, Any], from_round: int = 0) -> TrialProgress:
+        """Started, or restarted from a checkpoint taken after `from_round`."""
+        now = self.clock()
+        trial = self.trial(trial_id, params)
+        trial.started_at, trial.running, trial.round = now, True, max(trial.round, from_round)
+        if self.first_start is None:
+            self.first_start = now
+        return trial
+
+    def reported(self, trial_id: str, result: dict[str, Any]) -> TrialProgress:
+        trial = self.trial(trial_id)
+        trial.last, trial.round = dict(result), int(result.get("round") or trial.round + 1)
+        self.rounds_run += 1
+        return trial
+
+    def completed(self, trial_id: str, last_result: dict[str, Any] | None = None) -> TrialProgress:
+        trial = self.trial(trial_id)
+        if last_result:
+            trial.last, trial.round = dict(last_result), int(last_result.get("round") or trial.round)
+        if trial.last.get("diverged"):
+            trial.outcome = TRIAL_DIVERGED
+        else:
+            trial.outcome = TRIAL_FINISHED if trial.round >= trial.rounds else TRIAL_STOPPED_EARLY
+        return self._ended(trial)
+
+    def errored(self, trial_id: str, error_file: str | None = None) -> TrialProgress:
+        trial = self.trial(trial_id)
+        trial.outcome, trial.error_file = TRIAL_ERROR, error_file
+        return self._ended(trial)
+
+    def recovered(self, trial_id: str) -> TrialProgress:
+        """Its process died; Tune queues it again, to restart from its last checkpoint."""
+        trial = self.trial(trial_id)
+        trial.running = False
+        return trial
+
+    def restored(self, trial_id: str, params: dict[str, Any], last_result: dict[str, Any] | None, failed: bool):
+        """A trial that had ended before the run was interrupted (a resume): counted, not timed."""
+        trial = self.trial(trial_id, params)
+        if trial.outcome is None:
+            if failed:
+                self.errored(trial_id)
+            else:
+                self.completed(trial_id, last_result)
+            trial.ended_at = None
+        return trial
+
+    def _ended(self, trial: TrialProgress) -> TrialProgress:
+        trial.running, trial.ended_at = False, self.clock()
+        return trial
+
+    # ---- what is shown
+
+    def best(self) -> tuple[float, TrialProgress] | None:
+        """The best latest value of a trial (what selection compares: a trial's last round, not its best one); a
+        diverged trial's worst-by-construction score never counts; the first trial to reach it on a tie."""
+        found: tuple[float, TrialProgress] | None = None
+        for trial in self.trials.values():
+            value = trial.last.get(self.metric)
+            if trial.last.get("diverged") or not isinstance(value, (int, float)) or not math.isfinite(value):
+                continue
+            if found is None or (value > found[0] if self.mode == "max" else value < found[0]):
+                found = (float(value), trial)
+        return found
+
+    def counts(self) -> dict[str, int]:
+        counts = {TRIAL_FINISHED: 0, TRIAL_STOPPED_EARLY: 0, TRIAL_DIVERGED: 0, TRIAL_ERROR: 0}
+        for trial in self.trials.values():
+            if trial.outcome is not None:
+                counts[trial.outcome] += 1
+        return counts
+
+    @property
+    def ended(self) -> int:
+        return sum(trial.outcome is not None for trial in self.trials.values())
+
+    @property
+    def running(self) -> int:
+        return sum(trial.running for trial in self.trials.values())
+
+    def rounds_left(self) -> int:
+        """Trial-rounds still to run at most: every unfinished trial to its last round, those not started too."""
+        unseen = max(0, self.total_rounds - sum(t.rounds for t in self.trials.values()))
+        return unseen + sum(max(0, t.rounds - t.round) for t in self.trials.values() if t.outcome is None)
+
+    def time_left(self) -> float | None:
+        """Wall seconds per trial-round so far (concurrency included) x trial-rounds still to run at most."""
+        if self.first_start is None or self.rounds_run == 0:
+            return None
+        return (self.clock() - self.first_start) / self.rounds_run * self.rounds_left()
+
+
+# ---- the renderers: pure functions of the state ---------------------------------------------------------------
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def rounds_text(n: int) -> str:
+    return f"{n} round" if n == 1 else f"{n} rounds"
+
+
+def short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def params_text(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={short(v)}" for k, v in params.items())
+
+
+_OUTCOME_WORDS = ((TRIAL_STOPPED_EARLY, "stopped early"), (TRIAL_DIVERGED, "diverged"), (TRIAL_ERROR, "failed"))
+
+
+def status_line(state: ProgressState, final: bool = False) -> str:
+    """`[full] 3/16 trials ended (1 finished, 1 stopped early, 1 failed), 2 running | max val_acc=0.8123 (trial 3
+    round 20: mu=0.01, lambda=1.5) | 2m05s elapsed, at most ~5m10s left`; the final one: `[full] done: ... | 5m10s`."""
+    counts = state.counts()
+    how = [f"{counts[TRIAL_FINISHED]} finished"]
+    how += [f"{counts[outcome]} {word}" for outcome, word in _OUTCOME_WORDS if counts[outcome]]
+    done = f"{state.ended}/{state.total} {state.noun}s ended ({', '.join(how)})"
+    head = f"[{state.label}] "
+    if final:
+        head += "done: " if state.ended >= state.total else "interrupted: "
+    parts = [head + (done if final else f"{done}, {state.running} running")]
+    best = state.best() if state.show_best else None
+    if best is not None:
+        value, trial = best
+        params = f": {params_text(trial.params)}" if trial.params else ""
+        parts.append(
+            f"{state.mode} {state.metric}={value:.4f} ({state.noun} {trial.number} round {trial.round}{params})"
+        )
+    elapsed = duration(state.clock() - state.started_at)
+    if final:
+        parts.append(elapsed)
+    else:
+        left = state.time_left()
+        if left is None or state.rounds_left() == 0:
+            parts.append(f"{elapsed} elapsed")
+        else:
+            parts.append(f"{elapsed} elapsed, {'at most ' if state.may_stop_early else ''}~{duration(left)} left")
+    return " | ".join(parts)
+
+
+def _values(state: ProgressState, result: dict[str, Any]) -> str:
+    keys = [state.metric] + [k for k in ("test_acc",) if k != state.metric]
+    return " ".join(f"{k}={result[k]:.4f}" for k in keys if isinstance(result.get(k), (int, float)))
+
+
+def ended_line(state: ProgressState, trial: TrialProgress) -> str:
+    """One line when a trial ends: how, at which round, its scores and parameters, how long it took here."""
+    prefix = f"[{state.label}] {state.noun} {trial.number}/{state.total}"
+    params = f" [{params_text(trial.params)}]" if trial.params else ""
+    seconds = trial.seconds
+    took = f"{duration(seconds)}" if seconds is not None else ""
+    if trial.outcome == TRIAL_FINISHED:
+        took = f" ({rounds_text(trial.round)}{', ' + took if took else ''})"
+        return f"{prefix} finished: {_values(state, trial.last)}{params}{took}"
+    took = f" ({took})" if took else ""
+    if trial.outcome == TRIAL_STOPPED_EARLY:
+        return f"{prefix} stopped early by ASHA at round {trial.round}: {_values(state, trial.last)}{params}{took}"
+    if trial.outcome == TRIAL_DIVERGED:
+        reason = str(trial.last.get("divergence") or "non-finite loss")[:120]
+        return f"{prefix} diverged at round {trial.round}: {reason}{params}{took}"
+    where = f" (see {trial.error_file})" if trial.error_file else ""
+    return f"{prefix} FAILED after {rounds_text(trial.round)}{params}{took}{where}"
+
+
+def started_line(state: ProgressState, trial: TrialProgress) -> str:
+    """(--verbose)"""
+    params = params_text(trial.params) or "defaults"
+    return f"[{state.label}] {state.noun} {trial.number}/{state.total} started: {params}"
+
+
+def round_line(state: ProgressState, trial: TrialProgress, result: dict[str, Any]) -> str:
+    """(--verbose) one line per trial round."""
+
+    def get(key: str) -> float:
+        value = result.get(key)
+        return float(value) if isinstance(value, (int, float)) else float("nan")
+
+    return (
+        f"[{state.label}] {state.noun} {trial.number}/{state.total} round {result.get('round')}/{trial.rounds} "
+        f"{state.metric}={get(state.metric):.4f} test_acc={get('test_acc'):.4f} "
+        f"loss={get('train_loss'):.4f} ({get('round_time_s'):.1f}s)"
+    )
+
+
+# ---- the display ---------------------------------------------------------------------------------------------
+
+
+class ProgressDisplay:
+    """Writes the state to `stream` (default: whatever sys.stdout is at each write). `tty` (default: the stream's
+    isatty(), asked once) chooses the in-place status line; otherwise whole lines only, never '\\r' or ANSI codes."""
+
+    def __init__(
+        self,
+        state: ProgressState,
+        *,
+        verbose: bool = False,
+        stream: TextIO | None = None,
+        tty: bool | None = None,
+        width: int | None = None,  # a terminal's columns (default: asked at each redraw)
+        redraw_every_s: float = 0.5,
+        summary_every_s: float = 30.0,
+    ) -> None:
+        self.state, self.verbose, self._stream, self._tty, self.width = state, verbose, stream, tty, width
+        self.redraw_every_s, self.summary_every_s = redraw_every_s, summary_every_s
+        self._drawn_at: float | None = None  # a terminal: when the status line was last drawn
+        self._shown = False  # a terminal: the status line is on screen (the cursor is at its end)
+        self._last_text = ""  # a terminal: what the status line shows
+        self._summary_at = state.started_at  # elsewhere: when the last summary line was written
+        self._finished = False
+
+    @property
+    def stream(self) -> TextIO:
+        return self._stream if self._stream is not None else sys.stdout
+
+    @property
+    def tty(self) -> bool:
+        if self._tty is None:
+            isatty = getattr(self.stream, "isatty", None)
+            self._tty = bool(isatty and isatty())
+        return self._tty
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles its callbacks with the run's configuration: a stream is not picklable, stdout is found again
+        return {**self.__dict__, "_stream": None}
+
+    def line(self, text: str) -> None:
+        """A line that stays (a trial ended; with --verbose, a start or a round): above the status line."""
+        if self.tty:
+            self._write((ERASE if self._shown else "") + text + "\n")
+            self._shown = False
+            self._draw()
+        else:
+            self._write(text + "\n")
+
+    def tick(self) -> None:
+        """Something may have changed (an event, or only the clock): redraw, or write a summary when it is time."""
+        if self._finished:
+            return
+        now = self.state.clock()
+        if self.tty:
+            if self._drawn_at is None or now - self._drawn_at >= self.redraw_every_s:
+                self._draw()
+        elif now - self._summary_at >= self.summary_every_s:
+            self._summary_at = now
+            self._write(status_line(self.state) + "\n")
+
+    def finish(self) -> None:
+        """The final status line, which stays."""
+        if self._finished:
+            return
+        self._finished = True
+        self._write((ERASE if self.tty and self._shown else "") + status_line(self.state, final=True) + "\n")
+        self._shown = False
+
+    def _draw(self) -> None:
+        if self._finished:
+            return
+        width = self.width or shutil.get_terminal_size((100, 24)).columns
+        text = status_line(self.state)
+        if len(text) > width - 1:  # a wrapped line could not be redrawn in place
+            text = text[: max(1, width - 4)] + "..."
+        if not (self._shown and text == self._last_text):  # nothing new: nothing written
+            self._write(ERASE + text)
+        self._shown, self._drawn_at, self._last_text = True, self.state.clock(), text
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
+
+
+class ProgressCallback(tune.Callback):
+    """Tune's trial events -> ProgressState, and the display ticked on each step of Tune's loop (runs in the driver)."""
+
+    def __init__(self, state: ProgressState, display: ProgressDisplay | None = None, verbose: bool = False) -> None:
+        """`display` (tests: a stream, a tty choice) defaults to stdout's, with `verbose`."""
+        self.state = state
+        self.display = display or ProgressDisplay(state, verbose=verbose)
+        self._adopted = False
+
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        if not self._adopted:  # a resumed run: what had ended before counts, and keeps its number
+            self._adopted = True
+            for trial in trials:
+                if trial.status in ("TERMINATED", "ERROR"):
+                    self.state.restored(trial.trial_id, trial.config, trial.last_result, trial.status == "ERROR")
+        self.display.tick()
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        self.display.tick()
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        started = self.state.started(trial.trial_id, trial.config, int((trial.last_result or {}).get("round") or 0))
+        if self.display.verbose:
+            self.display.line(started_line(self.state, started))
+        self.display.tick()
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        reported = self.state.reported(trial.trial_id, result)
+        if self.display.verbose:
+            self.display.line(round_line(self.state, reported, result))
+        self.display.tick()
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.display.line(ended_line(self.state, self.state.completed(trial.trial_id, trial.last_result)))
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.display.line(ended_line(self.state, self.state.errored(trial.trial_id, trial.error_file)))
+
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        recovered = self.state.recovered(trial.trial_id)
+        self.display.line(
+            f"[{self.state.label}] {self.state.noun} {recovered.number}/{self.state.total} failed after round "
+            f"{recovered.round}: Tune restarts it from its last checkpoint"
+        )
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.display.finish()
