@@ -27,6 +27,7 @@ CASES = {
     "fedld": None,
     "moon": None,
     "baselines": None,
+    "adaptive": None,
     "stragglers": None,
     "feduv": ["full_official", "freeze"],
     "univarfl": ["feduv_official"],

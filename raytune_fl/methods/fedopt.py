@@ -1,0 +1,134 @@
+"""FedAdagrad, FedAdam, FedYogi (Reddi et al., ICLR 2021, Alg. 2): an adaptive optimiser on the server.
+
+Clients run plain local training (cross-entropy, no state); the server treats minus the clients' mean
+delta as a gradient and takes an Adagrad / Adam / Yogi step on it (raytune_fl/aggregators/fedopt.py has
+the update rules, the options and what the official code and Flower do differently):
+
+    m <- beta1 m + (1 - beta1) Delta;   v <- rule(v, Delta^2);   w <- w + server_lr m / (sqrt(v) + tau)
+
+m, v and the step count t are server state (state_dict, checkpointed). Defaults: the paper's betas
+(0.9, 0.99; FedAdagrad without momentum, as the official runs and Flower) and its best CIFAR-10
+server_lr and tau; v starts at 0 (official); no bias correction (paper; "keras" = official runs).
+
+No setting is FedAvg exactly. `as_fedavg` declares the limit beta1 = 0, tau = server_lr = 1e6 with
+sample weighting: FedAvg's round up to a relative error of sqrt(v) / tau, below 1e-7 for |Delta| <= 0.1.
+BatchNorm running statistics always get FedAvg's mean, never the adaptive step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from raytune_fl.aggregators.fedopt import BIAS_CORRECTIONS, WEIGHTINGS, BiasCorrection, Rule, Weighting, fedopt
+from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Param, ServerAggregator, register
+from raytune_fl.types import ClientUpdate, Weights
+
+# FedAvg's limit: no momentum, tau far above |Delta|, server_lr = tau (server step 1), sample-weighted mean
+FEDAVG_LIMIT = {"beta1": 0.0, "server_lr": 1e6, "tau": 1e6, "weighting": "samples"}
+
+
+class AdaptiveServer(ServerAggregator):
+    """The server optimiser's state: first moment m, second moment v (empty: zeros) and t, the steps taken."""
+
+    def __init__(
+        self,
+        rule: Rule,
+        server_lr: float,
+        beta1: float,
+        beta2: float,
+        tau: float,
+        weighting: Weighting = "uniform",
+        bias_correction: BiasCorrection = "none",
+    ) -> None:
+        self.rule = rule
+        self.server_lr = float(server_lr)
+        self.beta1 = float(beta1)
+        self.beta2 = float(beta2)
+        self.tau = float(tau)
+        self.weighting = weighting
+        self.bias_correction = bias_correction
+        self.m: Weights = {}
+        self.v: Weights = {}
+        self.t = 0
+
+    def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
+        new, self.m, self.v = fedopt(
+            global_weights, updates, self.m, self.v, self.t + 1, rule=self.rule, server_lr=self.server_lr,
+            beta1=self.beta1, beta2=self.beta2, tau=self.tau, weighting=self.weighting,
+            bias_correction=self.bias_correction,
+        )  # fmt: skip
+        self.t += 1
+        return new
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "m": {key: value.copy() for key, value in self.m.items()},
+            "v": {key: value.copy() for key, value in self.v.items()},
+            "t": self.t,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.m = {key: np.array(value, copy=True) for key, value in state.get("m", {}).items()}
+        self.v = {key: np.array(value, copy=True) for key, value in state.get("v", {}).items()}
+        self.t = int(state.get("t", 0))
+
+
+def _builder(rule: Rule):
+    def build(params: dict[str, Any], context: MethodContext) -> Method:
+        server = AdaptiveServer(
+            rule, params["server_lr"], params["beta1"], params.get("beta2", 0.0), params["tau"],
+            params["weighting"], params.get("bias_correction", "none"),
+        )  # fmt: skip
+        return Method(f"fed{rule}", (), server)
+
+    return build
+
+
+def _params(server_lr: float, tau: float, beta1: float, beta2: bool, corrections: tuple[str, ...]) -> dict:
+    params = {
+        "server_lr": Param(float, server_lr, "eta: the server step size", gt=0),
+        "beta1": Param(float, beta1, "decay of the first moment m (0: no server momentum)", ge=0, lt=1),
+    }
+    if beta2:
+        params["beta2"] = Param(float, 0.99, "decay of the second moment v", ge=0, lt=1)
+    params["tau"] = Param(float, tau, "adaptivity: added to sqrt(v) in the step's denominator", gt=0)
+    params["weighting"] = Param(
+        str, "uniform", "clients' deltas averaged unweighted (paper) or by sample count", choices=WEIGHTINGS
+    )
+    if len(corrections) > 1:
+        params["bias_correction"] = Param(
+            str, "none", "none (paper), keras (official runs), flower (Flower's FedAdam)", choices=corrections
+        )
+    return params
+
+
+register(
+    MethodSpec(
+        "fedadagrad",
+        _params(0.1, 0.01, 0.0, beta2=False, corrections=BIAS_CORRECTIONS["adagrad"]),
+        _builder("adagrad"),
+        summary="Adagrad on the server: v <- v + Delta^2, w <- w + eta m / (sqrt(v) + tau)",
+        as_fedavg=dict(FEDAVG_LIMIT),
+    )
+)
+register(
+    MethodSpec(
+        "fedadam",
+        _params(0.01, 0.001, 0.9, beta2=True, corrections=BIAS_CORRECTIONS["adam"]),
+        _builder("adam"),
+        summary="Adam on the server: v <- b2 v + (1 - b2) Delta^2, w <- w + eta m / (sqrt(v) + tau)",
+        as_fedavg=dict(FEDAVG_LIMIT),
+    )
+)
+register(
+    MethodSpec(
+        "fedyogi",
+        _params(0.01, 0.001, 0.9, beta2=True, corrections=BIAS_CORRECTIONS["yogi"]),
+        _builder("yogi"),
+        summary="Yogi on the server: v <- v - (1 - b2) Delta^2 sign(v - Delta^2), w <- w + eta m / (sqrt(v) + tau)",
+        as_fedavg=dict(FEDAVG_LIMIT),
+    )
+)
