@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from pathlib import Path
 
 import mlflow.pytorch
 import numpy as np
@@ -165,7 +166,7 @@ def test_parent_runs_describe_variant_method_fixed_and_searched(study):
 
 
 def test_each_variants_best_model_loads_back_and_reproduces_its_logged_test_acc(study):
-    client, uri, _, runs, base, _, printed = study
+    client, uri, experiment, runs, base, _, printed = study
     data = prepare_data(base)
     x, y = data.dataset.x_test, data.dataset.y_test
     for variant, parent in _parents(runs).items():
@@ -174,6 +175,11 @@ def test_each_variants_best_model_loads_back_and_reproduces_its_logged_test_acc(
         assert trial.data.tags[TAG_PARENT_RUN] == parent.info.run_id and trial.data.tags[TAG_MODEL_ID] == model_id
         # the Models column: the model is an output of the trial's run and of the variant's parent
         (out,) = trial.outputs.model_outputs
+        # filed in the study's experiment, its artifacts beside the store (not in Default, not in ./mlruns)
+        logged_model = client.get_logged_model(model_id)
+        assert logged_model.experiment_id == experiment and logged_model.name == "global_model"
+        assert logged_model.artifact_location.startswith(Path(uri.removeprefix("sqlite:///")).parent.as_uri())
+        assert logged_model.params == trial.data.params
         assert out.model_id == model_id and [m.model_id for m in parent.outputs.model_outputs] == [model_id]
         logged = {m.step: m.value for m in client.get_metric_history(trial_run, "test_acc")}
         assert out.step == base.rounds  # the selected trial ran every round: its final model
@@ -219,6 +225,9 @@ def test_the_study_ends_with_commands_to_copy(study):
     _, uri, _, _, _, space_file, printed = study
     after = printed.split("=== next ===\n", 1)[1]
     assert f"mlflow ui --backend-store-uri {uri} --port 5000" in after
+    experiment = MlflowClient(uri).get_experiment_by_name("records").experiment_id
+    runs_page = f"http://127.0.0.1:5000/#/experiments/{experiment}/runs?workflowType=machine_learning"
+    assert f"then open {runs_page}\n" in after
     assert f"python scripts/ablate.py --space {space_file} --mlflow-uri {uri} --seeds 3" in after
     assert f"python scripts/dashboard.py --space {space_file} --mlflow-uri {uri}" in after
     assert "mlflow.pytorch.load_model('models:/m-" in after

@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         manifest.finished(name, outcome)
         outcomes.append(outcome)
     print_summary(outcomes, uri, space.name, time.time() - started)
-    print_next_steps(args, uri, space.name, outcomes)
+    print_next_steps(args, uri, space.name, tracker.experiment_id, outcomes)
     return 0 if all(o.best_metrics for o in outcomes) else 1
 
 
@@ -159,15 +159,20 @@ def print_summary(outcomes: list, uri: str, experiment: str, wall_s: float) -> N
                 print(f"  {o.variant}: optuna.load_study(study_name={o.optuna_study!r}, storage={storage!r})")
 
 
-def print_next_steps(args: argparse.Namespace, uri: str, experiment: str, outcomes: list) -> None:
+def print_next_steps(args: argparse.Namespace, uri: str, experiment: str, experiment_id: str, outcomes: list) -> None:
     """Where to look at what the study made, and what to run next: commands to copy."""
+    from raytune_fl.report.mlflow_ui import runs_url  # standard library only
+
     space = args.space + (f" --mlflow-uri {uri}" if args.mlflow_uri else "")
     print("\n=== next ===")
     if uri.startswith("sqlite:"):
         print(f"  compare the variants in the MLflow UI:  mlflow ui --backend-store-uri {uri} --port 5000")
-        print(f"    then open http://127.0.0.1:5000, experiment {experiment!r} (README: 'Comparing variants')")
+        print(f"    then open {runs_url('http://127.0.0.1:5000', experiment_id)}")
+        print(f"    (experiment {experiment!r}, the runs table; README: 'Comparing variants in the MLflow UI')")
+    elif uri.startswith(("http://", "https://")):
+        print(f"  compare the variants in the MLflow UI:  {runs_url(uri, experiment_id)}")
     else:
-        print(f"  compare the variants in the MLflow UI at {uri}, experiment {experiment!r}")
+        print(f"  compare the variants in the MLflow UI on {uri}, experiment {experiment!r}")
     storages = list(dict.fromkeys(o.optuna_storage for o in outcomes if o.optuna_study))
     for storage in storages:
         print(f"  the Optuna studies (history, importances, contours):  optuna-dashboard {storage}")

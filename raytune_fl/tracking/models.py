@@ -52,11 +52,21 @@ def log_model(
     quiet = logging.getLogger("mlflow")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # MLflow prints table-creation and environment notes on every call
+    run = client.get_run(run_id)
+    # made here, in the run's experiment: MLflow's log_model would file it under the process's current experiment
+    # (Default, with its artifacts in ./mlruns) since we keep no active run
+    logged = client.create_logged_model(
+        experiment_id=run.info.experiment_id,
+        name=MODEL_NAME,
+        source_run_id=run_id,
+        params=dict(run.data.params),
+        tags={k: str(v) for k, v in (tags or {}).items()},
+    )
     try:
         with _use_tracking_uri(client.tracking_uri):
             info = mlflow.pytorch.log_model(
                 module,
-                name=MODEL_NAME,
+                model_id=logged.model_id,
                 run_id=run_id,
                 step=step,
                 signature=infer_signature(example, output),
@@ -64,7 +74,6 @@ def log_model(
                 serialization_format="pt2",
                 # stated, not inferred: inference loads the model in a subprocess (seconds per model)
                 pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"numpy=={np.__version__}"],
-                tags={k: str(v) for k, v in (tags or {}).items()},
             )
     finally:
         quiet.setLevel(level)

@@ -1,0 +1,252 @@
+"""The real MLflow UI, in headless Chromium, on a real study logged to a real `mlflow server` (127.0.0.1).
+
+The slow tests share one module-scoped server and study (`full` searched with 3 trials, `fedavg` fixed: 1 trial),
+made by tune.py's main on the session's private Ray cluster. The browser is driven over the DevTools protocol on
+a pipe (raytune_fl/report/browser.py); what it does on the page is raytune_fl/report/mlflow_ui.py's, which
+scripts/mlflow_ui_screenshots.py runs too. The fast tests: the experiment tag, the URLs, the table's nesting.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from raytune_fl.report.browser import CHROMIUM, Browser
+from raytune_fl.report.mlflow_ui import MlflowUI, RunRow, compare_url, nested, runs_url
+from raytune_fl.tracking.schema import EXPERIMENT_KIND_TRAINING, TAG_EXPERIMENT_KIND, TAG_PARENT_RUN
+
+from .conftest import REPO, tiny_space
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_server(root: Path) -> tuple[subprocess.Popen, str]:
+    """`mlflow server` on 127.0.0.1 in a session of its own (its uvicorn and job runner children with it)."""
+    port = _free_port()
+    log = open(root / "server.log", "w")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{root / 'server.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+            "--workers",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
+                if reply.status == 200:
+                    return process, url
+        except OSError:
+            time.sleep(0.5)
+        if process.poll() is not None:
+            break
+    _stop(process)
+    pytest.fail(f"mlflow server did not answer /health within 90 s: {(root / 'server.log').read_text()[-2000:]}")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """The server and its children: the process group this test started (its id is the server's PID)."""
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@pytest.fixture(scope="module")
+def served(ray_cluster, tmp_path_factory):
+    from raytune_fl.cli import main
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: .ci/run installs it (apt-get install chromium)")
+    root = tmp_path_factory.mktemp("mlflow_ui")
+    process, url = _start_server(root)
+    try:
+        data = tiny_space("ui_tiny", resources={"actors": 0})  # in-process trials: quick
+        data["tune"]["max_concurrent"] = 2
+        space = root / "ui_tiny.yaml"
+        space.write_text(yaml.safe_dump(data, sort_keys=False))
+        started = time.time()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.chdir(root)  # anything a study writes to its working directory lands here
+            code = main(["--space", str(space), "--mlflow-uri", url, "--storage", str(root / "ray")])
+        assert code == 0
+        print(f"study: {time.time() - started:.0f} s")
+        client = MlflowClient(url)
+        experiment = client.get_experiment_by_name("ui_tiny")
+        runs = client.search_runs([experiment.experiment_id])
+        names = {r.info.run_id: r.info.run_name for r in runs}
+        tree: dict[str, list[str]] = {}
+        for run in runs:
+            if TAG_PARENT_RUN not in run.data.tags:
+                tree.setdefault(run.info.run_name, [])
+        for run in runs:
+            if TAG_PARENT_RUN in run.data.tags:
+                tree[names[run.data.tags[TAG_PARENT_RUN]]].append(run.info.run_name)
+        yield SimpleNamespace(url=url, name="ui_tiny", experiment=experiment, tree=tree, runs=runs, root=root)
+    finally:
+        _stop(process)
+
+
+@pytest.mark.slow
+def test_the_experiment_is_marked_model_training_and_its_runs_url_opens_the_runs_table(served):
+    assert served.experiment.tags[TAG_EXPERIMENT_KIND] == EXPERIMENT_KIND_TRAINING
+    experiment_id = served.experiment.experiment_id
+    with Browser() as browser:
+        ui = MlflowUI(browser.new_page(), served.url)
+        assert ui.experiment_id(served.name) == experiment_id
+        # MLflow 3.10-3.17 open a bare experiment link on the browser's workflow type (GenAI in a fresh browser),
+        # whatever the experiment's kind tag: printed, not asserted, so a newer MLflow that honours the tag passes
+        ui.page.goto(f"{served.url}/#/experiments/{experiment_id}")
+        ui.page.wait_for("/overview|traces|runs/.test(location.hash)", 120, "the experiment page")
+        print(f"a bare experiment link in a fresh browser opens: {ui.page.evaluate('location.hash')}")
+        ui.page.goto(runs_url(served.url, experiment_id))
+        ui.page.wait_for("document.querySelectorAll('.ag-row a[href*=\"/runs/\"]').length > 0", 120, "the runs table")
+        assert f"#/experiments/{experiment_id}/runs?" in ui.page.evaluate("location.href")
+        assert "Model training" in ui.page.text()
+
+
+@pytest.mark.slow
+def test_the_runs_page_shows_each_variant_with_its_trial_runs_nested_under_it(served, tmp_path):
+    expected = {parent: sorted(children) for parent, children in served.tree.items()}
+    assert expected == {"full": ["full-000", "full-001", "full-002"], "fedavg": ["fedavg-000"]}
+    started = time.time()
+    with Browser() as browser:
+        ui = MlflowUI(browser.new_page(1800, 900), served.url)
+        rows = ui.open_runs(served.experiment.experiment_id)  # the parents' expanders clicked
+        assert ui.matching_runs() == len(served.runs) == 6
+        drawn = {parent.name: sorted(child.name for child in children) for parent, children in nested(rows)}
+        assert drawn == expected, rows
+        assert {row.run_id for row in rows} == {run.info.run_id for run in served.runs}
+        assert [row.name for row in rows if row.depth == 0] == ["fedavg", "full"]  # newest first, as started
+        assert all(row.expander for row in rows if row.depth == 0)
+        assert not any(row.expander for row in rows if row.depth == 1)
+        columns = ui.add_columns(["val_acc", "trial_status"])
+        assert {"val_acc", "trial_status"} <= set(columns), columns
+        text = ui.page.text()
+        statuses = {run.data.tags["trial_status"] for run in served.runs if TAG_PARENT_RUN in run.data.tags}
+        assert statuses and all(status in text for status in statuses), statuses  # finished, stopped_early
+        shot = ui.page.screenshot(tmp_path / "mlflow_runs.png")
+    print(f"runs page screenshot: {shot} ({time.time() - started:.0f} s in Chromium)")
+    assert shot.read_bytes()[:8] == PNG and shot.stat().st_size > 30_000  # a blank page is a few kB
+
+
+@pytest.mark.slow
+def test_the_screenshot_script_draws_runs_charts_and_parallel_coordinates(served, tmp_path):
+    out = tmp_path / "docs"
+    command = [sys.executable, "scripts/mlflow_ui_screenshots.py", "--mlflow-uri", served.url]
+    started = time.time()
+    done = subprocess.run(
+        [*command, "--experiment", served.name, "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    print(done.stdout, done.stderr[-3000:], f"({time.time() - started:.0f} s)")
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    assert f"wrote: {out / 'mlflow_runs.png'} (4 trial runs nested under 2 parent runs)" in lines
+    assert f"wrote: {out / 'mlflow_charts.png'} (val_acc per round of 4 trial runs)" in lines
+    assert f"wrote: {out / 'mlflow_parallel.png'} (variant full: 3 trials, axes lambda, mu, val_acc)" in lines
+    for name in ("mlflow_runs.png", "mlflow_charts.png", "mlflow_parallel.png"):
+        data = (out / name).read_bytes()
+        assert data[:8] == PNG and 30_000 < len(data) < 300_000, (name, len(data))
+
+    missing = subprocess.run(
+        [*command, "--experiment", "no_such_study", "--out", str(tmp_path / "none")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert missing.returncode == 1 and "no experiment 'no_such_study'" in missing.stderr, missing.stderr
+    sqlite = subprocess.run(
+        [sys.executable, "scripts/mlflow_ui_screenshots.py", "--mlflow-uri", "sqlite:///m.db", "--experiment", "x"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert sqlite.returncode == 2 and "mlflow ui --backend-store-uri" in sqlite.stderr
+    assert not (tmp_path / "none").exists()
+
+
+# ---------------------------------------------------------------- fast: the tag, the URLs, the table's nesting
+
+
+def test_a_study_experiment_is_marked_model_training_and_a_kind_set_by_hand_is_kept(tmp_path):
+    from raytune_fl.tracking.tracker import StudyTracker
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    created = StudyTracker(uri, "made_here")
+    client = MlflowClient(uri)
+    assert client.get_experiment(created.experiment_id).tags[TAG_EXPERIMENT_KIND] == EXPERIMENT_KIND_TRAINING
+    older = client.create_experiment("made_before")  # e.g. by an older version of this package: gets the tag
+    mine = client.create_experiment("mine", tags={TAG_EXPERIMENT_KIND: "genai_development"})
+    assert StudyTracker(uri, "made_before").experiment_id == older
+    assert client.get_experiment(older).tags[TAG_EXPERIMENT_KIND] == EXPERIMENT_KIND_TRAINING
+    StudyTracker(uri, "mine")
+    assert client.get_experiment(mine).tags[TAG_EXPERIMENT_KIND] == "genai_development"
+
+
+def test_ui_urls_name_the_runs_tab_on_the_model_training_side():
+    assert runs_url("http://h:5000/", "7") == "http://h:5000/#/experiments/7/runs?workflowType=machine_learning"
+    assert runs_url("http://h:5000", "7", charts=True) == (
+        "http://h:5000/#/experiments/7/runs?compareRunsMode=CHART&workflowType=machine_learning"
+    )
+    assert compare_url("http://h:5000", "7", ["a", "b"]) == (
+        "http://h:5000/#/compare-runs?runs=%5B%22a%22%2C+%22b%22%5D&experiments=%5B%227%22%5D"
+        "&workflowType=machine_learning"
+    )
+
+
+def test_nested_groups_each_row_under_the_top_level_row_above_it():
+    rows = [
+        RunRow(0, "p2", "full", 0, True),
+        RunRow(1, "c3", "full-001", 1, False),
+        RunRow(2, "c2", "full-000", 1, False),
+        RunRow(3, "p1", "fedavg", 0, True),  # collapsed: nothing under it
+        RunRow(4, "p0", "full", 0, True),  # an older study of the same variant
+        RunRow(5, "c0", "full-000", 1, False),
+    ]
+    tree = [(parent.run_id, [child.run_id for child in children]) for parent, children in nested(rows)]
+    assert tree == [("p2", ["c3", "c2"]), ("p1", []), ("p0", ["c0"])]
