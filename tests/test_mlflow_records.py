@@ -229,7 +229,7 @@ def test_the_study_ends_with_commands_to_copy(study):
     runs_page = f"http://127.0.0.1:5000/#/experiments/{experiment}/runs?workflowType=machine_learning"
     assert f"then open {runs_page}\n" in after
     assert f"python scripts/ablate.py --space {space_file} --mlflow-uri {uri} --seeds 3" in after
-    assert f"python scripts/dashboard.py --space {space_file} --mlflow-uri {uri}" in after
+    assert f"python dashboards/build.py --space {space_file} --mlflow-uri {uri}" in after
     assert "mlflow.pytorch.load_model('models:/m-" in after
     optuna_db = uri.removeprefix("sqlite:///").removesuffix("m.db") + "optuna.db"
     assert f"optuna-dashboard sqlite:///{optuna_db}" in after

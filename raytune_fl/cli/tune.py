@@ -177,7 +177,7 @@ def print_next_steps(args: argparse.Namespace, uri: str, experiment: str, experi
     for storage in storages:
         print(f"  the Optuna studies (history, importances, contours):  optuna-dashboard {storage}")
     print(f"  ablate the selected configurations over seeds:  python scripts/ablate.py --space {space} --seeds 3")
-    print(f"  the study as an HTML dashboard:  python scripts/dashboard.py --space {space}")
+    print(f"  the study as an HTML dashboard:  python dashboards/build.py --space {space}")
     model = next((o.model_id for o in outcomes if o.model_id), None)
     if model:
         print(f"  a trained model:  mlflow.pytorch.load_model('models:/{model}')  (with MLFLOW_TRACKING_URI={uri})")

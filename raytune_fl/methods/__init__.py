@@ -5,6 +5,8 @@ from raytune_fl.methods import (  # noqa: F401  (registration)
     fedavgm,
     fedbn,
     fedbuff,
+    feddecorr,
+    feddyn,
     fedld,
     fednova,
     fedopt,

@@ -5,6 +5,7 @@
 - ``hyperspherical_energy``: UniVarFL ``L_HE``.
 - ``proximal``: FedProx ``0.5 * ||w - w_t||^2`` (the caller multiplies by ``mu``).
 - ``margin_control``: FedLD's margin term ``log(1 + ||.||^2)`` (paper: per-sample logits; official: softmax).
+- ``decorrelation``: FedDecorr's penalty on the correlations between the columns of z (official or paper scale).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from torch import Tensor
 Statistic = Literal["std", "var"]
 Hinge = Literal["linear", "squared", "none"]
 MarginForm = Literal["paper", "official"]
+DecorrForm = Literal["official", "paper"]
 
 # Floor under the RBF bandwidth: keeps the division finite on a collapsed batch (all rows identical).
 _MIN_SIGMA = 1e-12
@@ -197,3 +199,41 @@ def margin_control(logits: Tensor, form: MarginForm = "paper") -> Tensor:
     if form == "official":
         return torch.log1p(F.softmax(logits, dim=1).pow(2).sum())
     raise ValueError(f"form must be 'paper' or 'official', got {form!r}")
+
+
+def decorrelation(z: Tensor, form: DecorrForm = "official", eps: float = 1e-8) -> Tensor:
+    """FedDecorr's decorrelation loss (Shi et al., ICLR 2023) on the representation z (n x d), without beta.
+
+    Each column of z is standardised over the batch, ``zhat = (z - mean) / sqrt(eps + var)``; then
+
+    - ``official`` (the authors' code, the default): unbiased var, and
+      ``mean_{i != j} (zhat^T zhat)_ij^2 / n``: the off-diagonal entries only, averaged over the d(d-1) of them,
+      divided by the batch size. This is ``((n-1)^2 / n) * mean_{i != j} rho_ij^2`` (rho: Pearson correlation),
+      so it grows about linearly with n; the published beta values (0.05 to 0.1 at batch 64) are on this scale.
+    - ``paper``: population (biased) var, ``K = zhat^T zhat / n`` (the correlation matrix: unit diagonal, trace d)
+      and ``||K||_F^2 / d^2 = (d + sum_{i != j} rho_ij^2) / d^2`` (1/d when decorrelated, 1 when collapsed).
+      Its gradient is smaller than the official one by about ``n d / (d - 1)``, so beta must be about n times larger.
+
+    eps (1e-8 in the official code) keeps a constant column finite: it standardises to zeros, so it correlates
+    with nothing (official: contributes 0; paper: its diagonal entry is 0 instead of 1), and its gradient is
+    amplified by at most 1/sqrt(eps). A batch of one sample has no correlations: the loss is 0 (as in the
+    official code). With d = 1 the official form has no off-diagonal entries and is 0.
+    """
+    if z.dim() != 2:
+        raise ValueError(f"z must be 2-D (n x features), got shape {tuple(z.shape)}")
+    if eps <= 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+    if form not in ("official", "paper"):
+        raise ValueError(f"form must be 'official' or 'paper', got {form!r}")
+    n, d = z.shape
+    if n == 0:
+        raise ValueError("z is an empty batch")
+    if n == 1 or (form == "official" and d == 1):
+        return z.new_zeros(())
+    centred = z - z.mean(dim=0, keepdim=True)
+    zhat = centred / torch.sqrt(eps + centred.var(dim=0, unbiased=form == "official", keepdim=True))
+    gram = zhat.T @ zhat
+    if form == "paper":
+        return (gram / n).pow(2).sum() / d**2
+    off_diagonal = gram.pow(2).masked_fill(_diagonal(d, z.device), 0.0).sum() / (d * (d - 1))
+    return off_diagonal / n

@@ -1,0 +1,138 @@
+"""FedDyn (Acar et al., ICLR 2021), the stable form of the official code: dynamic regularisation.
+
+Each client keeps lambda_k, the sum of its own deltas Delta_k = w_k - w_t over the rounds it took part in
+(per-client state, one float array per trainable parameter, kept by the round driver; zeros before its
+first round). The paper's gradient state is g_k = -alpha lambda_k. Locally the cross-entropy gets the term
+
+    alpha * ( <w, lambda_k> + (1/2) ||w - w_t||^2 )        gradient: alpha (w - w_t + lambda_k)
+
+over trainable parameters (BatchNorm affine weights included, running statistics not). The official code
+writes it as alpha <w, lambda_k - w_t> with (alpha/2)||w||^2 in the SGD weight decay: the same gradient,
+but this form is 0 at the start of a client's first round, so its logged value (`term_feddyn`, without
+alpha) reads as a drift. In that first round lambda_k = 0 and the term is FedProx's with mu = alpha, bit
+for bit. The term goes through the loop's SGD like the cross-entropy (with its momentum, and next to the
+run's own weight decay). After local training lambda_k <- lambda_k + Delta_k.
+
+The server (raytune_fl.aggregators.feddyn) keeps D = sum of all clients' lambda_k and sets
+w_{t+1} = w_t + mean_{k in S_t} Delta_k + D / M. D / M is an undamped extra step, so no alpha gives
+FedAvg's round (`as_fedavg` is None): alpha = 0 with the test switch `server_correction: false` gives the
+unweighted mean delta, FedAvg's round when the clients hold equal sample counts.
+
+Not implemented (options of the official code that the platform has no mechanism for): a per-client
+alpha_k = alpha * mean_n / n_k (needs every client's sample count on the client), gradient-norm clipping
+(the local loop does not clip), and evaluating the plain mean of the clients' latest models ("avg")
+besides the global model ("cloud", what is evaluated here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from raytune_fl.aggregators.feddyn import feddyn
+from raytune_fl.methods.base import (
+    Batch,
+    ClientContext,
+    LocalTerm,
+    Method,
+    MethodContext,
+    MethodSpec,
+    Param,
+    ServerAggregator,
+    active,
+    register,
+)
+from raytune_fl.methods.losses import proximal
+from raytune_fl.types import ClientUpdate, Weights
+
+NAME = "feddyn"
+
+
+class DynamicTerm(LocalTerm):
+    """<w, lambda_k> + (1/2)||w - w_t||^2 on the trainable parameters; the loop multiplies it by alpha."""
+
+    name = NAME
+
+    def on_round_start(self, ctx: ClientContext) -> None:
+        self.names = [name for name, p in ctx.model.named_parameters() if p.requires_grad]
+        params = dict(ctx.model.named_parameters())
+        self.anchors = [params[name].detach().clone() for name in self.names]  # w_t, fixed for the round
+        stored = ctx.state.get(self.name)
+        if stored is not None and set(stored) != set(self.names):
+            raise ValueError(
+                f"feddyn: the stored lambda_k has entries {sorted(set(stored) ^ set(self.names))} that differ "
+                "from this model's trainable parameters"
+            )
+        self.lambdas = {
+            name: torch.zeros_like(a).cpu().numpy() if stored is None else np.asarray(stored[name])
+            for name, a in zip(self.names, self.anchors)
+        }
+        # lambda_k = 0 (a first round): FedProx's term exactly, without a linear part that only adds zeros
+        self.linear = [
+            torch.as_tensor(self.lambdas[name]).to(a.device, a.dtype) for name, a in zip(self.names, self.anchors)
+        ]
+        if not any(bool(lam.any()) for lam in self.linear):
+            self.linear = []
+
+    def loss(self, batch: Batch) -> Tensor:
+        params = dict(batch.model.named_parameters())
+        current = [params[name] for name in self.names]
+        value = proximal(current, self.anchors)
+        if self.linear:
+            value = value + sum((w * lam).sum() for w, lam in zip(current, self.linear))
+        return value
+
+    def on_round_end(self, ctx: ClientContext) -> None:
+        params = dict(ctx.model.named_parameters())
+        new = {}
+        for name, anchor in zip(self.names, self.anchors):
+            delta = params[name].detach().cpu().numpy() - anchor.cpu().numpy()  # Delta_k, as the worker computes it
+            new[name] = np.asarray(self.lambdas[name] + delta, delta.dtype)
+        ctx.new_state[self.name] = new
+        self.anchors, self.linear = [], []
+
+
+class DynamicServer(ServerAggregator):
+    """Holds D, the sum of every client's lambda_k (empty: zeros), and applies FedDyn's server step."""
+
+    def __init__(self, num_clients: int, server_correction: bool = True) -> None:
+        self.num_clients = num_clients
+        self.server_correction = server_correction
+        self.drift: Weights = {}
+
+    def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
+        new, self.drift = feddyn(
+            global_weights, updates, self.drift, self.num_clients, server_correction=self.server_correction
+        )
+        return new
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"D": {key: value.copy() for key, value in self.drift.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.drift = {key: np.array(value, copy=True) for key, value in state.get("D", {}).items()}
+
+
+def build(params: dict[str, Any], context: MethodContext) -> Method:
+    server = DynamicServer(context.num_clients, params["server_correction"])
+    return Method(NAME, active([DynamicTerm(params["alpha"])]), server)
+
+
+register(
+    MethodSpec(
+        NAME,
+        {
+            "alpha": Param(float, 0.01, "weight of the local term, gradient alpha (w - w_t + lambda_k)", ge=0),
+            "server_correction": Param(
+                bool, True, "add D/M to the mean delta (false: a test switch that leaves FedDyn's server step out)"
+            ),
+        },
+        build,
+        summary="local alpha (<w, lambda_k> + ||w - w_t||^2 / 2), lambda_k += Delta_k; server w + mean Delta + D/M",
+        as_fedavg=None,  # D/M is an undamped extra step: no alpha gives FedAvg's round (limit tested by hand)
+    )
+)
