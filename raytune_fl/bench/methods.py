@@ -37,6 +37,11 @@ DEFAULT_METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "fedbn": ("fedbn", {}),
     "fedavgm": ("fedavgm", {}),
     "qffl": ("qffl", {}),
+    "feddyn": ("feddyn", {}),
+    "fedadagrad": ("fedadagrad", {}),
+    "fedadam": ("fedadam", {}),
+    "fedyogi": ("fedyogi", {}),
+    "feddecorr": ("feddecorr", {}),
 }
 
 # ../shared/WORKLOAD.md: mnist5k, Dirichlet(0.1) over 10 clients, the small CNN, SGD 0.01/0.9/1e-5, E=1, B=64
