@@ -7,6 +7,7 @@ from raytune_fl.methods import (  # noqa: F401  (registration)
     fedbuff,
     feddecorr,
     feddyn,
+    fedgh,
     fedld,
     fednova,
     fedopt,
