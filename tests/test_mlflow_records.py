@@ -194,6 +194,7 @@ def test_each_variants_best_model_loads_back_and_reproduces_its_logged_test_acc(
         assert signature.outputs.to_dict()[0]["tensor-spec"] == {"dtype": "float32", "shape": (-1, 10)}
 
 
+@pytest.mark.slow  # two ablations: about 30 s
 def test_ablation_cells_log_their_final_models_behind_a_switch(study, tmp_path):
     from raytune_fl.cli.ablate import main as ablate
 
