@@ -12,12 +12,12 @@ from raytune_fl.aggregators.fedavg import fedavg
 from raytune_fl.aggregators.feddyn import feddyn
 from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.checkpoint import load_state, save_state
-from raytune_fl.engine.federation import Federation
 from raytune_fl.engine.local import LocalSettings, train_local
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import METHODS, build_method
 from raytune_fl.methods.base import Batch, ClientContext, ClientHook, LocalTerm, Method, MethodContext
 from raytune_fl.types import ClientUpdate, Weights
+from tests.resume_check import straight_and_resumed, untimed
 
 # --- the client check, through the real term and the one local loop ------------------------------------
 
@@ -302,29 +302,8 @@ def test_a_restored_federation_continues_exactly(tmp_path):
         diagnostics={"every": 0},
     )
     params = {"alpha": 0.1}
-    straight: list[dict] = []
-    Federation(experiment, "feddyn", params).run(straight.append)
-
-    class Crash(Exception):
-        pass
-
-    def crash_after_round_1(metrics: dict) -> None:
-        if metrics["round"] == 1:
-            save_state(federation.state_dict(), tmp_path)
-            raise Crash
-
-    federation = Federation(experiment, "feddyn", params)
-    with pytest.raises(Crash):
-        federation.run(crash_after_round_1)
-    resumed = Federation(experiment, "feddyn", params)
-    resumed.load_state_dict(load_state(tmp_path))
+    straight, rest, resumed = straight_and_resumed(experiment, "feddyn", params, tmp_path)
     assert resumed.client_states and resumed.method.aggregator.drift
-    rest: list[dict] = []
-    resumed.run(rest.append)
-
-    def untimed(rows):
-        return [{k: v for k, v in row.items() if not k.endswith("_s")} for row in rows]
-
     assert [r["round"] for r in rest] == [2]
     assert untimed(rest) == untimed(straight[1:])
 

@@ -12,10 +12,10 @@ from raytune_fl.aggregators.fedavg import fedavg
 from raytune_fl.aggregators.fedopt import fedopt, mean_delta, second_moment, step_size
 from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.checkpoint import load_state, save_state
-from raytune_fl.engine.federation import Federation
 from raytune_fl.methods import METHODS, build_method
 from raytune_fl.methods.fedopt import FEDAVG_LIMIT
 from raytune_fl.types import ClientUpdate
+from tests.resume_check import straight_and_resumed, untimed
 
 RULES = {"fedadagrad": "adagrad", "fedadam": "adam", "fedyogi": "yogi"}
 
@@ -240,28 +240,7 @@ def test_a_restored_federation_continues_exactly(tmp_path):
         diagnostics={"every": 0},
     )
     params = {"bias_correction": "keras"}
-    straight: list[dict] = []
-    Federation(experiment, "fedadam", params).run(straight.append)
-
-    class Crash(Exception):
-        pass
-
-    def crash_after_round_1(metrics: dict) -> None:
-        if metrics["round"] == 1:
-            save_state(federation.state_dict(), tmp_path)
-            raise Crash
-
-    federation = Federation(experiment, "fedadam", params)
-    with pytest.raises(Crash):
-        federation.run(crash_after_round_1)
-    resumed = Federation(experiment, "fedadam", params)
-    resumed.load_state_dict(load_state(tmp_path))
-    rest: list[dict] = []
-    resumed.run(rest.append)
-
-    def untimed(rows):
-        return [{k: v for k, v in row.items() if not k.endswith("_s")} for row in rows]
-
+    straight, rest, resumed = straight_and_resumed(experiment, "fedadam", params, tmp_path)
     assert [r["round"] for r in rest] == [2, 3]
     assert untimed(rest) == untimed(straight[1:])
 

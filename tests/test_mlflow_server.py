@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
-import time
-import urllib.request
 
 import optuna
 import pytest
@@ -16,56 +12,14 @@ from mlflow.tracking import MlflowClient
 from raytune_fl.cli import main
 
 from .conftest import tiny_space
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .mlflow_servers import start_mlflow_server, stop_mlflow_server
 
 
 @pytest.fixture
 def mlflow_server(tmp_path):
-    port = _free_port()
-    log = open(tmp_path / "server.log", "w")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--backend-store-uri",
-            f"sqlite:///{tmp_path / 'server.db'}",
-            "--artifacts-destination",
-            str(tmp_path / "artifacts"),
-            "--workers",
-            "1",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
-                if reply.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-        if process.poll() is not None:
-            pytest.fail(f"mlflow server exited: {(tmp_path / 'server.log').read_text()[-2000:]}")
-    else:
-        process.kill()
-        pytest.fail("mlflow server did not answer /health within 90 s")
+    process, url = start_mlflow_server(tmp_path)
     yield url
-    process.terminate()
-    process.wait(timeout=30)
-    log.close()
+    stop_mlflow_server(process)
 
 
 def test_study_logs_to_a_server(ray_cluster, mlflow_server, tmp_path, monkeypatch):

@@ -8,13 +8,9 @@ scripts/mlflow_ui_screenshots.py runs too. The fast tests: the experiment tag, t
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,68 +23,9 @@ from raytune_fl.report.mlflow_ui import MlflowUI, RunRow, compare_url, nested, r
 from raytune_fl.tracking.schema import EXPERIMENT_KIND_TRAINING, TAG_EXPERIMENT_KIND, TAG_PARENT_RUN
 
 from .conftest import REPO, tiny_space
+from .mlflow_servers import start_mlflow_server, stop_mlflow_server
 
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_server(root: Path) -> tuple[subprocess.Popen, str]:
-    """`mlflow server` on 127.0.0.1 in a session of its own (its uvicorn and job runner children with it)."""
-    port = _free_port()
-    log = open(root / "server.log", "w")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--backend-store-uri",
-            f"sqlite:///{root / 'server.db'}",
-            "--artifacts-destination",
-            str(root / "artifacts"),
-            "--workers",
-            "1",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
-                if reply.status == 200:
-                    return process, url
-        except OSError:
-            time.sleep(0.5)
-        if process.poll() is not None:
-            break
-    _stop(process)
-    pytest.fail(f"mlflow server did not answer /health within 90 s: {(root / 'server.log').read_text()[-2000:]}")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """The server and its children: the process group this test started (its id is the server's PID)."""
-    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +35,7 @@ def served(ray_cluster, tmp_path_factory):
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: .ci/run installs it (apt-get install chromium)")
     root = tmp_path_factory.mktemp("mlflow_ui")
-    process, url = _start_server(root)
+    process, url = start_mlflow_server(root)
     try:
         data = tiny_space("ui_tiny", resources={"actors": 0})  # in-process trials: quick
         data["tune"]["max_concurrent"] = 2
@@ -123,7 +60,7 @@ def served(ray_cluster, tmp_path_factory):
                 tree[names[run.data.tags[TAG_PARENT_RUN]]].append(run.info.run_name)
         yield SimpleNamespace(url=url, name="ui_tiny", experiment=experiment, tree=tree, runs=runs, root=root)
     finally:
-        _stop(process)
+        stop_mlflow_server(process)
 
 
 @pytest.mark.slow
