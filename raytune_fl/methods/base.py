@@ -223,8 +223,9 @@ class MethodSpec:
     build: Callable[[dict[str, Any], MethodContext], Method]  # (resolved hyperparameters, context) -> Method
     summary: str = ""
     derived: Mapping[str, str] = field(default_factory=dict)  # e.g. {"lambda": "D/4"}: how a None default resolves
-    # hyperparameters under which one round from a fresh state is exactly FedAvg's; None: no such setting
-    # (Freeze never trains its classifier). The conformance suite checks it for every method.
+    # hyperparameters under which one round from a fresh state is FedAvg's (server side to 1e-5 relative: the
+    # FedOpt trio declares a limit, tau = server_lr = 1e6); None: no such setting (Freeze never trains its
+    # classifier; FedDyn's server step). The conformance suite checks it for every method.
     as_fedavg: Mapping[str, Any] | None = field(default_factory=dict)
 
     @property
