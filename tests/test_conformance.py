@@ -87,7 +87,8 @@ class TestMethodConformance:
     def test_defaults_build_and_train_with_finite_losses(self, name):
         worker = _worker(name, {})
         update = worker.train(0, 1, _initial())
-        assert update.num_steps == 2  # 30 samples, batch 16: 16 + 14
+        epochs = sum(SETTINGS.epochs if p.epochs is None else p.epochs for p in worker.method.phases)
+        assert update.num_steps == 2 * epochs  # 30 samples, batch 16: 16 + 14 an epoch (FedPAC: two phases)
         assert update.metrics and all(np.isfinite(v) for v in update.metrics.values()), update.metrics
         assert all(np.isfinite(v).all() for v in update.delta.values())
         expected_terms = {f"term_{t.name}" for t in worker.method.terms}
@@ -130,6 +131,8 @@ class TestMethodConformance:
         first = _round(_worker(name, {}), server, weights, 1, {})
         states = {u.client_id: u.state for u in first if u.state is not None}
         weights = server.aggregate(weights, first)
+        for cid, state in server.aggregator.client_states().items():  # set by the server (FedPAC's classifiers)
+            states[cid] = {**states.get(cid, {}), **state}
         copied_states = pickle.loads(pickle.dumps(states))
         copied_server = _server(name, {})
         copied_server.aggregator.load_state_dict(pickle.loads(pickle.dumps(server.aggregator.state_dict())))

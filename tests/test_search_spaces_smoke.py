@@ -29,8 +29,8 @@ CASES = {
     "baselines": None,
     "adaptive": None,
     "stragglers": None,
-    "feduv": ["full_official", "freeze", "feddecorr"],
-    "univarfl": ["feduv_official", "feddecorr"],
+    "feduv": ["full_official", "freeze", "feddecorr", "fedalign"],
+    "univarfl": ["feduv_official", "feddecorr", "feddyn"],
 }
 
 

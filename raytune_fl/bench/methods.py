@@ -42,6 +42,10 @@ DEFAULT_METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "fedadam": ("fedadam", {}),
     "fedyogi": ("fedyogi", {}),
     "feddecorr": ("feddecorr", {}),
+    "fedgh": ("fedgh", {}),
+    "fedgh_official": ("fedgh", {"fidelity": "official"}),
+    "fedalign": ("fedalign", {}),
+    "fedpac": ("fedpac", {}),
 }
 
 # ../shared/WORKLOAD.md: mnist5k, Dirichlet(0.1) over 10 clients, the small CNN, SGD 0.01/0.9/1e-5, E=1, B=64

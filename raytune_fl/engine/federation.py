@@ -77,7 +77,8 @@ class Federation:
         self.data = data or prepare_data(experiment)
         self.spec = worker_spec(experiment, self.data, method, params, device)
         # fails early on bad params; this instance holds the server side (aggregator state)
-        self.method: Method = build_method(method, params, self.spec.method_context(self.data.num_clients))
+        mean_size = sum(map(len, self.data.train_parts)) / self.data.num_clients
+        self.method: Method = build_method(method, params, self.spec.method_context(self.data.num_clients, mean_size))
         self.pool_factory = pool_factory
         self.device = torch.device(device)
         torch.manual_seed(experiment.seed)  # the same initial weights for every method and variant
@@ -161,6 +162,8 @@ class Federation:
         started = time.perf_counter()
         if updates:  # everyone dropped, late or lost: the model stays as it was
             self.weights = self.method.aggregate(self.weights, updates)
+            for client_id, state in self.method.aggregator.client_states().items():  # FedPAC's mixed classifiers
+                self.client_states[client_id] = {**(self.client_states.get(client_id) or {}), **state}
         self._aggregate_s = time.perf_counter() - started
         if not all(np.isfinite(v).all() for v in self.weights.values() if is_float_entry(v)):
             raise NonFiniteLossError("the aggregated model has NaN/Inf weights")

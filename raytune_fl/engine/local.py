@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from raytune_fl.engine.augment import AugmentSpec, augment_batch
-from raytune_fl.methods.base import Batch, ClientContext, Method
+from raytune_fl.methods.base import Batch, ClientContext, Method, Phase
 
 
 @dataclass(frozen=True)
@@ -46,34 +46,69 @@ def train_local(
     client: ClientContext | None = None,
     max_steps: int | None = None,
 ) -> LocalResult:
-    """Local SGD on (x, y). `client` carries the client's id, round, state and the server payload.
+    """Local SGD on (x, y), phase by phase (`method.phases`; most methods have one, the whole model).
 
-    `max_steps` (system heterogeneity): exactly that many steps, reshuffling each pass, instead of `epochs`.
+    `client` carries the client's id, round, state and the server payload. `max_steps` (system heterogeneity):
+    exactly that many steps, reshuffling each pass, instead of the run's epochs (in a phase that runs them).
     """
     ctx = client or ClientContext(model, client_id=0, round_index=1, x=x, y=y, lr=settings.lr)
     model.train()
     hooks = method.all_hooks
     for hook in hooks:
         hook.on_round_start(ctx)
-    # a fresh optimiser every round: momentum does not leak across rounds or clients. Built after the
+    names = ["loss", "ce"] + [f"term_{term.name}" for term in method.terms]
+    sums = torch.zeros(len(names), dtype=torch.float64)
+    counts = torch.zeros(len(names), dtype=torch.float64)  # a term is averaged over the steps it was on
+    for phase in method.phases:
+        _train_phase(model, method, phase, x, y, settings, generator, num_classes, ctx, max_steps, sums, counts)
+    means = (sums / counts.clamp(min=1)).tolist()
+    if ctx.steps and not all(map(_finite, means)):
+        raise NonFiniteLossError(f"non-finite local loss: {dict(zip(names, means))}")
+    for hook in hooks:
+        hook.on_round_end(ctx)
+    return LocalResult(ctx.steps, dict(zip(names, means)), dict(ctx.new_state), dict(ctx.extras))
+
+
+def _train_phase(
+    model: nn.Module,
+    method: Method,
+    phase: Phase,
+    x: Tensor,
+    y: Tensor,
+    settings: LocalSettings,
+    generator: torch.Generator,
+    num_classes: int,
+    ctx: ClientContext,
+    max_steps: int | None,
+    sums: Tensor,
+    counts: Tensor,
+) -> None:
+    frozen = _freeze_outside(model, phase.trains)
+    if phase.body_eval:
+        model.eval()
+        _classifier(model).train()
+    # a fresh optimiser every phase: momentum does not leak across rounds, clients or phases. Built after the
     # hooks so a frozen parameter (requires_grad=False) is left out and never decayed.
     optimizer = torch.optim.SGD(
         [p for p in model.parameters() if p.requires_grad],
-        lr=settings.lr,
+        lr=settings.lr if phase.lr is None else phase.lr,
         momentum=settings.momentum,
         weight_decay=settings.weight_decay,
     )
-    names = ["loss", "ce"] + [f"term_{term.name}" for term in method.terms]
-    sums = torch.zeros(len(names), dtype=torch.float64)
+    terms = method.terms if phase.terms else ()
+    width = 2 + len(terms)  # the terms are the last entries of sums/counts
+    hooks = method.all_hooks
+    budget = max_steps if phase.epochs is None else None
+    epochs = settings.epochs if phase.epochs is None else phase.epochs
     steps = 0
     n = x.shape[0]
-    passes = settings.epochs if max_steps is None else max_steps  # a step budget takes at most one pass per step
+    passes = epochs if budget is None else budget  # a step budget takes at most one pass per step
     for _ in range(passes):
-        if max_steps is not None and steps >= max_steps:
+        if budget is not None and steps >= budget:
             break
         order = torch.randperm(n, generator=generator)
         for start in range(0, n, settings.batch_size):
-            if max_steps is not None and steps >= max_steps:
+            if budget is not None and steps >= budget:
                 break
             index = order[start : start + settings.batch_size]
             if index.numel() < 2:  # BatchNorm and the batch-statistic terms need two samples
@@ -83,9 +118,9 @@ def train_local(
             ce = F.cross_entropy(logits, yb)
             values: list[Tensor] = [ce]
             loss = ce
-            if method.terms:
+            if terms:
                 batch = Batch(xb, yb, logits, z, model, num_classes)
-                for term in method.terms:
+                for term in terms:
                     value = term.loss(batch)
                     values.append(value)
                     loss = loss + term.weight * value
@@ -94,15 +129,31 @@ def train_local(
             for hook in hooks:
                 hook.after_backward(ctx)
             optimizer.step()
-            sums += torch.stack([loss.detach(), *(v.detach() for v in values)]).double()
+            sums[:width] += torch.stack([loss.detach(), *(v.detach() for v in values)]).double()
+            counts[:width] += 1
             steps += 1
-            ctx.steps = steps
-    means = (sums / max(steps, 1)).tolist()
-    if steps and not all(map(_finite, means)):
-        raise NonFiniteLossError(f"non-finite local loss: {dict(zip(names, means))}")
-    for hook in hooks:
-        hook.on_round_end(ctx)
-    return LocalResult(steps, dict(zip(names, means)), dict(ctx.new_state), dict(ctx.extras))
+            ctx.steps += 1
+    for p in frozen:
+        p.requires_grad_(True)
+    model.train()
+
+
+def _classifier(model: nn.Module) -> nn.Module:
+    classifier = getattr(model, "classifier", None)
+    if not isinstance(classifier, nn.Module):
+        raise ValueError(f"a classifier or body phase needs `model.classifier`; {type(model).__name__} has none")
+    return classifier
+
+
+def _freeze_outside(model: nn.Module, part: str) -> list[nn.Parameter]:
+    """Switch off the gradients of the trainable parameters outside `part`; returns them, to switch back on."""
+    if part == "all":
+        return []
+    inside = {id(p) for p in _classifier(model).parameters()}
+    frozen = [p for p in model.parameters() if p.requires_grad and (id(p) in inside) != (part == "classifier")]
+    for p in frozen:
+        p.requires_grad_(False)
+    return frozen
 
 
 def _finite(value: float) -> bool:

@@ -47,8 +47,8 @@ class WorkerSpec:
     device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def method_context(self, num_clients: int) -> MethodContext:
-        return MethodContext(self.model.num_classes, self.local.lr, self.local.momentum, num_clients)
+    def method_context(self, num_clients: int, mean_client_size: float = 0.0) -> MethodContext:
+        return MethodContext(self.model.num_classes, self.local.lr, self.local.momentum, num_clients, mean_client_size)
 
 
 class DeviceError(RuntimeError):
@@ -88,7 +88,9 @@ class ClientWorker:
         self.spec = spec
         self.device = torch.device(spec.device)
         self.model = spec.model.build().to(self.device)
-        self.method = build_method(spec.method, dict(spec.method_params), spec.method_context(len(client_indices)))
+        sizes = [len(ix) for ix in client_indices]
+        context = spec.method_context(len(sizes), sum(sizes) / max(len(sizes), 1))
+        self.method = build_method(spec.method, dict(spec.method_params), context)
         self.x, self.y = as_tensor(x_train), as_tensor(y_train)  # shared with the object store: not converted
         self.client_indices = [torch.as_tensor(np.asarray(ix), dtype=torch.long) for ix in client_indices]
 

@@ -1,6 +1,7 @@
 """Methods by name. Importing this package registers every method."""
 
 from raytune_fl.methods import (  # noqa: F401  (registration)
+    fedalign,
     fedavg,
     fedavgm,
     fedbn,
@@ -11,6 +12,7 @@ from raytune_fl.methods import (  # noqa: F401  (registration)
     fedld,
     fednova,
     fedopt,
+    fedpac,
     fedprox,
     feduv,
     freeze,

@@ -30,6 +30,7 @@ class MethodContext:
     lr: float = 0.01  # client learning rate (SCAFFOLD's c_i update, q-FFL's Lipschitz estimate 1/lr)
     momentum: float = 0.0  # client SGD momentum (FedNova's effective step count)
     num_clients: int = 1  # N, all clients (SCAFFOLD moves c by |S|/N)
+    mean_client_size: float = 0.0  # mean training samples over all clients (FedDyn's adaptive alpha); 0: unknown
 
 
 @dataclass
@@ -101,6 +102,11 @@ class ServerAggregator:
         """Broadcast to every client with the weights (by hook name), e.g. SCAFFOLD's server control variate."""
         return {}
 
+    def client_states(self) -> dict[int, dict[str, Any]]:
+        """After `aggregate`: per-client state the server sets (FedPAC's mixed classifiers), by client id, then
+        by hook name. The round driver merges it over what those clients' hooks kept."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -118,6 +124,29 @@ class Stateless(ServerAggregator):
         return self.function(global_weights, updates)
 
 
+PHASE_PARTS = ("all", "classifier", "body")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One part of a client's local round: which parameters train, for how long, at which rate.
+
+    Most methods have one phase, the whole model for the run's epochs. FedPAC has two: the classifier alone
+    (body frozen, its BatchNorm in eval mode so its running statistics stay), then the body alone with its term.
+    `model.classifier` is the classifier in every registered model; the body is everything else.
+    """
+
+    trains: str = "all"  # one of PHASE_PARTS
+    epochs: int | None = None  # None: the run's local epochs (and a system-heterogeneity step budget applies)
+    lr: float | None = None  # None: the run's client learning rate
+    terms: bool = True  # add the method's local terms to the cross-entropy in this phase
+    body_eval: bool = False  # the body's BatchNorm in eval mode (use, do not update, its running statistics)
+
+    def __post_init__(self) -> None:
+        if self.trains not in PHASE_PARTS:
+            raise ValueError(f"phase trains {self.trains!r}: must be one of {', '.join(PHASE_PARTS)}")
+
+
 @dataclass(frozen=True)
 class Method:
     name: str
@@ -130,6 +159,7 @@ class Method:
     # asynchronous buffered aggregation (FedBuff): the round driver aggregates every `buffer_size` arrivals
     # instead of waiting for the sampled clients; None: synchronous rounds
     buffer_size: int | None = None
+    phases: tuple[Phase, ...] = (Phase(),)  # the local round's parts, in order
 
     def __post_init__(self) -> None:
         names = [hook.name for hook in self.all_hooks]
