@@ -55,11 +55,15 @@ class _Trace(ClientHook):
         self.ws.append(float(ctx.model.w.detach()))
 
 
-def _scalar_round(lam: float | None) -> tuple[list[float], dict, dict]:
+def _scalar_round(
+    lam: float | None, params: dict | None = None, mean_size: float = 0.0
+) -> tuple[list[float], dict, dict]:
     """Two SGD steps (lr 0.2, no momentum) of F + FedDyn's term (alpha 0.5) from w_t = 4, as the loop runs them."""
-    feddyn_method = build_method("feddyn", {"alpha": 0.5}, MethodContext(2, lr=0.2, num_clients=2))
+    context = MethodContext(2, lr=0.2, num_clients=2, mean_client_size=mean_size)
+    feddyn_method = build_method("feddyn", {"alpha": 0.5, **(params or {})}, context)
     trace = _Trace()
-    method = Method("feddyn", (_Objective(1.0), *feddyn_method.terms), feddyn_method.aggregator, hooks=(trace,))
+    hooks = (*feddyn_method.hooks, trace)
+    method = Method("feddyn", (_Objective(1.0), *feddyn_method.terms), feddyn_method.aggregator, hooks=hooks)
     model = _Scalar(4.0)
     x, y = torch.zeros(2, 1), torch.zeros(2, dtype=torch.long)  # one batch of two: one step per epoch
     state = {} if lam is None else {"feddyn": {"w": np.array([lam], np.float32)}}
@@ -94,6 +98,23 @@ def test_first_round_is_fedprox_with_mu_alpha_on_the_worked_check():
     assert ws == pytest.approx([4.0, 3.4, 2.98], abs=1e-6)
     assert state["feddyn"]["w"][0] == pytest.approx(-1.02, abs=1e-6)
     assert metrics["term_feddyn"] == pytest.approx(0.09, abs=1e-6)
+
+
+def test_adaptive_alpha_by_hand():
+    # alpha_k = alpha * mean_n / n_k = 0.5 * 6 / 2 = 1.5 (this client holds 2 samples, the mean is 6):
+    #   step 1: w = 4:    3 + 1.5 (0 + 0.4) = 3.6           -> 4 - 0.72 = 3.28
+    #   step 2: w = 3.28: 2.28 + 1.5 (-0.72 + 0.4) = 1.8     -> 3.28 - 0.36 = 2.92
+    ws, state, _ = _scalar_round(0.4, {"alpha_adaptive": True}, mean_size=6.0)
+    assert ws == pytest.approx([4.0, 3.28, 2.92], abs=1e-6)
+    assert state["feddyn"]["w"][0] == pytest.approx(0.4 + 2.92 - 4, abs=1e-6)
+    with pytest.raises(ValueError, match="alpha_adaptive needs the clients' mean sample count"):
+        build_method("feddyn", {"alpha_adaptive": True}, 10)
+
+
+def test_gradient_clipping_option_by_hand():
+    # clipped at 1: every step moves w by lr * 1 = 0.2 (the unclipped gradients, 3.2 and then 2.9, are > 1)
+    ws, _, _ = _scalar_round(0.4, {"clip_grad_norm": 1.0})
+    assert ws == pytest.approx([4.0, 3.8, 3.6], abs=1e-6)
 
 
 # --- the first round through ClientWorker: FedProx with mu = alpha, bit for bit ----------------------------
@@ -312,7 +333,12 @@ def test_a_restored_federation_continues_exactly(tmp_path):
 
 
 def test_defaults_and_refusals():
-    assert METHODS.get("feddyn").defaults == {"alpha": 0.01, "server_correction": True}
+    assert METHODS.get("feddyn").defaults == {
+        "alpha": 0.01,
+        "alpha_adaptive": False,
+        "clip_grad_norm": 0.0,
+        "server_correction": True,
+    }
     with pytest.raises(ValueError, match=r"alpha: must be a number >= 0 \(got -0.1\)"):
         build_method("feddyn", {"alpha": -0.1}, 10)
     with pytest.raises(ValueError, match="server_correction: must be true or false"):

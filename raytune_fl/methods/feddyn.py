@@ -18,10 +18,11 @@ w_{t+1} = w_t + mean_{k in S_t} Delta_k + D / M. D / M is an undamped extra step
 FedAvg's round (`as_fedavg` is None): alpha = 0 with the test switch `server_correction: false` gives the
 unweighted mean delta, FedAvg's round when the clients hold equal sample counts.
 
-Not implemented (options of the official code that the platform has no mechanism for): a per-client
-alpha_k = alpha * mean_n / n_k (needs every client's sample count on the client), gradient-norm clipping
-(the local loop does not clip), and evaluating the plain mean of the clients' latest models ("avg")
-besides the global model ("cloud", what is evaluated here).
+Options of the official code: `alpha_adaptive` gives client k the weight alpha_k = alpha * mean_n / n_k
+(mean_n over all clients), so small clients are pulled harder; `clip_grad_norm` clips the gradients' 2-norm
+before each step (official and FL-Simulator: 10; not in Alg. 1; 0 = off). Not implemented: evaluating the
+plain mean of every client's latest model ("avg", what the official example plots) besides the global model
+("cloud", what clients receive and what is evaluated here): it needs every client's model kept on the server.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from raytune_fl.methods.base import (
     active,
     register,
 )
+from raytune_fl.methods.hooks import GradientClip
 from raytune_fl.methods.losses import proximal
 from raytune_fl.types import ClientUpdate, Weights
 
@@ -57,7 +59,14 @@ class DynamicTerm(LocalTerm):
 
     name = NAME
 
+    def __init__(self, weight: float, mean_client_size: float | None = None) -> None:
+        super().__init__(weight)
+        self.alpha = self.weight
+        self.mean_client_size = mean_client_size  # set: alpha_k = alpha * mean_n / n_k (the official option)
+
     def on_round_start(self, ctx: ClientContext) -> None:
+        if self.mean_client_size is not None:  # the loop reads `weight` at every step: this client's alpha_k
+            self.weight = self.alpha * self.mean_client_size / ctx.x.shape[0]
         self.names = [name for name, p in ctx.model.named_parameters() if p.requires_grad]
         params = dict(ctx.model.named_parameters())
         self.anchors = [params[name].detach().clone() for name in self.names]  # w_t, fixed for the round
@@ -119,7 +128,13 @@ class DynamicServer(ServerAggregator):
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
     server = DynamicServer(context.num_clients, params["server_correction"])
-    return Method(NAME, active([DynamicTerm(params["alpha"])]), server)
+    mean_size = None
+    if params["alpha_adaptive"]:
+        if context.mean_client_size <= 0:
+            raise ValueError("feddyn: alpha_adaptive needs the clients' mean sample count (MethodContext)")
+        mean_size = context.mean_client_size
+    hooks = (GradientClip(params["clip_grad_norm"]),) if params["clip_grad_norm"] > 0 else ()
+    return Method(NAME, active([DynamicTerm(params["alpha"], mean_size)]), server, hooks=hooks)
 
 
 register(
@@ -127,6 +142,8 @@ register(
         NAME,
         {
             "alpha": Param(float, 0.01, "weight of the local term, gradient alpha (w - w_t + lambda_k)", ge=0),
+            "alpha_adaptive": Param(bool, False, "client k's alpha is alpha * mean_n / n_k (the official code's)"),
+            "clip_grad_norm": Param(float, 0.0, "clip the gradients' 2-norm at this (0: off; official: 10)", ge=0),
             "server_correction": Param(
                 bool, True, "add D/M to the mean delta (false: a test switch that leaves FedDyn's server step out)"
             ),
