@@ -147,3 +147,40 @@ def test_the_term_reads_z_and_is_logged_as_term_decorr():
     z = torch.tensor(WORKED, dtype=DT)
     batch = Batch(torch.zeros(3, 1), torch.zeros(3, dtype=torch.long), torch.zeros(3, 10), z, torch.nn.Identity(), 10)
     assert term.loss(batch).item() == pytest.approx(0.625, abs=1e-7)
+
+
+# --- stacked on FedProx, FedAvgM and MOON, as the paper runs it ---------------------------------------------
+
+
+def _client_round(name: str, params: dict) -> dict:
+    from raytune_fl.engine.local import LocalSettings
+    from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 1, 8, 8)).astype(np.float32), rng.integers(0, 10, 32).astype(np.int64)
+    settings = LocalSettings(epochs=1, batch_size=16, lr=0.05, momentum=0.9, weight_decay=0.0)
+    model = ModelSpec("simple_cnn", 1, 10, (8, 8))
+    worker = ClientWorker(WorkerSpec(model, name, params, settings, seed=0), x, y, [np.arange(32)])
+    torch.manual_seed(0)
+    weights = {k: v.numpy().copy() for k, v in model.build().state_dict().items()}
+    return worker.train(0, 1, weights).delta
+
+
+@pytest.mark.parametrize("base", ["fedprox", "fedavgm", "moon"])
+def test_a_stacked_method_has_both_sets_of_hyperparameters_and_both_terms(base):
+    spec = METHODS.get(f"{base}_decorr")
+    assert spec.defaults == {**METHODS.get(base).defaults, "beta": 0.1, "form": "official", "eps": 1e-8}
+    method = build_method(f"{base}_decorr", {}, 10)
+    assert [t.name for t in method.terms] == [t.name for t in build_method(base, {}, 10).terms] + ["decorr"]
+    assert type(method.aggregator) is type(build_method(base, {}, 10).aggregator)
+    assert spec.as_fedavg == {**METHODS.get(base).as_fedavg, "beta": 0.0}
+
+
+def test_beta_zero_is_the_base_method_and_a_zero_base_term_is_feddecorr_bit_for_bit():
+    for a, b in [
+        (_client_round("fedprox_decorr", {"mu": 0.5, "beta": 0.0}), _client_round("fedprox", {"mu": 0.5})),
+        (_client_round("fedprox_decorr", {"mu": 0.0, "beta": 0.3}), _client_round("feddecorr", {"beta": 0.3})),
+    ]:
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    both = _client_round("fedprox_decorr", {"mu": 0.5, "beta": 0.3})
+    assert not np.array_equal(both["classifier.weight"], _client_round("fedprox", {"mu": 0.5})["classifier.weight"])

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from raytune_fl.aggregators.fedavg import fedavg
-from raytune_fl.aggregators.feddyn import feddyn
+from raytune_fl.aggregators.feddyn import feddyn, track_latest
 from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.checkpoint import load_state, save_state
 from raytune_fl.engine.local import LocalSettings, train_local
@@ -337,6 +337,7 @@ def test_defaults_and_refusals():
         "alpha": 0.01,
         "alpha_adaptive": False,
         "clip_grad_norm": 0.0,
+        "avg_model": False,
         "server_correction": True,
     }
     with pytest.raises(ValueError, match=r"alpha: must be a number >= 0 \(got -0.1\)"):
@@ -348,3 +349,50 @@ def test_defaults_and_refusals():
     ctx = ClientContext(model, 0, 2, torch.zeros(2, 1), torch.zeros(2), lr=0.1, state={"feddyn": {"v": np.zeros(1)}})
     with pytest.raises(ValueError, match="feddyn: the stored lambda_k"):
         term.on_round_start(ctx)
+
+
+# --- the official "avg" model and the diagnostics ------------------------------------------------------------
+
+
+def _delta(cid: int, value: float) -> ClientUpdate:
+    return ClientUpdate(cid, 10, 1, {"w": np.array([value], np.float32)}, {}, {})
+
+
+def test_the_mean_of_every_clients_latest_model_by_hand():
+    # M = 3, initial model 0. Round 1 from global 0: client 0 sends +1 (its model 1); the others still count as 0:
+    # avg 1/3. Round 2 from global 5: client 0 sends -1 (model 4), client 2 sends +3 (model 8): (4 + 0 + 8) / 3 = 4.
+    initial = {"w": np.array([0.0], np.float32)}
+    total = {"w": np.array([0.0])}
+    total, latest = track_latest(total, {}, initial, initial, [_delta(0, 1.0)])
+    assert total["w"][0] == pytest.approx(1.0) and latest[0]["w"][0] == pytest.approx(1.0)
+    glob = {"w": np.array([5.0], np.float32)}
+    total, latest = track_latest(total, latest, initial, glob, [_delta(2, 3.0), _delta(0, -1.0)])
+    assert total["w"][0] == pytest.approx(12.0) and sorted(latest) == [0, 2]
+    server = build_method("feddyn", {"avg_model": True}, MethodContext(10, num_clients=3)).aggregator
+    server.aggregate(initial, [_delta(0, 1.0)])
+    assert server.extra_models()["avg"]["w"][0] == pytest.approx(1 / 3)
+    server.aggregate(glob, [_delta(0, -1.0), _delta(2, 3.0)])
+    assert server.extra_models()["avg"]["w"][0] == pytest.approx(4.0)
+    assert server.extra_models()["avg"]["w"].dtype == np.float32
+    # D = 1 + (-1 + 3) = 3 on the one trainable entry: ||D / M|| = 1
+    assert server.metrics() == {"drift_norm": pytest.approx(1.0)}
+    assert build_method("feddyn", {}, MethodContext(10, num_clients=3)).aggregator.extra_models() == {}
+
+
+def test_avg_model_is_scored_each_round_and_survives_a_checkpoint(tmp_path):
+    experiment = ExperimentConfig(
+        dataset="digits",
+        partition={"kind": "dirichlet", "alpha": 0.5, "clients": 3, "min_size": 20},
+        rounds=2,
+        participation=0.67,
+        batch_size=32,
+        resources={"actors": 0},
+        diagnostics={"every": 0},
+    )
+    params = {"alpha": 0.1, "avg_model": True}
+    straight, rest, resumed = straight_and_resumed(experiment, "feddyn", params, tmp_path)
+    assert untimed(rest) == untimed(straight[1:])
+    for row in straight:
+        assert {"avg_val_acc", "avg_val_loss", "avg_test_acc", "avg_test_loss", "drift_norm"} <= set(row)
+        assert row["avg_val_acc"] != row["val_acc"] or row["avg_val_loss"] != row["val_loss"]  # another model
+    assert len(resumed.method.aggregator.latest) >= 2

@@ -263,3 +263,11 @@ def test_defaults_and_options():
     with pytest.raises(ValueError, match="bias_correction for yogi"):
         fedopt(GLOBAL, _random_updates(0), {}, {}, 1, rule="yogi", server_lr=1, beta1=0, beta2=0.9, tau=1,
                bias_correction="flower")  # fmt: skip
+
+
+def test_the_step_size_diagnostic_by_hand():
+    # v = (0, 1, 4), eta = 0.1, tau = 0.01: steps 0.1 / (0 + 0.01) = 10, 0.1 / 1.01, 0.1 / 2.01
+    server = build_method("fedadagrad", {"server_lr": 0.1, "tau": 0.01}, 10).aggregator
+    assert server.metrics() == {}
+    server.v = {"a": np.array([0.0, 1.0]), "b": np.array([4.0])}
+    assert server.metrics() == pytest.approx({"server_step_median": 0.1 / 1.01, "server_step_max": 10.0})

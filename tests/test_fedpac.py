@@ -193,6 +193,8 @@ def test_the_server_averages_mixes_classifiers_and_broadcasts_count_weighted_cen
     a1 = 0.5 / 0.6
     np.testing.assert_allclose(mixed[1][NAME]["classifier"]["classifier.weight"], np.full((2, 1), a1 * 4 + (1 - a1)))
     assert server.client_states() == {}  # handed over once
+    # row 0 keeps 1/3 of its own, row 1 keeps 5/6 (1 - 0.1/0.6): the diagonal's mean; V's mean (0.4 + 0.1) / 2
+    assert server.metrics() == pytest.approx({"mix_self_weight": (1 / 3 + 5 / 6) / 2, "mix_v_mean": 0.25})
     broadcast = server.payload()[NAME]
     np.testing.assert_allclose(broadcast.centroids, [[(3 * 1 + 1 * 3) / 4], [5.0]])
     assert broadcast.present.tolist() == [True, True]

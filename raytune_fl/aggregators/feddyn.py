@@ -68,3 +68,28 @@ def feddyn(
             step = step + d / num_clients
         new[key] = np.asarray(np.asarray(value, np.float64) + step, value.dtype)
     return new, new_drift
+
+
+def track_latest(
+    total: Mapping[str, np.ndarray],
+    latest: Mapping[int, Weights],
+    initial: Weights,
+    global_weights: Weights,
+    updates: Sequence[ClientUpdate],
+) -> tuple[Weights, dict[int, Weights]]:
+    """The official code's `avg` bookkeeping: every client's latest model and their float64 sum over all M clients.
+
+    `total` is the sum of the M latest models (a client that never took part counts as `initial`, the model
+    before round 1), `latest` the models of clients that took part. Client k's new model is w_t + Delta_k (its
+    float entries; BatchNorm statistics included, as the official code averages its whole parameter vector).
+    Returns the new (total, latest); the inputs are not modified. The mean is total / M.
+    """
+    new_total = {key: np.array(value, np.float64, copy=True) for key, value in total.items()}
+    new_latest = dict(latest)
+    for update in sorted(updates, key=lambda u: u.client_id):
+        old = latest.get(update.client_id, initial)
+        model = {key: np.asarray(global_weights[key] + delta) for key, delta in update.delta.items()}
+        for key, value in model.items():
+            new_total[key] += np.asarray(value, np.float64) - old[key]
+        new_latest[update.client_id] = model
+    return new_total, new_latest

@@ -82,9 +82,14 @@ class Evaluator:
         self.test_x, self.test_y = torch.from_numpy(dataset.x_test), torch.from_numpy(dataset.y_test)
 
     def evaluate(
-        self, weights: Weights, personalise: Personalise | None, client_states: Mapping[int, Any]
+        self,
+        weights: Weights,
+        personalise: Personalise | None,
+        client_states: Mapping[int, Any],
+        extra: Mapping[str, Weights] | None = None,
     ) -> dict[str, Any]:
-        """The global model's metrics, personalised accuracy when the method has it, and the cheap diagnostics."""
+        """The global model's metrics, personalised accuracy when the method has it, the server's other models
+        (`extra`, by name: `<name>_val_acc`, ...) and the cheap diagnostics."""
         load_weights(self.model, weights)
         size, num_clients = self.batch_size, self.data.num_clients
         val_losses, val_correct = predict(self.model, self.val_x, self.val_y, size)
@@ -97,6 +102,15 @@ class Evaluator:
         }
         if personalise is not None:
             metrics.update(self.evaluate_personalised(weights, personalise, client_states))
+        for name, other in (extra or {}).items():
+            load_weights(self.model, {**weights, **other})
+            losses, correct = predict(self.model, self.val_x, self.val_y, size)
+            other_test_loss, other_test_acc = evaluate(self.model, self.test_x, self.test_y, size)
+            metrics[f"{name}_val_loss"] = float(losses.mean()) if len(losses) else 0.0
+            metrics[f"{name}_val_acc"] = float(correct.mean()) if len(correct) else 0.0
+            metrics[f"{name}_test_loss"], metrics[f"{name}_test_acc"] = other_test_loss, other_test_acc
+        if extra:
+            load_weights(self.model, weights)  # the model holds the global weights again
         wanted = self.diagnostics
         if wanted.client_accuracy:
             metrics.update(per_client_accuracy(val_correct, self.val_owner, num_clients))

@@ -120,7 +120,8 @@ class Federation:
 
     def evaluate(self) -> dict[str, Any]:
         """The global model's metrics (and cheap diagnostics) now."""
-        return self.evaluator.evaluate(self.weights, self.method.personalise, self.client_states)
+        extra = self.method.aggregator.extra_models()
+        return self.evaluator.evaluate(self.weights, self.method.personalise, self.client_states, extra)
 
     def costly_round(self, round_index: int) -> bool:
         every = self.experiment.diagnostics.every
@@ -190,6 +191,8 @@ class Federation:
         if not math.isfinite(metrics["val_loss"]):
             raise NonFiniteLossError(f"validation loss is {metrics['val_loss']}")
         metrics.update(mean_client_metrics(updates))
+        if updates:
+            metrics.update(self.method.aggregator.metrics())
         counts = Counter(record.status for record in log)
         metrics.update(
             clients=len(updates),

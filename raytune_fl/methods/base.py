@@ -102,6 +102,16 @@ class ServerAggregator:
         """Broadcast to every client with the weights (by hook name), e.g. SCAFFOLD's server control variate."""
         return {}
 
+    def metrics(self) -> dict[str, float]:
+        """Scalar diagnostics of the last aggregation, logged with the round (FedDyn's ||D/M||, FedOpt's step sizes,
+        FedPAC's classifier mix). Read right after `aggregate`."""
+        return {}
+
+    def extra_models(self) -> dict[str, Weights]:
+        """Models the round driver scores besides the global one, by name (FedDyn's `avg`): each is logged as
+        `<name>_val_acc`, `<name>_val_loss`, `<name>_test_acc`, `<name>_test_loss`. Clients never train from them."""
+        return {}
+
     def client_states(self) -> dict[int, dict[str, Any]]:
         """After `aggregate`: per-client state the server sets (FedPAC's mixed classifiers), by client id, then
         by hook name. The round driver merges it over what those clients' hooks kept."""

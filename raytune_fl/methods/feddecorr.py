@@ -11,18 +11,22 @@ nearly constant column).
 The default is the official form, not the paper's: the published beta values (0.1 on CIFAR-10 and
 TinyImageNet, 0.05 on CIFAR-100, batch 64) are calibrated to it. Its value grows about linearly with the batch
 size, so a beta tuned at one batch size should be scaled by N/64 at another. The paper stacks the term on
-FedAvg, FedProx, FedAvgM and MOON; here it is on FedAvg only. Batches of one sample are skipped by the local
-loop (the term would be 0).
+FedAvg, FedProx, FedAvgM and MOON: `fedprox_decorr`, `fedavgm_decorr` and `moon_decorr` are those methods with
+the term added (their own hyperparameters, and beta, form, eps; beta = 0 is the base method exactly). Batches of
+one sample are skipped by the local loop (the term would be 0).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torch import Tensor
 
 from raytune_fl.aggregators import fedavg
+from raytune_fl.methods import fedavgm, fedprox, moon  # noqa: F401  (registered first: stacked on below)
 from raytune_fl.methods.base import (
+    METHODS,
     Batch,
     LocalTerm,
     Method,
@@ -54,16 +58,45 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
     return Method("feddecorr", active(terms), Stateless(fedavg))
 
 
+PARAMS = {
+    "beta": Param(float, 0.1, "weight of the decorrelation term on z", ge=0),
+    "form": Param(str, "official", "official code's scale or the paper's normalisation", choices=FORMS),
+    "eps": Param(float, 1e-8, "added to each column's variance before the square root", gt=0),
+}
+
 register(
     MethodSpec(
         "feddecorr",
-        {
-            "beta": Param(float, 0.1, "weight of the decorrelation term on z", ge=0),
-            "form": Param(str, "official", "official code's scale or the paper's normalisation", choices=FORMS),
-            "eps": Param(float, 1e-8, "added to each column's variance before the square root", gt=0),
-        },
+        PARAMS,
         build,
         summary="FedAvg + decorrelation of the representation's columns",
         as_fedavg={"beta": 0.0},
     )
 )
+
+
+def stacked(base_name: str) -> MethodSpec:
+    """`<base>_decorr`: the base method with the decorrelation term added to its own terms."""
+    base = METHODS.get(base_name)
+    name = f"{base_name}_decorr"
+    clash = sorted(set(base.params) & set(PARAMS))
+    if clash:
+        raise ValueError(f"{name}: {base_name} already has hyperparameters named {', '.join(clash)}")
+
+    def build_stacked(params: dict[str, Any], context: MethodContext) -> Method:
+        method = base.build({k: params[k] for k in base.params}, context)
+        term = Decorrelation(params["beta"], params["form"], params["eps"])
+        return dataclasses.replace(method, name=name, terms=(*method.terms, *active([term])))
+
+    return MethodSpec(
+        name,
+        {**base.params, **PARAMS},
+        build_stacked,
+        summary=f"{base_name} + decorrelation of the representation's columns (FedDecorr stacked)",
+        derived=base.derived,
+        as_fedavg=None if base.as_fedavg is None else {**base.as_fedavg, "beta": 0.0},
+    )
+
+
+for _base in ("fedprox", "fedavgm", "moon"):
+    register(stacked(_base))

@@ -20,9 +20,11 @@ unweighted mean delta, FedAvg's round when the clients hold equal sample counts.
 
 Options of the official code: `alpha_adaptive` gives client k the weight alpha_k = alpha * mean_n / n_k
 (mean_n over all clients), so small clients are pulled harder; `clip_grad_norm` clips the gradients' 2-norm
-before each step (official and FL-Simulator: 10; not in Alg. 1; 0 = off). Not implemented: evaluating the
-plain mean of every client's latest model ("avg", what the official example plots) besides the global model
-("cloud", what clients receive and what is evaluated here): it needs every client's model kept on the server.
+before each step (official and FL-Simulator: 10; not in Alg. 1; 0 = off); `avg_model` also scores the plain
+mean of every client's latest model ("avg", what the official example plots; a client that never took part
+counts as the initial model) beside the global model ("cloud", what clients receive): logged as `avg_val_acc`,
+`avg_val_loss`, `avg_test_acc`, `avg_test_loss`, with `drift_norm` = ||D/M|| (trainable entries). It keeps one
+model per client on the server (in checkpoints too), so it is off by default.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from raytune_fl.aggregators.feddyn import feddyn
+from raytune_fl.aggregators.feddyn import feddyn, track_latest
 from raytune_fl.methods.base import (
     Batch,
     ClientContext,
@@ -108,26 +110,56 @@ class DynamicTerm(LocalTerm):
 class DynamicServer(ServerAggregator):
     """Holds D, the sum of every client's lambda_k (empty: zeros), and applies FedDyn's server step."""
 
-    def __init__(self, num_clients: int, server_correction: bool = True) -> None:
+    def __init__(self, num_clients: int, server_correction: bool = True, avg_model: bool = False) -> None:
         self.num_clients = num_clients
         self.server_correction = server_correction
+        self.avg_model = avg_model
         self.drift: Weights = {}
+        # avg_model: the model before round 1, every participant's latest model, and the float64 sum over all M
+        self.initial: Weights = {}
+        self.latest: dict[int, Weights] = {}
+        self.total: Weights = {}
 
     def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
+        if self.avg_model:
+            if not self.initial:  # the first aggregation: the global weights are still the initial model
+                floats = updates[0].delta
+                self.initial = {k: np.array(global_weights[k], copy=True) for k in floats}
+                self.total = {k: self.num_clients * np.asarray(v, np.float64) for k, v in self.initial.items()}
+            self.total, self.latest = track_latest(self.total, self.latest, self.initial, global_weights, updates)
         new, self.drift = feddyn(
             global_weights, updates, self.drift, self.num_clients, server_correction=self.server_correction
         )
         return new
 
+    def metrics(self) -> dict[str, float]:
+        trainable = list(self.drift.values())  # D is kept for trainable entries only
+        if not trainable:
+            return {}
+        return {"drift_norm": float(np.sqrt(sum(np.sum(d * d) for d in trainable))) / self.num_clients}
+
+    def extra_models(self) -> dict[str, Weights]:
+        if not self.total:
+            return {}
+        return {"avg": {k: np.asarray(v / self.num_clients, self.initial[k].dtype) for k, v in self.total.items()}}
+
     def state_dict(self) -> dict[str, Any]:
-        return {"D": {key: value.copy() for key, value in self.drift.items()}}
+        state: dict[str, Any] = {"D": {key: value.copy() for key, value in self.drift.items()}}
+        if self.total:
+            state.update(initial=self.initial, latest=self.latest, total=self.total)
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.drift = {key: np.array(value, copy=True) for key, value in state.get("D", {}).items()}
+        self.initial = {k: np.array(v, copy=True) for k, v in state.get("initial", {}).items()}
+        self.latest = {
+            int(c): {k: np.array(v, copy=True) for k, v in m.items()} for c, m in state.get("latest", {}).items()
+        }
+        self.total = {k: np.array(v, np.float64, copy=True) for k, v in state.get("total", {}).items()}
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
-    server = DynamicServer(context.num_clients, params["server_correction"])
+    server = DynamicServer(context.num_clients, params["server_correction"], params["avg_model"])
     mean_size = None
     if params["alpha_adaptive"]:
         if context.mean_client_size <= 0:
@@ -144,6 +176,7 @@ register(
             "alpha": Param(float, 0.01, "weight of the local term, gradient alpha (w - w_t + lambda_k)", ge=0),
             "alpha_adaptive": Param(bool, False, "client k's alpha is alpha * mean_n / n_k (the official code's)"),
             "clip_grad_norm": Param(float, 0.0, "clip the gradients' 2-norm at this (0: off; official: 10)", ge=0),
+            "avg_model": Param(bool, False, "also score the mean of every client's latest model (official 'avg')"),
             "server_correction": Param(
                 bool, True, "add D/M to the mean delta (false: a test switch that leaves FedDyn's server step out)"
             ),

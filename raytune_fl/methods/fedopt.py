@@ -63,6 +63,13 @@ class AdaptiveServer(ServerAggregator):
         self.t += 1
         return new
 
+    def metrics(self) -> dict[str, float]:
+        """The per-coordinate step size eta / (sqrt(v) + tau): its median and maximum over all coordinates."""
+        if not self.v:
+            return {}
+        steps = self.server_lr / (np.sqrt(np.concatenate([v.ravel() for v in self.v.values()])) + self.tau)
+        return {"server_step_median": float(np.median(steps)), "server_step_max": float(steps.max())}
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "m": {key: value.copy() for key, value in self.m.items()},

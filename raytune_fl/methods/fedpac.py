@@ -145,6 +145,7 @@ class ClassifierMixServer(ServerAggregator):
         self.centroids: np.ndarray | None = None
         self.present: np.ndarray | None = None
         self.mixing: np.ndarray | None = None  # the last round's a_ij (rows: participants in client-id order)
+        self._v_mean = 0.0
         self._pending: dict[int, dict[str, Any]] = {}
 
     def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
@@ -155,10 +156,18 @@ class ClassifierMixServer(ServerAggregator):
         if self.mix:
             keys = [k for k in updates[0].delta if k.startswith(CLASSIFIER_PREFIX)]
             trained = [{k: global_weights[k] + u.delta[k] for k in keys} for u in updates]
-            self.mixing = mix_weights(np.array([r.v for r in reports]), np.stack([r.h for r in reports]))
+            v = np.array([r.v for r in reports])
+            self.mixing, self._v_mean = mix_weights(v, np.stack([r.h for r in reports])), float(v.mean())
             mixed = mix_classifiers(self.mixing, trained)
             self._pending = {u.client_id: {NAME: {"classifier": m}} for u, m in zip(updates, mixed)}
         return fedavg(global_weights, updates)
+
+    def metrics(self) -> dict[str, float]:
+        """How much participants borrow: the mean weight a client keeps on its own classifier (1: none borrowed),
+        and the mean V_i (FedPAC's estimate of the classifier-side variance)."""
+        if self.mixing is None:
+            return {}
+        return {"mix_self_weight": float(np.mean(np.diag(self.mixing))), "mix_v_mean": self._v_mean}
 
     def client_states(self) -> dict[int, dict[str, Any]]:
         pending, self._pending = self._pending, {}
