@@ -257,7 +257,8 @@ class TuneSettings(_Strict):
     max_concurrent: int = Field(1, ge=1)  # trials at once; on 2 cores one trial already fills the machine
     metric: Literal["val_acc", "val_loss"] = "val_acc"  # validation only: the test set never steers tuning
     scheduler: SchedulerConfig = SchedulerConfig()
-    seed: Seed = 0  # TPE sampler seed
+    sampler: Literal["tpe", "random"] = "tpe"  # random: the baseline a search strategy must beat
+    seed: Seed = 0  # the sampler's seed; each variant's sampler draws from (seed, variant name)
 
     @property
     def mode(self) -> str:

@@ -152,7 +152,7 @@ def test_parent_runs_describe_variant_method_fixed_and_searched(study):
     assert full.startswith("**Variant `full`** of study `records`: method `univarfl`.")
     searched = next(line for line in full.splitlines() if line.startswith("- Searched: "))
     assert "`mu` ~ loguniform(0.01, 1)" in searched and "`lambda` ~ uniform(0.5, 3)" in searched
-    assert "3 trials, Optuna TPE (seed 0), ASHA on rounds (grace 1, reduction 2)" in full
+    assert "3 trials, Optuna TPE (seed 0, drawn per variant), ASHA on rounds (grace 1, reduction 2)" in full
     assert "Data: `digits`, dirichlet (alpha 0.5) over 3 clients" in full and "3 rounds" in full
     space = SearchSpace.model_validate(yaml.safe_load(space_file.read_text()))
     assert full == variant_description(space, "full", 3)

@@ -330,3 +330,60 @@ def partition_figure(table: pd.DataFrame, title: str) -> go.Figure:
         height=min(900, max(300, 28 * len(labels) + 160)),
     )
     return fig
+
+
+def log_scaled(values: Sequence[float]) -> bool:
+    """Whether an axis reads better in log10: positive values spanning more than a factor of 20 (log-spaced grids)."""
+    return bool(len(values)) and min(values) > 0 and max(values) / min(values) > 20
+
+
+def landscape_figure(grid: pd.DataFrame, trials: pd.DataFrame, x: str, y: str, metric: str) -> go.Figure:
+    """A 2-D search landscape: `grid` (x, y, value = mean over seeds) as a heat map, with `trials` (x, y, value,
+    study, finished) overlaid as markers, one colour per study; ASHA-stopped trials hollow. Log-spread axes in log10."""
+    fx = (lambda v: math.log10(v)) if log_scaled(list(grid[x])) else (lambda v: v)
+    fy = (lambda v: math.log10(v)) if log_scaled(list(grid[y])) else (lambda v: v)
+    xs, ys = sorted(grid[x].unique()), sorted(grid[y].unique())
+    table = grid.pivot_table(index=y, columns=x, values="value", aggfunc="mean").reindex(index=ys, columns=xs)
+    fig = go.Figure(
+        go.Heatmap(
+            z=table.to_numpy(dtype=float),
+            x=[fx(v) for v in xs],
+            y=[fy(v) for v in ys],
+            colorscale="Viridis",
+            colorbar={"title": {"text": f"grid {metric}"}},
+            customdata=[[[vx, vy] for vx in xs] for vy in ys],
+            hovertemplate=f"{x}=%{{customdata[0]:.4g}}, {y}=%{{customdata[1]:.4g}}<br>{metric} %{{z:.4f}}"
+            "<extra>grid</extra>",
+        )
+    )
+    studies = list(dict.fromkeys(trials["study"])) if len(trials) else []
+    colors = variant_colors(studies)
+    for study in studies:
+        mine = trials[trials["study"] == study]
+        fig.add_trace(
+            go.Scatter(
+                x=[fx(v) for v in mine[x]],
+                y=[fy(v) for v in mine[y]],
+                mode="markers",
+                name=study,
+                marker={
+                    "color": colors[study],
+                    "size": 9,
+                    "symbol": ["circle" if done else "circle-open" for done in mine["finished"]],
+                    "line": {"color": "white", "width": 1},
+                },
+                customdata=mine[[x, y, "value"]].to_numpy(),
+                hovertemplate=f"{x}=%{{customdata[0]:.4g}}, {y}=%{{customdata[1]:.4g}}<br>{metric} "
+                "%{customdata[2]:.4f}<extra>%{fullData.name}</extra>",
+            )
+        )
+    log_x, log_y = log_scaled(list(grid[x])), log_scaled(list(grid[y]))
+    fig.update_layout(
+        template=TEMPLATE,
+        title=f"Search landscape: grid mean {metric} over seeds, with the studies' trials (hollow: stopped early)",
+        xaxis_title=f"log10 {x}" if log_x else x,
+        yaxis_title=f"log10 {y}" if log_y else y,
+        legend={"orientation": "h", "y": -0.2},
+        height=560,
+    )
+    return fig

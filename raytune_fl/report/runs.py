@@ -18,6 +18,7 @@ from raytune_fl.tracking.schema import (
     CONFIG_FILE,
     SETTING_DEFAULT,
     STAGE_ABLATION,
+    STAGE_GRID,
     STAGE_TUNE,
     TAG_CELL,
     TAG_PARENT_RUN,
@@ -61,6 +62,7 @@ class Store:
     ablation: Run | None  # the latest ablation parent run
     ablation_trials: list[Run]
     all_trials: list[Run]  # every trial run of the experiment, any study or ablation (round times)
+    grid_runs: list[Run] = field(default_factory=list)  # ground-truth grid points (scripts/bench_search.py)
     variants: list[str] = field(default_factory=list)
     colors: dict[str, str] = field(default_factory=dict)
 
@@ -100,6 +102,7 @@ def open_store(uri: str, space: SearchSpace, artifacts_root: Path) -> Store:
         ablation=ablation,
         ablation_trials=ablation_trials,
         all_trials=[r for r in tune_runs + ablation_runs if is_child(r)],
+        grid_runs=stage_runs(client, experiment, STAGE_GRID),
         variants=variants,
         colors=variant_colors(variants),
     )

@@ -32,6 +32,7 @@ from raytune_fl.tracking.schema import (
     TAG_SETTING,
     TAG_TRIAL_STATUS,
     TAG_VARIANT,
+    TRIAL_FINISHED,
     TRIAL_UNKNOWN,
     setting_folder,
 )
@@ -48,6 +49,7 @@ SECTIONS = {
     "spectrum": "Classifier singular-value spectrum",
     "client-accuracy": "Per-client accuracy spread",
     "partition": "Partition heat-maps",
+    "search-landscape": "Search landscape: a ground-truth grid and the studies' trials",
 }
 NO_ABLATION = "no ablation runs yet: run scripts/ablate.py"
 
@@ -290,6 +292,38 @@ def partition_section(store: Store) -> Section:
     return section
 
 
+def search_landscape_section(store: Store) -> Section:
+    section = Section("search-landscape")
+    if not store.grid_runs:
+        return section.skip("no grid runs in this experiment: scripts/bench_search.py logs a ground-truth grid")
+    metric = store.space.tune.metric
+    rows = [
+        {**{k: float(v) for k, v in run.data.params.items()}, "value": final_value(run, metric)}
+        for run in store.grid_runs
+    ]
+    names = sorted({k for row in rows for k in row if k != "value"})
+    if len(names) != 2:
+        return section.skip(f"the grid runs vary {len(names)} hyperparameters ({', '.join(names)}): a map needs 2")
+    grid = pd.DataFrame(rows).dropna()
+    x, y = names
+    trials = []
+    for variant, runs in store.tune_trials.items():
+        for run in runs:
+            if {x, y} <= set(run.data.params) and run.data.tags.get(TAG_TRIAL_STATUS) in COMPLETED:
+                finished = run.data.tags.get(TAG_TRIAL_STATUS) == TRIAL_FINISHED
+                values = {k: float(run.data.params[k]) for k in (x, y)}
+                trials.append({**values, "value": final_value(run, metric), "study": variant, "finished": finished})
+    columns = [x, y, "value", "study", "finished"]
+    _figure(section, figures.landscape_figure(grid, pd.DataFrame(trials, columns=columns), x, y, metric))
+    means = grid.groupby([x, y])["value"].agg(["mean", "count"]).reset_index()
+    best = means.loc[means["mean"].idxmax()]
+    section.note(
+        f"Grid: {len(means)} points, {int(means['count'].max())} seed(s) each; its best mean {metric} "
+        f"{best['mean']:.4f} at {x}={best[x]:.4g}, {y}={best[y]:.4g}. {len(trials)} study trials overlaid."
+    )
+    return section
+
+
 BUILDERS: dict[str, Callable[[Store], Section]] = {
     "ablation-table": ablation_table_section,
     "learning-curves": learning_curves_section,
@@ -298,4 +332,5 @@ BUILDERS: dict[str, Callable[[Store], Section]] = {
     "spectrum": spectrum_section,
     "client-accuracy": client_accuracy_section,
     "partition": partition_section,
+    "search-landscape": search_landscape_section,
 }

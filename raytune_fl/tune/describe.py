@@ -62,7 +62,8 @@ def variant_description(space: SearchSpace, variant_name: str, num_trials: int) 
         )
         lines += [
             f"- Searched: {ranges}",
-            f"- Search: {num_trials} trials, Optuna TPE (seed {settings.seed}), {stopping}; "
+            f"- Search: {num_trials} trials, Optuna {'TPE' if settings.sampler == 'tpe' else 'random sampling'} "
+            f"(seed {settings.seed}, drawn per variant), {stopping}; "
             f"selected on `{settings.metric}` (validation), test reported beside.",
         ]
     else:

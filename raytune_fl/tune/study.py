@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import zlib
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -12,12 +13,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.optuna import OptunaSearch
 
-from raytune_fl.config import ExperimentConfig, SearchSpace, flatten, run_params
+from raytune_fl.config import ExperimentConfig, SearchSpace, TuneSettings, flatten, run_params
 from raytune_fl.engine.data import FederatedData, data_identity_of, prepare_data
 from raytune_fl.methods import METHODS
 from raytune_fl.tracking import ParentRun, StudyTracker
@@ -63,6 +65,19 @@ class VariantOutcome:
     optuna_study: str | None = None  # its Optuna study (searched variants with an Optuna storage)
     optuna_storage: str | None = None  # that study's storage URL, password masked
     model_id: str | None = None  # the selected trial's global model in MLflow (models:/<model_id>)
+
+
+def sampler_seed(seed: int, variant: str) -> int:
+    """Each variant's own sampler seed from (tune.seed, variant name): variants searching the same ranges would
+    otherwise propose the same first configurations, and their comparison would not be independent."""
+    return int(np.random.SeedSequence([seed, zlib.crc32(variant.encode())]).generate_state(1)[0])
+
+
+def make_sampler(settings: TuneSettings, variant: str, num_samples: int) -> optuna.samplers.BaseSampler:
+    seed = sampler_seed(settings.seed, variant)
+    if settings.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=tpe_startup_trials(num_samples))
 
 
 def tpe_startup_trials(num_samples: int) -> int:
@@ -115,7 +130,7 @@ def run_variant(
     num_samples = settings.num_samples if searched else 1
     search_alg = optuna_study = None
     if searched:
-        sampler = optuna.samplers.TPESampler(seed=settings.seed, n_startup_trials=tpe_startup_trials(num_samples))
+        sampler = make_sampler(settings, variant_name, num_samples)
         rdb = optuna_db.open_storage(optuna_storage) if optuna_storage else None
         if rdb is not None and resume is None:  # a fresh run never joins an earlier run's study
             optuna_study = optuna_db.unused_study_name(rdb, f"{space.name}-{variant_name}", stamp)
