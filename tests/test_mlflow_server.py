@@ -46,8 +46,9 @@ def test_study_logs_to_a_server(ray_cluster, mlflow_server, tmp_path, monkeypatc
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(runs) == 3 and len(children) == 2
     assert all(r.info.status == "FINISHED" for r in runs)
-    history = client.get_metric_history(children[0].info.run_id, "val_acc")
-    assert [m.step for m in history] == [1, 2]
+    # ASHA (grace 1) may stop one trial after round 1; every step is a round, and one trial ran both
+    steps = [[m.step for m in client.get_metric_history(c.info.run_id, "val_acc")] for c in children]
+    assert [1, 2] in steps and all(s == list(range(1, len(s) + 1)) for s in steps)
     artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id)}
     assert artifacts == {
         "round_metrics.parquet",

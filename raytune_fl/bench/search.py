@@ -107,10 +107,10 @@ def run_strategies(
     return walls
 
 
-def study_results(uri: str, strategies: Sequence[str], names: Sequence[str]) -> list[dict[str, Any]]:
+def study_results(uri: str, strategies: Sequence[str], names: Sequence[str], local_epochs: int) -> list[dict[str, Any]]:
     """Per study (variant): what it selected, and the client-epochs and time its trials used."""
     from raytune_fl.tracking.schema import TAG_BEST_PREFIX, TAG_PARENT_RUN, TAG_STAGE, TAG_VARIANT
-    from raytune_fl.tracking.store import experiment_id, open_client, search_all
+    from raytune_fl.tracking.store import experiment_id, metric_sum, open_client, search_all
 
     client = open_client(uri)
     experiment = experiment_id(client, EXPERIMENT)
@@ -124,9 +124,8 @@ def study_results(uri: str, strategies: Sequence[str], names: Sequence[str]) -> 
         children = [r for r in runs if r.data.tags.get(TAG_PARENT_RUN) == parent.info.run_id]
         client_epochs = train_s = 0.0
         for child in children:
-            clients = client.get_metric_history(child.info.run_id, "clients")
-            client_epochs += sum(m.value for m in clients)
-            train_s += sum(m.value for m in client.get_metric_history(child.info.run_id, "round_time_s"))
+            client_epochs += metric_sum(client, child.info.run_id, "clients") * local_epochs
+            train_s += metric_sum(client, child.info.run_id, "round_time_s")
         best = {
             k.removeprefix(TAG_BEST_PREFIX): v for k, v in parent.data.tags.items() if k.startswith(TAG_BEST_PREFIX)
         }
@@ -257,7 +256,7 @@ def run(args, workdir: Path, scratch: Path) -> dict[str, Any]:
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     started = time.perf_counter()
     run_strategies(args, method, search, base, workdir, scratch, uri)  # first: each tune.py starts its own Ray
-    studies = study_results(uri, args.strategies, names)
+    studies = study_results(uri, args.strategies, names, base["local_epochs"])
 
     import ray
 

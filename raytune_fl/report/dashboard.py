@@ -19,7 +19,7 @@ from pathlib import Path
 from raytune_fl.config import SearchSpace
 from raytune_fl.report.page import page
 from raytune_fl.report.runs import Store, open_store
-from raytune_fl.report.sections import BUILDERS, SECTIONS, Section
+from raytune_fl.report.sections import BUILDERS, OPTIONAL_BUILDERS, OPTIONAL_SECTIONS, SECTIONS, Section
 from raytune_fl.tracking.schema import DASHBOARD_FOLDER
 
 
@@ -40,7 +40,8 @@ def render_page(space: SearchSpace, store: Store, sections: list[Section]) -> st
         f"latest tune studies: {html.escape(parents)}; latest ablation: {ablation}. "
         f"Built {time.strftime('%Y-%m-%d %H:%M:%S')}.</p>"
     )
-    parts = [(s.id, SECTIONS[s.id], "".join(s.parts)) for s in sections]
+    headings = {**SECTIONS, **OPTIONAL_SECTIONS}
+    parts = [(s.id, headings[s.id], "".join(s.parts)) for s in sections]
     return page(f"{space.name}: tuning and ablation dashboard", header, parts)
 
 
@@ -80,6 +81,7 @@ def build_dashboard(
             )
         )
         sections = [build(store) for build in BUILDERS.values()]
+        sections += [build(store) for wanted, build in OPTIONAL_BUILDERS.values() if wanted(store)]
         page = render_page(space, store, sections)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(page, encoding="utf-8")

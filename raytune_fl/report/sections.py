@@ -49,8 +49,9 @@ SECTIONS = {
     "spectrum": "Classifier singular-value spectrum",
     "client-accuracy": "Per-client accuracy spread",
     "partition": "Partition heat-maps",
-    "search-landscape": "Search landscape: a ground-truth grid and the studies' trials",
 }
+# sections drawn only where their data exists (a benchmark's, not every study's): no note when absent
+OPTIONAL_SECTIONS = {"search-landscape": "Search landscape: a ground-truth grid and the study trials on it"}
 NO_ABLATION = "no ablation runs yet: run scripts/ablate.py"
 
 
@@ -332,5 +333,7 @@ BUILDERS: dict[str, Callable[[Store], Section]] = {
     "spectrum": spectrum_section,
     "client-accuracy": client_accuracy_section,
     "partition": partition_section,
-    "search-landscape": search_landscape_section,
+}
+OPTIONAL_BUILDERS: dict[str, tuple[Callable[[Store], bool], Callable[[Store], Section]]] = {
+    "search-landscape": (lambda store: bool(store.grid_runs), search_landscape_section),
 }

@@ -298,3 +298,8 @@ class Artifacts:
     def yaml(self, run_id: str, path: str) -> dict[str, Any] | None:
         local = self.local(run_id, path)
         return None if local is None else yaml.safe_load(local.read_text())
+
+
+def metric_sum(client: MlflowClient, run_id: str, key: str) -> float:
+    """The sum of a metric's whole history on one run (e.g. a trial's clients per round: its client-rounds)."""
+    return float(sum(m.value for m in client.get_metric_history(run_id, key)))
