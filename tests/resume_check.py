@@ -17,6 +17,19 @@ class _Stop(Exception):
     pass
 
 
+def small_federation(rounds: int = 2, participation: float = 1.0) -> ExperimentConfig:
+    """Digits over 3 clients, in process, no costly diagnostics: the federation every checkpoint test resumes."""
+    return ExperimentConfig(
+        dataset="digits",
+        partition={"kind": "dirichlet", "alpha": 0.5, "clients": 3, "min_size": 20},
+        rounds=rounds,
+        participation=participation,
+        batch_size=32,
+        resources={"actors": 0},
+        diagnostics={"every": 0},
+    )
+
+
 def untimed(rows: list[dict]) -> list[dict]:
     """Round metrics without wall times (`*_s`): what must repeat exactly."""
     return [{k: v for k, v in row.items() if not k.endswith("_s")} for row in rows]

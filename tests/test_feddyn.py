@@ -10,14 +10,13 @@ from torch import nn
 
 from raytune_fl.aggregators.fedavg import fedavg
 from raytune_fl.aggregators.feddyn import feddyn, track_latest
-from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.checkpoint import load_state, save_state
 from raytune_fl.engine.local import LocalSettings, train_local
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import METHODS, build_method
 from raytune_fl.methods.base import Batch, ClientContext, ClientHook, LocalTerm, Method, MethodContext
 from raytune_fl.types import ClientUpdate, Weights
-from tests.resume_check import straight_and_resumed, untimed
+from tests.resume_check import small_federation, straight_and_resumed, untimed
 
 # --- the client check, through the real term and the one local loop ------------------------------------
 
@@ -313,15 +312,7 @@ def test_client_and_server_state_survive_a_checkpoint_and_the_next_round_is_iden
 
 
 def test_a_restored_federation_continues_exactly(tmp_path):
-    experiment = ExperimentConfig(
-        dataset="digits",
-        partition={"kind": "dirichlet", "alpha": 0.5, "clients": 3, "min_size": 20},
-        rounds=2,
-        participation=0.67,  # two of three clients a round: stale lambda_k count through D
-        batch_size=32,
-        resources={"actors": 0},
-        diagnostics={"every": 0},
-    )
+    experiment = small_federation(2, participation=0.67)  # two of three clients a round: stale lambda_k count through D
     params = {"alpha": 0.1}
     straight, rest, resumed = straight_and_resumed(experiment, "feddyn", params, tmp_path)
     assert resumed.client_states and resumed.method.aggregator.drift
@@ -380,15 +371,7 @@ def test_the_mean_of_every_clients_latest_model_by_hand():
 
 
 def test_avg_model_is_scored_each_round_and_survives_a_checkpoint(tmp_path):
-    experiment = ExperimentConfig(
-        dataset="digits",
-        partition={"kind": "dirichlet", "alpha": 0.5, "clients": 3, "min_size": 20},
-        rounds=2,
-        participation=0.67,
-        batch_size=32,
-        resources={"actors": 0},
-        diagnostics={"every": 0},
-    )
+    experiment = small_federation(2, participation=0.67)
     params = {"alpha": 0.1, "avg_model": True}
     straight, rest, resumed = straight_and_resumed(experiment, "feddyn", params, tmp_path)
     assert untimed(rest) == untimed(straight[1:])

@@ -10,12 +10,11 @@ import pytest
 
 from raytune_fl.aggregators.fedavg import fedavg
 from raytune_fl.aggregators.fedopt import fedopt, mean_delta, second_moment, step_size
-from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.checkpoint import load_state, save_state
 from raytune_fl.methods import METHODS, build_method
 from raytune_fl.methods.fedopt import FEDAVG_LIMIT
 from raytune_fl.types import ClientUpdate
-from tests.resume_check import straight_and_resumed, untimed
+from tests.resume_check import small_federation, straight_and_resumed, untimed
 
 RULES = {"fedadagrad": "adagrad", "fedadam": "adam", "fedyogi": "yogi"}
 
@@ -231,14 +230,7 @@ def test_state_survives_a_checkpoint_and_the_next_round_is_identical(tmp_path, n
 
 
 def test_a_restored_federation_continues_exactly(tmp_path):
-    experiment = ExperimentConfig(
-        dataset="digits",
-        partition={"kind": "dirichlet", "alpha": 0.5, "clients": 3, "min_size": 20},
-        rounds=3,
-        batch_size=32,
-        resources={"actors": 0},
-        diagnostics={"every": 0},
-    )
+    experiment = small_federation(3)
     params = {"bias_correction": "keras"}
     straight, rest, resumed = straight_and_resumed(experiment, "fedadam", params, tmp_path)
     assert [r["round"] for r in rest] == [2, 3]

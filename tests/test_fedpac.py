@@ -27,7 +27,7 @@ from raytune_fl.methods.fedpac import (
 )
 from raytune_fl.types import ClientUpdate
 from raytune_fl.weights import load_weights, read_weights
-from tests.resume_check import straight_and_resumed, untimed
+from tests.resume_check import small_federation, straight_and_resumed, untimed
 
 MODEL = ModelSpec("simple_cnn", 1, 10, (8, 8))
 SETTINGS = LocalSettings(epochs=1, batch_size=16, lr=0.05, momentum=0.9, weight_decay=1e-4)
@@ -231,15 +231,9 @@ def test_defaults_and_the_fedavg_limit_declared():
 
 
 def _experiment() -> ExperimentConfig:
-    return ExperimentConfig(
-        dataset="digits",
-        partition={"kind": "dirichlet", "alpha": 0.5, "clients": 3, "min_size": 20},
-        rounds=2,
-        participation=0.67,  # two of three clients a round: a non-participant keeps its classifier
-        batch_size=32,
-        resources={"actors": 0},
-        diagnostics={"every": 0},
-    )
+    return small_federation(
+        2, participation=0.67
+    )  # two of three clients a round: a non-participant keeps its classifier
 
 
 def test_a_restored_federation_continues_exactly_with_mixed_classifiers_and_centroids(tmp_path):
