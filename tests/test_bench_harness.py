@@ -68,8 +68,10 @@ def test_workload_ratios_divide_by_the_reference_of_the_same_repetition():
     gib = 1024 * proc.MiB
     results = [
         workload.WayResult("reference", 1, [9.0, 2.0, 2.0, 2.0], 20.0, gib, 0.78),  # median of rounds 2.. = 2.0
+        workload.WayResult("reference_procs", 1, [9.0, 2.0, 2.0, 2.0], 20.0, 1.6 * gib, 0.78),  # PSS 2 / 1.6
         workload.WayResult("engine_actors", 1, [9.0, 1.0, 1.0, 1.2], 30.0, 2 * gib, 0.79),  # 1.0 / 2.0
         workload.WayResult("reference", 2, [9.0, 4.0, 4.0, 4.0], 40.0, gib, 0.78),  # a slow repetition
+        workload.WayResult("reference_procs", 2, [9.0, 4.0, 4.0, 4.0], 40.0, 2 * gib, 0.78),  # PSS 2 / 2
         workload.WayResult("engine_actors", 2, [9.0, 3.0, 3.0, 3.0], 40.0, 2 * gib, 0.79),  # 3.0 / 4.0
     ]
     rows = {row["way"]: row for row in workload.summarise(results)}
@@ -77,14 +79,28 @@ def test_workload_ratios_divide_by_the_reference_of_the_same_repetition():
     assert rows["engine_actors"]["round_ratio"] == pytest.approx((0.5 + 0.75) / 2)
     assert rows["engine_actors"]["wall_ratio"] == pytest.approx((1.5 + 1.0) / 2)
     assert rows["engine_actors"]["pss_mib"] == 2048
-    assert "| engine_actors | 2.000 s | 0.62 | 35.0 s | 1.25 | 2048 MiB | 0.790, 0.790 |" in workload.format_table(
-        workload.summarise(results)
-    )
+    assert rows["engine_actors"]["pss_ratio"] == pytest.approx((1.25 + 1.0) / 2)
+    assert rows["reference_procs"]["pss_ratio"] == 1.0 and rows["reference"]["pss_ratio"] == pytest.approx(0.5625)
+    table = workload.format_table(workload.summarise(results))
+    assert "| engine_actors | 2.000 s | 0.62 | 35.0 s | 1.25 | 2048 MiB | 1.12 | 0.790, 0.790 |" in table
+
+
+def test_the_reference_loop_in_two_worker_processes_computes_what_one_process_does():
+    from raytune_fl.bench.reference import run
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # the workers train with 1 thread: the same sums in the same order
+    try:
+        one, two = run(rounds=1), run(rounds=1, processes=2)
+    finally:
+        torch.set_num_threads(before)
+    assert two["test_acc"] == one["test_acc"] == pytest.approx([0.084, 0.102], abs=1e-9)
+    assert two["sizes"] == WORKLOAD_SIZES
 
 
 def test_workload_refuses_an_unknown_way(capsys):
     assert workload.main(["--ways", "reference,flower"]) == 2
-    assert "unknown flower; known: reference, engine_inprocess, engine_actors" in capsys.readouterr().err
+    assert "unknown flower; known: reference, reference_procs, engine_inprocess, engine_actors" in capsys.readouterr().err
 
 
 def test_scaling_gives_every_client_the_same_work_and_samples_only_the_participants():

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from raytune_fl.bench import search
 from raytune_fl.bench.search import axis, format_summary, main, strategy_space, summarise
 
 
@@ -52,7 +53,8 @@ def test_the_summary_by_hand():
 def test_each_strategy_is_a_space_of_seeded_variants_with_its_own_tune_settings():
     space = strategy_space("random_asha", {"mu": {"uniform": [0, 1]}}, "univarfl", {"rounds": 2}, 4, 3)
     assert list(space["variants"]) == ["random_asha-1", "random_asha-2", "random_asha-3"]
-    assert space["tune"]["sampler"] == "random" and space["tune"]["scheduler"]["asha"]["grace_period"] == 4
+    assert space["tune"]["sampler"] == "random" and space["tune"]["scheduler"]["asha"] == {}  # the defaults
+    assert strategy_space("tpe_asha_g4", {}, "univarfl", {}, 4, 1)["tune"]["scheduler"]["asha"]["grace_period"] == 4
     assert space["tune"]["num_samples"] == 4 and space["name"] == "bench-search"
     assert strategy_space("tpe", {}, "univarfl", {}, 4, 1)["tune"]["scheduler"] == {"asha": None}
 
@@ -88,6 +90,8 @@ def test_a_tiny_search_benchmark_runs_end_to_end_and_draws_the_landscape(tmp_pat
     result = json.loads((tmp_path / "r.json").read_text())
     study = result["studies"][0]
     assert study["trials"] == 2 and study["client_epochs"] > 0 and not math.isnan(study["rescored_val_acc"])
+    assert "ASHA's bet" in out and [r["round"] for r in result["rung_fidelity"]] == [1]
+    assert all(len(run["val_curve"]) == 2 for run in result["grid_runs"])
 
 
 def test_the_landscape_section_draws_logged_grid_runs(tmp_path):
@@ -109,3 +113,15 @@ def test_the_landscape_section_draws_logged_grid_runs(tmp_path):
     empty = SearchSpace.model_validate({"name": "empty", "variants": {"full": {"method": "fedavg"}}})
     log_grid_run(uri, "empty", "full", {"mu": 1.0}, 0, [{"round": 1, "val_acc": 0.5}])
     assert "a map needs 2" in search_landscape_section(open_store(uri, empty, tmp_path / "a2")).skipped
+
+
+def test_rung_fidelity_by_hand():
+    # final ranks A4 B3 C2 D1; round 1 ranks A1 B4 C3 D2 (rho = -1/5); round 2 ranks A4 B2 C3 D1 (rho = 4/5)
+    curves = [[0.1, 0.7, 0.9], [0.4, 0.5, 0.8], [0.3, 0.6, 0.3], [0.2, 0.1, 0.1]]
+    rows = search.rung_fidelity(curves)
+    assert [r["round"] for r in rows] == [1, 2]
+    assert rows[0]["spearman"] == pytest.approx(-0.2) and rows[1]["spearman"] == pytest.approx(0.8)
+    # the final top tenth is A alone: round 1 keeps B, C (rf 2) or B (rf 3); round 2 keeps A, C or A
+    assert [(r["top_kept_rf2"], r["top_kept_rf3"]) for r in rows] == [(0.0, 0.0), (1.0, 1.0)]
+    table = search.format_fidelity(rows)
+    assert "| 2 | 0.80 | 100 % | 100 % |" in table and "final top tenth kept, rf 3" in table

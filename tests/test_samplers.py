@@ -36,3 +36,11 @@ def test_tpe_is_the_default_and_random_is_an_option():
     assert isinstance(make_sampler(TuneSettings(sampler="random"), "v", 16), optuna.samplers.RandomSampler)
     with pytest.raises(ValidationError, match="sampler"):
         TuneSettings(sampler="grid")
+
+
+def test_asha_grace_period_defaults_to_80_percent_of_the_rounds():
+    from raytune_fl.config import AshaConfig
+
+    default = AshaConfig()
+    assert [default.grace(rounds) for rounds in (1, 2, 5, 10, 35, 100)] == [1, 2, 4, 8, 28, 80]
+    assert AshaConfig(grace_period=3).grace(10) == 3 and AshaConfig(grace_period=30).grace(10) == 10

@@ -2,12 +2,15 @@
 PyTorch. It is the yardstick the engine's times are divided by, and a check that the engine's workload is the same.
 
 `python -m raytune_fl.bench.reference --threads 2` prints one JSON line: per-round times and test accuracies.
+`--processes 2` is the same computation spread over two worker processes (1 thread each, clients dealt round-robin,
+states sent through pipes) with the server in the main process: the yardstick for the engine on 2 actors' memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import time
 
 START = time.perf_counter()  # before the heavy imports: the whole run is timed from outside, this is for the log
@@ -92,34 +95,75 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float,
     return loss / len(y), correct / len(y)
 
 
-def run(rounds: int = 6) -> dict:
-    x, y, x_test, y_test, parts = load_data()
+State = dict[str, torch.Tensor]
+
+
+def aggregate(global_state: State, states: list[State], sizes: list[int]) -> State:
+    """Sample-weighted mean of the float entries; the first client's counters (BatchNorm's num_batches_tracked)."""
+    new = {}
+    for key, value in global_state.items():
+        if value.is_floating_point():
+            new[key] = sum(s[key] * (n / sum(sizes)) for s, n in zip(states, sizes))
+        else:
+            new[key] = states[0][key]
+    return new
+
+
+def train_clients(client: nn.Module, data, global_state: State, round_index: int, clients: list[int]) -> list[State]:
+    x, y, _, _, parts = data
+    states = []
+    for cid in clients:
+        client.load_state_dict(global_state)
+        train_client(client, x[parts[cid]], y[parts[cid]], round_index, cid)
+        states.append({k: v.clone() for k, v in client.state_dict().items()})
+    return states
+
+
+def worker(connection, clients: list[int]) -> None:
+    """One worker process: its own data and model, 1 thread; trains its clients for each round it is sent."""
+    torch.set_num_threads(1)
+    data, client = load_data(), Net()
+    while (message := connection.recv()) is not None:
+        round_index, global_state = message
+        connection.send(train_clients(client, data, global_state, round_index, clients))
+
+
+def run(rounds: int = 6, processes: int = 0) -> dict:
+    """`processes` 0: the clients train in this process; else in that many worker processes (round-robin)."""
+    data = load_data()
+    _, _, x_test, y_test, parts = data
     torch.manual_seed(0)
     server = Net()
-    client = Net()
     sizes = [len(p) for p in parts]
+    shares = [list(range(len(parts)))[w::processes] for w in range(processes)]
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter each, as a Ray worker is
+    pipes = [context.Pipe() for _ in shares]
+    workers = [context.Process(target=worker, args=(child, share)) for (_, child), share in zip(pipes, shares)]
+    for process in workers:
+        process.start()
+    client = None if processes else Net()
     _, acc = evaluate(server, x_test, y_test)
     accuracies, times = [acc], []
     last = time.perf_counter()
     for round_index in range(1, rounds + 1):
         global_state = {k: v.clone() for k, v in server.state_dict().items()}
-        states = []
-        for cid, part in enumerate(parts):
-            client.load_state_dict(global_state)
-            train_client(client, x[part], y[part], round_index, cid)
-            states.append({k: v.clone() for k, v in client.state_dict().items()})
-        new = {}
-        for key, value in global_state.items():
-            if value.is_floating_point():
-                new[key] = sum(s[key] * (n / sum(sizes)) for s, n in zip(states, sizes))
-            else:
-                new[key] = states[0][key]
-        server.load_state_dict(new)
+        if processes:
+            for parent, _ in pipes:
+                parent.send((round_index, global_state))
+            by_client = {cid: s for (parent, _), share in zip(pipes, shares) for cid, s in zip(share, parent.recv())}
+            states = [by_client[cid] for cid in range(len(parts))]
+        else:
+            states = train_clients(client, data, global_state, round_index, list(range(len(parts))))
+        server.load_state_dict(aggregate(global_state, states, sizes))
         _, acc = evaluate(server, x_test, y_test)
         accuracies.append(acc)
         now = time.perf_counter()
         times.append(now - last)
         last = now
+    for parent, _ in pipes:
+        parent.send(None)
+    for process in workers:
+        process.join()
     return {"round_times": times, "test_acc": accuracies, "sizes": sizes}
 
 
@@ -127,9 +171,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--processes", type=int, default=0, help="worker processes for the clients (0: none)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    result = run(args.rounds)
+    result = run(args.rounds, args.processes)
     result["in_process_s"] = time.perf_counter() - START
     print(json.dumps(result))
 

@@ -41,11 +41,13 @@ REPO = Path(__file__).resolve().parents[2]
 TUNE_SCRIPT = REPO / "scripts" / "tune.py"
 EXPERIMENT = "bench-search"
 VARIANT = "full"  # univarfl.yaml's
-STRATEGIES: dict[str, dict[str, Any]] = {  # the tune settings each strategy runs with
-    "tpe_asha": {"sampler": "tpe", "scheduler": {"asha": {"grace_period": 4, "reduction_factor": 2.0}}},
+STRATEGIES: dict[str, dict[str, Any]] = {  # the tune settings each strategy runs with; {}: config.py's defaults
+    "tpe_asha": {"sampler": "tpe", "scheduler": {"asha": {}}},
     "tpe": {"sampler": "tpe", "scheduler": {"asha": None}},
-    "random_asha": {"sampler": "random", "scheduler": {"asha": {"grace_period": 4, "reduction_factor": 2.0}}},
+    "random_asha": {"sampler": "random", "scheduler": {"asha": {}}},
+    "tpe_asha_g4": {"sampler": "tpe", "scheduler": {"asha": {"grace_period": 4}}},  # the default until the figures
 }
+DEFAULT_STRATEGIES = ("tpe_asha", "tpe", "random_asha")
 
 
 def variant_ranges() -> tuple[str, dict[str, dict[str, list[float]]]]:
@@ -91,7 +93,7 @@ def train(experiment, method: str, params: dict[str, Any], seed: int, pool_facto
 
 
 def run_strategies(
-    args, method: str, search: dict, base: dict, workdir: Path, scratch: Path, uri: str, log=print
+    args, method: str, search: dict, base: dict, workdir: Path, scratch: Path, uri: str
 ) -> dict[str, float]:
     """Each strategy's studies through scripts/tune.py; returns each strategy's process wall time."""
     walls = {}
@@ -103,12 +105,15 @@ def run_strategies(
         if measured.returncode != 0:
             raise RuntimeError(f"tune.py ({strategy}) exited with {measured.returncode}:\n{measured.stderr[-3000:]}")
         walls[strategy] = measured.wall_s
-        log(f"{strategy}: {args.search_seeds} studies x {args.trials} trials in {measured.wall_s:.0f} s")
+        print(f"{strategy}: {args.search_seeds} studies x {args.trials} trials in {measured.wall_s:.0f} s", flush=True)
     return walls
 
 
-def study_results(uri: str, strategies: Sequence[str], names: Sequence[str], local_epochs: int) -> list[dict[str, Any]]:
-    """Per study (variant): what it selected, and the client-epochs and time its trials used."""
+def study_results(
+    uri: str, strategies: Sequence[str], names: Sequence[str], local_epochs: int, since_ms: int = 0
+) -> list[dict[str, Any]]:
+    """Per study (variant) started at `since_ms` or later: what it selected, and the client-epochs and time its
+    trials used."""
     from raytune_fl.tracking.schema import TAG_BEST_PREFIX, TAG_PARENT_RUN, TAG_STAGE, TAG_VARIANT
     from raytune_fl.tracking.store import experiment_id, metric_sum, open_client, search_all
 
@@ -116,7 +121,7 @@ def study_results(uri: str, strategies: Sequence[str], names: Sequence[str], loc
     experiment = experiment_id(client, EXPERIMENT)
     runs = search_all(client, experiment, f"tags.{TAG_STAGE} = 'tune'")
     out = []
-    for parent in [r for r in runs if TAG_PARENT_RUN not in r.data.tags]:
+    for parent in [r for r in runs if TAG_PARENT_RUN not in r.data.tags and r.info.start_time >= since_ms]:
         variant = parent.data.tags.get(TAG_VARIANT, "")
         strategy = variant.rsplit("-", 1)[0]
         if strategy not in strategies:
@@ -189,6 +194,69 @@ def summarise(grid: list[dict[str, Any]], studies: list[dict[str, Any]], names: 
     return summary
 
 
+def logged_grid(uri: str, names: Sequence[str], local_epochs: int, clients: int) -> list[dict[str, Any]]:
+    """The grid runs an earlier run of this benchmark logged in `uri`, as the rows `run` makes (`--reuse-grid`).
+
+    Runs logged before grid runs carried `clients` and `wall_s` count `clients` per round and their round times."""
+    from raytune_fl.tracking.schema import STAGE_GRID, TAG_SEED
+    from raytune_fl.tracking.store import experiment_id, logged_rounds, open_client, stage_runs
+
+    client = open_client(uri)
+    experiment = experiment_id(client, EXPERIMENT)
+    rows = []
+    for run in stage_runs(client, experiment, STAGE_GRID) if experiment is not None else []:
+        rounds = logged_rounds(client, run.info.run_id, ("val_acc", "test_acc", "round_time_s", "clients"))
+        wall = run.data.metrics.get("wall_s", sum(r.get("round_time_s", 0.0) for r in rounds))
+        rows.append(
+            {
+                "params": {k: float(run.data.params[k]) for k in names},
+                "seed": int(run.data.tags[TAG_SEED]),
+                "val_acc": rounds[-1]["val_acc"],
+                "test_acc": rounds[-1]["test_acc"],
+                "val_curve": [r["val_acc"] for r in rounds],
+                "client_epochs": sum(r.get("clients", clients) for r in rounds) * local_epochs,
+                "wall_s": wall,
+            }
+        )
+    return sorted(rows, key=lambda r: (tuple(r["params"].values()), r["seed"]))
+
+
+def rung_fidelity(curves: Sequence[Sequence[float]], reduction_factors: Sequence[float] = (2, 3)) -> list[dict]:
+    """What an ASHA rung at round g bets on, read off the grid's runs (each run's val_acc per round).
+
+    Per g before the last round: Spearman's rank correlation between val_acc at g and at the last round, and per
+    reduction factor rf the share of the runs that end in the top tenth which are in the top 1/rf at g (a rung
+    there would have let them go on)."""
+    import pandas as pd
+
+    table = pd.DataFrame([list(c) for c in curves])
+    final = table.iloc[:, -1]
+    top = set(final.nlargest(max(1, len(table) // 10)).index)
+    rows = []
+    for g in range(1, table.shape[1]):
+        at_g = table.iloc[:, g - 1]
+        row: dict[str, Any] = {"round": g, "spearman": float(at_g.rank().corr(final.rank()))}
+        for rf in reduction_factors:
+            kept = set(at_g.nlargest(max(1, int(len(table) / rf))).index)
+            row[f"top_kept_rf{rf:g}"] = len(top & kept) / len(top)
+        rows.append(row)
+    return rows
+
+
+def format_fidelity(rows: Sequence[dict[str, Any]]) -> str:
+    factors = [k.removeprefix("top_kept_rf") for k in rows[0] if k.startswith("top_kept_rf")]
+    lines = [
+        "| rung at round | Spearman vs last round | "
+        + " | ".join(f"final top tenth kept, rf {f}" for f in factors)
+        + " |",
+        "|---" * (2 + len(factors)) + "|",
+    ]
+    for row in rows:
+        kept = " | ".join(f"{100 * row[f'top_kept_rf{f}']:.0f} %" for f in factors)
+        lines.append(f"| {row['round']} | {row['spearman']:.2f} | {kept} |")
+    return "\n".join(lines)
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     g = summary["grid"]
     point = ", ".join(f"{k}={v:.4g}" for k, v in g["best_params"].items())
@@ -221,9 +289,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--search-seeds", type=int, default=3, help="studies per strategy (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=10, help="rounds per run (default %(default)s)")
     parser.add_argument("--actors", type=int, default=2, help="client actors per run (default %(default)s)")
-    parser.add_argument("--strategies", default=",".join(STRATEGIES), help="default: %(default)s")
+    parser.add_argument(
+        "--strategies", default=",".join(DEFAULT_STRATEGIES), help=f"of {', '.join(STRATEGIES)}; default: %(default)s"
+    )
     parser.add_argument(
         "--workdir", default="reports/bench_search", help="the MLflow store and the dashboard (default %(default)s)"
+    )
+    parser.add_argument(
+        "--reuse-grid",
+        action="store_true",
+        help="measure --strategies against the grid an earlier run logged in --workdir instead of training one",
     )
     parser.add_argument("--json", help="also write the result to this JSON file")
     args = parser.parse_args(argv)
@@ -234,12 +309,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    if (workdir / "mlflow.db").exists():
-        print(f"error: --workdir: {workdir} already holds an mlflow.db; give another directory", file=sys.stderr)
+    if (workdir / "mlflow.db").exists() != args.reuse_grid:
+        problem = "already holds an mlflow.db; give another directory" if not args.reuse_grid else "has no mlflow.db"
+        print(
+            f"error: --workdir: {workdir} {problem} (--reuse-grid: the grid of an earlier run there)", file=sys.stderr
+        )
         return 2
     with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:  # Tune's trial checkpoints: thrown away
-        summary = run(args, workdir, Path(tmp))
+        try:
+            summary = run(args, workdir, Path(tmp))
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     print(format_summary(summary))
+    print("\nASHA's bet, read off the grid's runs (what a grace period of g trusts):")
+    print(format_fidelity(summary["rung_fidelity"]))
     print(f"dashboard with the landscape: {summary['dashboard']}")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1))
@@ -254,9 +338,15 @@ def run(args, workdir: Path, scratch: Path) -> dict[str, Any]:
     names = list(search)
     base = base_config(args.rounds, args.actors)
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    started = time.perf_counter()
+    grid = []
+    if args.reuse_grid:  # before the studies: a workdir without a grid fails at once
+        grid = logged_grid(uri, names, base["local_epochs"], base["partition"]["clients"])
+        if not grid:
+            raise ValueError(f"--reuse-grid: {uri} holds no grid runs of experiment {EXPERIMENT!r}")
+        print(f"grid: {len(grid)} runs read back from {uri}", flush=True)
+    started, since_ms = time.perf_counter(), int(time.time() * 1000)  # a reused workdir's earlier studies: not ours
     run_strategies(args, method, search, base, workdir, scratch, uri)  # first: each tune.py starts its own Ray
-    studies = study_results(uri, args.strategies, names, base["local_epochs"])
+    studies = study_results(uri, args.strategies, names, base["local_epochs"], since_ms)
 
     import ray
 
@@ -268,15 +358,15 @@ def run(args, workdir: Path, scratch: Path) -> dict[str, Any]:
     if args.actors > 0:
         ray.init(address="local", include_dashboard=False, log_to_driver=False)
         pool_factory = ray_pool_factory(experiment.resources)
-    grid = []
     axes = [axis(search[name], args.grid) for name in names]
     points = [
-        dict(zip(names, values)) for values in np.array(np.meshgrid(*axes, indexing="ij")).reshape(len(names), -1).T
+        dict(zip(names, map(float, values)))
+        for values in np.array(np.meshgrid(*axes, indexing="ij")).reshape(len(names), -1).T
     ]
-    for index, params in enumerate(points, 1):
+    for index, params in enumerate(points if not args.reuse_grid else [], 1):
         for seed in range(args.grid_seeds):
             rows, wall = train(experiment, method, params, seed, pool_factory)
-            log_grid_run(uri, EXPERIMENT, VARIANT, params, seed, rows)
+            log_grid_run(uri, EXPERIMENT, VARIANT, params, seed, rows, wall_s=wall)
             last = rows[-1]
             grid.append(
                 {
@@ -284,11 +374,15 @@ def run(args, workdir: Path, scratch: Path) -> dict[str, Any]:
                     "seed": seed,
                     "val_acc": last["val_acc"],
                     "test_acc": last["test_acc"],
+                    "val_curve": [r["val_acc"] for r in rows],
                     "client_epochs": sum(r["clients"] for r in rows) * experiment.local_epochs,
                     "wall_s": wall,
                 }
             )
-        print(f"grid point {index}/{len(points)} {params}: val_acc {[g['val_acc'] for g in grid[-args.grid_seeds :]]}")
+        print(
+            f"grid point {index}/{len(points)} {params}: val_acc {[g['val_acc'] for g in grid[-args.grid_seeds :]]}",
+            flush=True,
+        )
     for study in studies:  # the selected configurations, trained again under the grid's seeds
         runs = [
             train(experiment, method, study["best_params"], seed, pool_factory)[0] for seed in range(args.grid_seeds)
@@ -299,6 +393,7 @@ def run(args, workdir: Path, scratch: Path) -> dict[str, Any]:
         ray.shutdown()
     summary = summarise(grid, studies, names)
     summary["studies"], summary["wall_s"] = studies, time.perf_counter() - started
+    summary["grid_runs"], summary["rung_fidelity"] = grid, rung_fidelity([g["val_curve"] for g in grid])
     from raytune_fl.report.dashboard import build_dashboard
 
     variants = {s["study"]: {"method": method, "search": search} for s in studies}

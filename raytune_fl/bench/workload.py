@@ -36,7 +36,8 @@ WORKLOAD: dict[str, Any] = {
     "diagnostics": {"spectrum": False, "client_accuracy": False, "decomposition": False, "every": 0},
 }
 
-WAYS = ("reference", "engine_inprocess", "engine_actors")
+# reference_procs: the reference loop with its clients in `--actors` worker processes, the yardstick for memory
+WAYS = ("reference", "reference_procs", "engine_inprocess", "engine_actors")
 
 
 def workload_config(rounds: int = 6, actors: int = 0, device: str = "cpu"):
@@ -115,8 +116,10 @@ class WayResult:
 
 
 def child_command(way: str, rounds: int, threads: int, actors: int, device: str = "cpu") -> list[str]:
-    if way == "reference":  # always the CPU loop: the yardstick
-        return python_module("raytune_fl.bench.reference", "--threads", str(threads), "--rounds", str(rounds))
+    if way.startswith("reference"):  # always the CPU loop: the yardstick
+        processes = str(actors if way == "reference_procs" else 0)
+        args = ("--threads", str(threads), "--rounds", str(rounds), "--processes", processes)
+        return python_module("raytune_fl.bench.reference", *args)
     args = ["--child", way, "--rounds", str(rounds), "--threads", str(threads), "--actors", str(actors)]
     return python_module("raytune_fl.bench.workload", *args, "--device", device)
 
@@ -129,13 +132,19 @@ def run_way(way: str, rep: int, rounds: int, threads: int, actors: int, device: 
     return WayResult(way, rep, report["round_times"], measured.wall_s, measured.peak_pss, report["test_acc"][-1])
 
 
-def summarise(results: Sequence[WayResult], reference: str = "reference") -> list[dict[str, Any]]:
-    """Per way: medians over reps of s/round, wall and peak PSS, and of the ratio to the same rep's reference."""
+def summarise(
+    results: Sequence[WayResult], reference: str = "reference", memory_reference: str = "reference_procs"
+) -> list[dict[str, Any]]:
+    """Per way: medians over reps of s/round, wall and peak PSS, and of the ratio to the same rep's reference
+    (peak PSS: to the same rep's multi-process reference loop, NaN where it did not run)."""
     by_rep = {(r.way, r.rep): r for r in results}
     rows = []
     for way in dict.fromkeys(r.way for r in results):
         mine = [r for r in results if r.way == way]
         refs = [(r, by_rep[(reference, r.rep)]) for r in mine if (reference, r.rep) in by_rep]
+        memory = [
+            r.peak_pss / by_rep[(memory_reference, r.rep)].peak_pss for r in mine if (memory_reference, r.rep) in by_rep
+        ]
         rows.append(
             {
                 "way": way,
@@ -144,6 +153,7 @@ def summarise(results: Sequence[WayResult], reference: str = "reference") -> lis
                 "pss_mib": statistics.median(r.peak_pss for r in mine) / MiB,
                 "round_ratio": statistics.median(r.per_round / ref.per_round for r, ref in refs),
                 "wall_ratio": statistics.median(r.wall_s / ref.wall_s for r, ref in refs),
+                "pss_ratio": statistics.median(memory) if memory else float("nan"),
                 "final_acc": [r.final_acc for r in mine],
             }
         )
@@ -152,14 +162,15 @@ def summarise(results: Sequence[WayResult], reference: str = "reference") -> lis
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = [
-        "| way | s/round (median r2-6) | x reference | whole run | x reference | peak PSS | final test acc |",
-        "|---|---|---|---|---|---|---|",
+        "| way | s/round (median r2-6) | x reference | whole run | x reference | peak PSS | x reference_procs "
+        "| final test acc |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         accs = ", ".join(f"{a:.3f}" for a in row["final_acc"])
         lines.append(
             f"| {row['way']} | {row['s_per_round']:.3f} s | {row['round_ratio']:.2f} | {row['wall_s']:.1f} s "
-            f"| {row['wall_ratio']:.2f} | {row['pss_mib']:.0f} MiB | {accs} |"
+            f"| {row['wall_ratio']:.2f} | {row['pss_mib']:.0f} MiB | {row['pss_ratio']:.2f} | {accs} |"
         )
     return "\n".join(lines)
 
@@ -196,8 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         print(f"error: --ways: unknown {', '.join(unknown)}; known: {', '.join(WAYS)}", file=sys.stderr)
         return 2
-    if "reference" not in ways:
-        ways.insert(0, "reference")  # every ratio needs it
+    for needed in ("reference_procs", "reference")[: 2 if "engine_actors" in ways else 1]:
+        if needed not in ways:
+            ways.insert(0, needed)  # the ratios need them
     results = []
     for rep in range(1, args.reps + 1):
         for way in ways:

@@ -16,7 +16,7 @@ from mlflow.entities import Metric, Param, RunTag
 from raytune_fl.tracking.schema import STAGE_GRID, TAG_SEED, TAG_STAGE, TAG_VARIANT
 from raytune_fl.tracking.store import experiment_id
 
-ROUND_METRICS = ("val_acc", "val_loss", "test_acc", "test_loss", "round_time_s")
+ROUND_METRICS = ("val_acc", "val_loss", "test_acc", "test_loss", "round_time_s", "clients")
 
 
 def log_grid_run(
@@ -26,8 +26,10 @@ def log_grid_run(
     params: Mapping[str, Any],
     seed: int,
     rounds: Sequence[Mapping[str, Any]],
+    wall_s: float | None = None,
 ) -> str:
-    """One grid point under one seed, with its round metrics; returns the run id. Creates the experiment if needed."""
+    """One grid point under one seed, with its round metrics (and its wall time from start to end, when given);
+    returns the run id. Creates the experiment if needed."""
     client = MlflowClient(tracking_uri)
     found = experiment_id(client, experiment)
     exp = found if found is not None else client.create_experiment(experiment)
@@ -39,6 +41,8 @@ def log_grid_run(
         for key in ROUND_METRICS
         if isinstance(row.get(key), (int, float))
     ]
+    if wall_s is not None:
+        metrics.append(Metric("wall_s", float(wall_s), 0, 0))
     client.log_batch(
         run.info.run_id,
         metrics=metrics,

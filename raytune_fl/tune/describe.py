@@ -56,7 +56,7 @@ def variant_description(space: SearchSpace, variant_name: str, num_trials: int) 
         )
         asha = settings.scheduler.asha
         stopping = (
-            f"ASHA on rounds (grace {asha.grace_period}, reduction {asha.reduction_factor:g})"
+            f"ASHA on rounds (grace {asha.grace(space.base.rounds)}, reduction {asha.reduction_factor:g})"
             if asha is not None
             else "no early stopping"
         )

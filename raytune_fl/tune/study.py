@@ -151,7 +151,7 @@ def run_variant(
         ASHAScheduler(
             time_attr="round",
             max_t=base.rounds,
-            grace_period=min(asha.grace_period, base.rounds),
+            grace_period=asha.grace(base.rounds),
             reduction_factor=asha.reduction_factor,
         )
         if asha is not None and searched
