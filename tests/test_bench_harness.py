@@ -100,7 +100,8 @@ def test_the_reference_loop_in_two_worker_processes_computes_what_one_process_do
 
 def test_workload_refuses_an_unknown_way(capsys):
     assert workload.main(["--ways", "reference,flower"]) == 2
-    assert "unknown flower; known: reference, reference_procs, engine_inprocess, engine_actors" in capsys.readouterr().err
+    known = "reference, reference_procs, engine_inprocess, engine_actors"
+    assert f"unknown flower; known: {known}" in capsys.readouterr().err
 
 
 def test_scaling_gives_every_client_the_same_work_and_samples_only_the_participants():

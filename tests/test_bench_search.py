@@ -121,7 +121,10 @@ def test_rung_fidelity_by_hand():
     rows = search.rung_fidelity(curves)
     assert [r["round"] for r in rows] == [1, 2]
     assert rows[0]["spearman"] == pytest.approx(-0.2) and rows[1]["spearman"] == pytest.approx(0.8)
-    # the final top tenth is A alone: round 1 keeps B, C (rf 2) or B (rf 3); round 2 keeps A, C or A
+    # the final top tenth is A alone; Ray's cutoff at a rung is the (1 - 1/rf) quantile, ties go on:
+    # round 1 [.1 .4 .3 .2]: rf 2 cuts at .25, rf 3 at .3 (B, C go on); round 2 [.7 .5 .6 .1]: .55 and .6 (A, C)
     assert [(r["top_kept_rf2"], r["top_kept_rf3"]) for r in rows] == [(0.0, 0.0), (1.0, 1.0)]
     table = search.format_fidelity(rows)
     assert "| 2 | 0.80 | 100 % | 100 % |" in table and "final top tenth kept, rf 3" in table
+    flat = search.rung_fidelity([[0.5, 0.9], [0.5, 0.1]])  # a rung where all are equal: all go on, no correlation
+    assert flat[0]["top_kept_rf2"] == 1.0 and "| 1 | n/a (all equal) | 100 % |" in search.format_fidelity(flat)

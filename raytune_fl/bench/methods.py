@@ -176,9 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         import ray
 
         from raytune_fl.actors import ray_pool_factory
+        from raytune_fl.tune.cluster import start_local
 
         if not ray.is_initialized():
-            ray.init(address="local", include_dashboard=False, log_to_driver=False)
+            start_local()
         pool_factory = ray_pool_factory(experiment.resources)
     else:
         import torch

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -224,9 +225,9 @@ def logged_grid(uri: str, names: Sequence[str], local_epochs: int, clients: int)
 def rung_fidelity(curves: Sequence[Sequence[float]], reduction_factors: Sequence[float] = (2, 3)) -> list[dict]:
     """What an ASHA rung at round g bets on, read off the grid's runs (each run's val_acc per round).
 
-    Per g before the last round: Spearman's rank correlation between val_acc at g and at the last round, and per
-    reduction factor rf the share of the runs that end in the top tenth which are in the top 1/rf at g (a rung
-    there would have let them go on)."""
+    Per g before the last round: Spearman's rank correlation between val_acc at g and at the last round (NaN where
+    every run has the same value), and per reduction factor rf the share of the runs that end in the top tenth
+    which a rung at g would let go on: Ray's rule, a value at or above the (1 - 1/rf) quantile of the rung."""
     import pandas as pd
 
     table = pd.DataFrame([list(c) for c in curves])
@@ -237,7 +238,7 @@ def rung_fidelity(curves: Sequence[Sequence[float]], reduction_factors: Sequence
         at_g = table.iloc[:, g - 1]
         row: dict[str, Any] = {"round": g, "spearman": float(at_g.rank().corr(final.rank()))}
         for rf in reduction_factors:
-            kept = set(at_g.nlargest(max(1, int(len(table) / rf))).index)
+            kept = set(at_g.index[at_g >= np.nanpercentile(at_g, 100 * (1 - 1 / rf))])
             row[f"top_kept_rf{rf:g}"] = len(top & kept) / len(top)
         rows.append(row)
     return rows
@@ -253,7 +254,8 @@ def format_fidelity(rows: Sequence[dict[str, Any]]) -> str:
     ]
     for row in rows:
         kept = " | ".join(f"{100 * row[f'top_kept_rf{f}']:.0f} %" for f in factors)
-        lines.append(f"| {row['round']} | {row['spearman']:.2f} | {kept} |")
+        rho = "n/a (all equal)" if math.isnan(row["spearman"]) else f"{row['spearman']:.2f}"
+        lines.append(f"| {row['round']} | {rho} | {kept} |")
     return "\n".join(lines)
 
 
@@ -352,11 +354,12 @@ def run(args, workdir: Path, scratch: Path) -> dict[str, Any]:
 
     from raytune_fl.actors import ray_pool_factory
     from raytune_fl.engine.federation import in_process_pool
+    from raytune_fl.tune.cluster import start_local
 
     experiment = ExperimentConfig.model_validate(base)
     pool_factory = in_process_pool
     if args.actors > 0:
-        ray.init(address="local", include_dashboard=False, log_to_driver=False)
+        start_local()
         pool_factory = ray_pool_factory(experiment.resources)
     axes = [axis(search[name], args.grid) for name in names]
     points = [

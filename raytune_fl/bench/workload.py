@@ -65,8 +65,9 @@ def timed_run(experiment, data=None) -> tuple[list[dict[str, Any]], list[float]]
         import ray
 
         from raytune_fl.actors import ray_pool_factory
+        from raytune_fl.tune.cluster import start_local
 
-        ray.init(address="local", include_dashboard=False, log_to_driver=False, num_cpus=max(2, actors))
+        start_local(num_cpus=max(2, actors))
         pool_factory = ray_pool_factory(experiment.resources)
     stamps: list[float] = []
     rows: list[dict[str, Any]] = []

@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from raytune_fl.data.partition import client_domains
 from raytune_fl.data.split import label_histogram
+
+if TYPE_CHECKING:  # pandas (and pyarrow with it) is imported where a table is made: ~40 MiB in every client
+    import pandas as pd  # actor, which imports this package and never makes one
 
 FIXED_COLUMNS = ("client", "num_samples", "domain")
 ANNOTATE_MAX = 20  # annotate cell counts when the matrix is at most this many rows and columns
@@ -50,6 +53,8 @@ def partition_table(
         if d is None:
             return None
         return str(domain_names[d]) if d < len(domain_names) else f"domain_{d}"
+
+    import pandas as pd
 
     table = pd.DataFrame(
         {

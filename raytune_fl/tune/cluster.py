@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -27,10 +29,51 @@ def start_ray(address: str | None) -> None:
     address = address or os.environ.get("RAY_ADDRESS") or "local"
     if address not in ("auto", "local") and not address.startswith("ray://"):
         _probe(address)  # Ray itself retries an unreachable head for minutes
-    kwargs: dict[str, Any] = {"address": address, "log_to_driver": True}
     if address == "local":
-        kwargs["include_dashboard"] = False
-    ray.init(**kwargs)
+        start_local(log_to_driver=True)
+    else:
+        ray.init(address=address, log_to_driver=True)
+
+
+def start_local(*, log_to_driver: bool = False, **init_kwargs: Any) -> None:
+    """`ray.init()` of a private one-node cluster without the head processes such a cluster never uses.
+
+    Left out, each a Python process of 50-65 MiB PSS (scripts/bench_workload.py): the autoscaler's monitor (one
+    node that never scales), the API server (it serves the dashboard and job submission, neither used here; Ray
+    runs on without it when it fails to start) and, when no worker output is forwarded to this process, the log
+    monitor. `ray.init` has no options for them (`ray start` has some: --no-monitor, --include-log-monitor), so
+    the node it builds is amended while it starts; if Ray's internals moved, the cluster starts with them."""
+    import ray
+
+    with _lean_node_parameters(include_log_monitor=log_to_driver):
+        ray.init(address="local", include_dashboard=False, log_to_driver=log_to_driver, **init_kwargs)
+
+
+@contextlib.contextmanager
+def _lean_node_parameters(include_log_monitor: bool) -> Iterator[None]:
+    try:
+        from ray._private import parameter
+        from ray._private.node import Node
+    except ImportError:  # pragma: no cover - another Ray: start it as it is
+        yield
+        return
+    original, api_server = parameter.RayParams, getattr(Node, "start_api_server", None)
+
+    class LeanParams(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.no_monitor = True
+            self.include_log_monitor = include_log_monitor
+
+    parameter.RayParams = LeanParams
+    if api_server is not None:
+        Node.start_api_server = lambda self, **_: None  # as if it had failed to start: no dashboard URL
+    try:
+        yield
+    finally:
+        parameter.RayParams = original
+        if api_server is not None:
+            Node.start_api_server = api_server
 
 
 def cluster_view() -> tuple[str, dict[str, float], list[dict[str, float]]]:
