@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from raytune_fl.engine.augment import AugmentSpec, augment_batch
+from raytune_fl.engine.sgd import PlainSGD
 from raytune_fl.methods.base import Batch, ClientContext, Method, Phase
 
 
@@ -89,7 +90,7 @@ def _train_phase(
         _classifier(model).train()
     # a fresh optimiser every phase: momentum does not leak across rounds, clients or phases. Built after the
     # hooks so a frozen parameter (requires_grad=False) is left out and never decayed.
-    optimizer = torch.optim.SGD(
+    optimizer = PlainSGD(
         [p for p in model.parameters() if p.requires_grad],
         lr=settings.lr if phase.lr is None else phase.lr,
         momentum=settings.momentum,
@@ -124,7 +125,7 @@ def _train_phase(
                     value = term.loss(batch)
                     values.append(value)
                     loss = loss + term.weight * value
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()
             loss.backward()
             for hook in hooks:
                 hook.after_backward(ctx)

@@ -1,0 +1,54 @@
+"""The local loop's optimiser: torch.optim.SGD's update without torch.optim.Optimizer around it.
+
+The update is torch's own functional `torch.optim.sgd.sgd` called with the arguments `SGD.step` passes it, so a
+step is bit for bit torch.optim.SGD's (tests/test_engine.py's frozen-engine pin and tests/test_sgd.py). What is
+left out is the Optimizer wrapper: its `step`, `zero_grad` and `add_param_group` import torch._dynamo (and triton
+with it) on first use, about 85 MiB of private memory in every process that trains, client actors included,
+none of which ever compiles anything (scripts/bench_workload.py's peak PSS). No hooks, closures, sparse or
+differentiable steps: the loop uses none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+from torch.optim.sgd import sgd
+
+
+class PlainSGD:
+    """SGD with momentum (dampening 0, no Nesterov) and L2 weight decay, as torch.optim.SGD(params, lr, ...)."""
+
+    def __init__(self, params: Iterable[Tensor], lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> None:
+        self.params = list(params)
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.momentum_buffers: dict[int, Tensor | None] = {}  # by parameter index; None until its first step
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None  # torch's set_to_none=True
+
+    @torch.no_grad()
+    def step(self) -> None:
+        stepped = [i for i, p in enumerate(self.params) if p.grad is not None]
+        params = [self.params[i] for i in stepped]
+        buffers = [self.momentum_buffers.get(i) for i in stepped] if self.momentum != 0 else []
+        sgd(
+            params,
+            [p.grad for p in params],
+            buffers,
+            weight_decay=self.weight_decay,
+            momentum=self.momentum,
+            lr=self.lr,
+            dampening=0.0,
+            nesterov=False,
+            maximize=False,
+            has_sparse_grad=False,
+            foreach=None,
+            fused=None,
+            grad_scale=None,
+            found_inf=None,
+        )
+        if self.momentum != 0:  # sgd() put each new buffer into the list
+            self.momentum_buffers.update(zip(stepped, buffers))
