@@ -3,9 +3,8 @@
 python scripts/ablate.py --space search_spaces/univarfl.yaml --seeds 3 --grid alpha=0.1,1.0
 """
 
-import sys
-
 from raytune_fl.cli.ablate import main
+from raytune_fl.cli.common import exit_now
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

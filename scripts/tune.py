@@ -1,9 +1,8 @@
 #!/usr/bin/env python
 """Tune every ablation variant of a search-space file. See `python scripts/tune.py --help`."""
 
-import sys
-
+from raytune_fl.cli.common import exit_now
 from raytune_fl.cli.tune import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

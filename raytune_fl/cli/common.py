@@ -7,9 +7,11 @@ Errors are `ConfigError`s naming the option or field; a command prints them as `
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import re
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
 
@@ -67,6 +69,16 @@ def tracking_uri(args: argparse.Namespace) -> str:
     from raytune_fl.tracking import default_tracking_uri
 
     return args.mlflow_uri or default_tracking_uri()
+
+
+def exit_now(code: int) -> NoReturn:
+    """A command's exit: the atexit handlers (Ray's shutdown, MLflow's and logging's flushes), then no interpreter
+    teardown. With torch, Ray and MLflow loaded the teardown takes seconds (3.7 s measured after a study, no Python
+    frame running) and writes nothing: everything a command produces is written by then."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def fail(message: object) -> int:
