@@ -42,10 +42,36 @@ class PartitionConfig(_Strict):
     val_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # each client's held-out share; tuning selects on it
 
 
+class ScheduleConfig(_Strict):
+    """The clients' learning rate per round (engine/lr_schedule.py has the formulas), stepped once per round."""
+
+    kind: Literal["constant", "cosine", "step", "exponential"] = "constant"  # no decay, as before these knobs existed
+    t_max: int | None = Field(None, ge=1)  # cosine: rounds to reach eta_min; unset = the run's rounds (FedUV's code)
+    eta_min: float = Field(0.0, ge=0)  # cosine: the floor (torch's CosineAnnealingLR default)
+    step_size: int = Field(10, ge=1)  # step: rounds between decays
+    # step: factor per decay (unset = 0.1, torch's StepLR default); exponential: factor per round, required (torch's
+    # ExponentialLR has no default either)
+    gamma: float | None = Field(None, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _gamma_where_needed(self) -> ScheduleConfig:
+        if self.kind == "exponential" and self.gamma is None:
+            raise ValueError("gamma: an exponential schedule needs its factor per round (e.g. 0.95)")
+        return self
+
+    def resolve(self, rounds: int) -> Any:
+        """The engine's schedule (engine/lr_schedule.LrSchedule) for a run of `rounds` rounds."""
+        from raytune_fl.engine.lr_schedule import LrSchedule
+
+        gamma = self.gamma if self.gamma is not None else (0.1 if self.kind == "step" else 1.0)
+        return LrSchedule(self.kind, self.t_max or rounds, self.eta_min, self.step_size, gamma)
+
+
 class OptimizerConfig(_Strict):
     lr: float = Field(0.01, gt=0)  # FedUV's official small-CNN settings
     momentum: float = Field(0.9, ge=0, lt=1)
     weight_decay: float = Field(1e-5, ge=0)
+    schedule: ScheduleConfig = ScheduleConfig()  # per-round decay of lr; constant by default
 
 
 class AugmentConfig(_Strict):
@@ -136,6 +162,9 @@ class ExperimentConfig(_Strict):
     participation: float = Field(1.0, gt=0, le=1)  # fraction of clients sampled each round
     local_epochs: int = Field(1, ge=1)
     batch_size: int = Field(64, ge=2)  # >= 2: BatchNorm and the batch-statistic regularizers need pairs
+    # skip each epoch's incomplete last local batch (torch's DataLoader drop_last, as FedUV's code sets it); off:
+    # only a last batch of one sample is skipped (BatchNorm), as before
+    drop_last: bool = False
     augment: AugmentConfig = AugmentConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
     resources: ResourcesConfig = ResourcesConfig()

@@ -54,7 +54,14 @@ def worker_spec(
     opt = experiment.optimizer
     augment = AugmentSpec(experiment.augment.crop_padding, experiment.augment.horizontal_flip)
     local = LocalSettings(
-        experiment.local_epochs, experiment.batch_size, opt.lr, opt.momentum, opt.weight_decay, augment
+        experiment.local_epochs,
+        experiment.batch_size,
+        opt.lr,
+        opt.momentum,
+        opt.weight_decay,
+        augment,
+        drop_last=experiment.drop_last,
+        schedule=opt.schedule.resolve(experiment.rounds),
     )
     return WorkerSpec(model, method, dict(params), local, experiment.seed, device)
 
@@ -87,7 +94,7 @@ class Federation:
         self.client_states: dict[int, Any] = {}  # per-client method state, kept here so any worker can train any client
         sizes = [len(part) for part in self.data.train_parts]
         exp = experiment
-        self.system = SystemModel(exp.system, sizes, exp.batch_size, exp.local_epochs, exp.seed)
+        self.system = SystemModel(exp.system, sizes, exp.batch_size, exp.local_epochs, exp.seed, exp.drop_last)
         self.schedule: Schedule  # FedBuff's buffered asynchronous rounds when the method buffers updates
         if self.method.buffer_size is None:
             self.schedule = SynchronousRounds(report_clock=exp.system.active)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from raytune_fl.engine.augment import AugmentSpec, augment_batch
+from raytune_fl.engine.lr_schedule import LrSchedule
 from raytune_fl.engine.sgd import PlainSGD
 from raytune_fl.methods.base import Batch, ClientContext, Method, Phase
 
@@ -22,6 +23,13 @@ class LocalSettings:
     momentum: float
     weight_decay: float
     augment: AugmentSpec = AugmentSpec()  # all off by default: the loop then draws no extra random numbers
+    drop_last: bool = False  # skip an epoch's incomplete last batch (off: only a batch of one sample is skipped)
+    schedule: LrSchedule = LrSchedule()  # `lr` is the base rate; `for_round` applies the schedule
+
+    def for_round(self, round_index: int) -> LocalSettings:
+        """These settings at the learning rate of round `round_index` (the same object when the rate is constant)."""
+        lr = self.schedule.lr(self.lr, round_index)
+        return self if lr == self.lr else replace(self, lr=lr)
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,8 @@ def _train_phase(
                 break
             index = order[start : start + settings.batch_size]
             if index.numel() < 2:  # BatchNorm and the batch-statistic terms need two samples
+                continue
+            if settings.drop_last and index.numel() < settings.batch_size:
                 continue
             xb, yb = augment_batch(x[index], settings.augment, generator), y[index]
             logits, z = model(xb)

@@ -58,10 +58,11 @@ def placed(outcome: Any) -> dict[str, str]:
     return dataclasses.asdict(place) if place is not None else {}
 
 
-def epoch_steps(num_samples: int, batch_size: int, epochs: int) -> int:
-    """Optimiser steps of `epochs` passes; the loop skips a last batch of one sample."""
+def epoch_steps(num_samples: int, batch_size: int, epochs: int, drop_last: bool = False) -> int:
+    """Optimiser steps of `epochs` passes; the loop skips a last batch of one sample, or any incomplete last
+    batch with `drop_last`."""
     full, rest = divmod(num_samples, batch_size)
-    return epochs * (full + (1 if rest >= 2 else 0))
+    return epochs * (full + (1 if rest >= 2 and not drop_last else 0))
 
 
 def client_speeds(num_clients: int, sigma: float, seed: int) -> np.ndarray:
@@ -72,9 +73,17 @@ def client_speeds(num_clients: int, sigma: float, seed: int) -> np.ndarray:
 
 
 class SystemModel:
-    def __init__(self, config: SystemConfig, sizes: Sequence[int], batch_size: int, epochs: int, seed: int) -> None:
+    def __init__(
+        self,
+        config: SystemConfig,
+        sizes: Sequence[int],
+        batch_size: int,
+        epochs: int,
+        seed: int,
+        drop_last: bool = False,
+    ) -> None:
         self.config, self.seed = config, seed
-        self.sizes, self.batch_size, self.epochs = list(sizes), batch_size, epochs
+        self.sizes, self.batch_size, self.epochs, self.drop_last = list(sizes), batch_size, epochs, drop_last
         self.speeds = client_speeds(len(self.sizes), config.speed_sigma, seed)
 
     def plan(self, clients: Sequence[int], stream: int) -> list[ClientPlan]:
@@ -90,7 +99,7 @@ class SystemModel:
             if cfg.local_steps is not None:
                 steps, budget = int(budgets[i]), int(budgets[i])
             else:
-                steps, budget = epoch_steps(self.sizes[cid], self.batch_size, self.epochs), None
+                steps, budget = epoch_steps(self.sizes[cid], self.batch_size, self.epochs, self.drop_last), None
             sim_time = steps / float(self.speeds[cid])
             late = cfg.deadline is not None and sim_time > cfg.deadline and not dropped[i]
             plans.append(ClientPlan(int(cid), steps, budget, sim_time, bool(dropped[i]), bool(late)))

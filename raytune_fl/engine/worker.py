@@ -48,7 +48,10 @@ class WorkerSpec:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def method_context(self, num_clients: int, mean_client_size: float = 0.0) -> MethodContext:
-        return MethodContext(self.model.num_classes, self.local.lr, self.local.momentum, num_clients, mean_client_size)
+        local = self.local
+        return MethodContext(
+            self.model.num_classes, local.lr, local.momentum, num_clients, mean_client_size, local.schedule.kind
+        )
 
 
 class DeviceError(RuntimeError):
@@ -115,7 +118,7 @@ class ClientWorker:
         generator = torch.Generator().manual_seed(
             client_seed(self.spec.seed, round_index if stream is None else stream, client_id)
         )
-        local = self.spec.local
+        local = self.spec.local.for_round(round_index)  # the round's learning rate (optimizer.schedule)
         ctx = ClientContext(self.model, client_id, round_index, x, y, local.lr, state or {}, payload or {})
         result = train_local(
             self.model, self.method, x, y, local, generator, self.spec.model.num_classes, ctx, max_steps

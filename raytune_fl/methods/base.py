@@ -31,6 +31,7 @@ class MethodContext:
     momentum: float = 0.0  # client SGD momentum (FedNova's effective step count)
     num_clients: int = 1  # N, all clients (SCAFFOLD moves c by |S|/N)
     mean_client_size: float = 0.0  # mean training samples over all clients (FedDyn's adaptive alpha); 0: unknown
+    lr_schedule: str = "constant"  # optimizer.schedule.kind: whether `lr` holds in every round
 
 
 @dataclass

@@ -65,6 +65,11 @@ class QFairAggregator(ServerAggregator):
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
+    if context.lr_schedule != "constant":  # the server would step with 1/lr of a rate the clients no longer use
+        raise ValueError(
+            f"q-FFL's step L = 1/lr needs one client rate for the whole run; optimizer.schedule is "
+            f"{context.lr_schedule!r} (use kind: constant)"
+        )
     return Method(NAME, (), QFairAggregator(params["q"], context.lr), hooks=(GlobalLoss(),))
 
 
