@@ -151,6 +151,19 @@ class DiagnosticsConfig(_Strict):
     every: int = Field(5, ge=0)  # rounds between costly diagnostics; 0 switches them off
 
 
+class BatchNormConfig(_Strict):
+    """BatchNorm's running statistics (running_mean, running_var) in the federation; its affine weights are
+    ordinary parameters, aggregated by the method."""
+
+    # weighted: the sample-weighted mean, as the weights (FedAvg; FedUV's code); mean: the plain mean over the
+    # round's clients; local: each client keeps its own across rounds (the server's copy, which the global model
+    # is evaluated with, is still their sample-weighted mean)
+    aggregate: Literal["weighted", "mean", "local"] = "weighted"
+    # batch: BatchNorm in train mode while clients train; running: in eval mode (normalise with the running
+    # statistics and never update them), which is what FedLD's code does, its local test leaving the model in eval
+    local_training: Literal["batch", "running"] = "batch"
+
+
 class ExperimentConfig(_Strict):
     """One federated experiment: everything a trial needs except the method's hyperparameters."""
 
@@ -165,6 +178,7 @@ class ExperimentConfig(_Strict):
     # skip each epoch's incomplete last local batch (torch's DataLoader drop_last, as FedUV's code sets it); off:
     # only a last batch of one sample is skipped (BatchNorm), as before
     drop_last: bool = False
+    batchnorm: BatchNormConfig = BatchNormConfig()  # running statistics: sample-weighted mean, updated in training
     augment: AugmentConfig = AugmentConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
     resources: ResourcesConfig = ResourcesConfig()

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
+from raytune_fl.aggregators.fedavg import fedavg, plain_mean_statistics
 from raytune_fl.config import ConfigError, ExperimentConfig, ScheduleConfig, parse_space, run_params
 from raytune_fl.engine.data import prepare_data
 from raytune_fl.engine.federation import CLIENT_LOG_KEY, Federation, worker_spec
 from raytune_fl.engine.lr_schedule import LrSchedule
 from raytune_fl.engine.system import epoch_steps
 from raytune_fl.engine.worker import ClientWorker
+from raytune_fl.types import ClientUpdate
 
 WORKLOAD_SIZES = [262, 356, 1094, 72, 427, 261, 851, 70, 536, 71]  # WORKLOAD.md's Dirichlet(0.1) clients
 
@@ -128,3 +131,77 @@ def test_the_loop_takes_the_steps_it_is_told(drop_last):
     steps = [r["steps"] for r in sorted(rows[-1][CLIENT_LOG_KEY], key=lambda r: r["client"])]
     assert steps == [epoch_steps(n, 64, 1, drop_last) for n in WORKLOAD_SIZES]
     assert math.isfinite(rows[-1]["test_acc"])
+
+
+# ------------------------------------------------------------------------------------------------ BatchNorm
+
+
+def _update(client_id: int, n: int, mean: list[float], weight: float) -> ClientUpdate:
+    delta = {"bn.running_mean": np.array(mean, np.float32), "fc.weight": np.array([weight], np.float32)}
+    return ClientUpdate(client_id, n, 1, delta, {}, {})
+
+
+def test_plain_mean_statistics_by_hand():
+    start = {"bn.running_mean": np.zeros(2, np.float32), "fc.weight": np.array([1.0], np.float32)}
+    updates = [_update(1, 3, [3.0, 6.0], 0.3), _update(0, 1, [1.0, 2.0], 0.1)]
+    weighted = fedavg(start, updates)
+    np.testing.assert_array_equal(weighted["bn.running_mean"], [2.5, 5.0])  # (1 * [1, 2] + 3 * [3, 6]) / 4
+    plain = plain_mean_statistics(start, weighted, updates)
+    np.testing.assert_array_equal(plain["bn.running_mean"], [2.0, 4.0])  # ([1, 2] + [3, 6]) / 2
+    assert plain["fc.weight"] is weighted["fc.weight"]  # parameters stay the method's: 1 + (0.1 + 0.9) / 4
+
+
+def _one_round(**batchnorm) -> dict:
+    experiment = ExperimentConfig(
+        rounds=1,
+        batchnorm=batchnorm,
+        resources={"actors": 0, "channels_last": False},
+        diagnostics={"every": 0, "spectrum": False, "client_accuracy": False},
+    )
+    federation = Federation(experiment, "fedavg", {})
+    federation.run(lambda row: None)
+    return federation.weights
+
+
+def test_batchnorm_mean_changes_the_statistics_only():
+    weighted, plain = _one_round(), _one_round(aggregate="mean")
+    for key, value in weighted.items():
+        same = np.array_equal(value, plain[key])
+        assert same != key.endswith(("running_mean", "running_var")), key
+
+
+def _worker(experiment: ExperimentConfig) -> tuple[ClientWorker, dict]:
+    data = prepare_data(experiment)
+    spec = worker_spec(experiment, data, "fedavg", {})
+    worker = ClientWorker(spec, data.dataset.x_train, data.dataset.y_train, data.train_parts)
+    torch.manual_seed(0)
+    return worker, {k: v.detach().numpy().copy() for k, v in spec.model.build().state_dict().items()}
+
+
+def test_batchnorm_running_statistics_in_local_training_never_move():
+    worker, weights = _worker(ExperimentConfig(batchnorm={"local_training": "running"}))
+    update = worker.train(2, 1, weights)
+    statistics = [k for k in update.delta if k.endswith(("running_mean", "running_var"))]
+    assert statistics and all(not update.delta[k].any() for k in statistics)  # used, never updated
+    assert all(not update.buffers[k].any() for k in update.buffers)  # num_batches_tracked stays 0
+    assert update.delta["classifier.weight"].any()  # while the parameters train
+    trained, _ = _worker(ExperimentConfig())
+    assert trained.train(2, 1, weights).delta["encoder.1.running_mean"].any()  # the default updates them
+
+
+def test_batchnorm_local_clients_resume_from_their_own_statistics():
+    worker, weights = _worker(ExperimentConfig(batchnorm={"aggregate": "local"}))
+    first = worker.train(3, 1, weights)
+    own = first.state["bn_local_statistics"]
+    assert set(own) == {k for k in first.delta if k.endswith(("running_mean", "running_var"))}
+    for key, value in own.items():  # what the client ended with: the server's statistics plus its delta
+        np.testing.assert_allclose(value, weights[key] + first.delta[key], rtol=0, atol=1e-6)
+    # round 2 from a server model whose statistics are not the client's: the client uses its own
+    resumed = worker.train(3, 2, weights, state=first.state)
+    by_hand, _ = _worker(ExperimentConfig())
+    started_own = {k: own.get(k, v) for k, v in weights.items()}
+    expected = by_hand.train(3, 2, started_own)
+    for key, value in expected.delta.items():
+        back = started_own[key] + value  # where the client ended, from its own start
+        # the same end point; each side rounds once when its delta is taken and added back
+        np.testing.assert_allclose(weights[key] + resumed.delta[key], back, rtol=0, atol=1e-6, err_msg=key)

@@ -61,3 +61,18 @@ def fedavg(global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
 def scaled_fedavg(global_weights: Weights, updates: Sequence[ClientUpdate], scales: Sequence[float]) -> Weights:
     """w_t + sum_i (n_i / n) * s_i * delta_i: FedNova's and q-FFL's update shape."""
     return apply_delta(global_weights, weighted_mean_delta(updates, scales), updates)
+
+
+def plain_mean_statistics(global_weights: Weights, aggregated: Weights, updates: Sequence[ClientUpdate]) -> Weights:
+    """`aggregated` with each BatchNorm running statistic set to the plain mean of the clients' own,
+    w_t + (1/m) sum_i delta_i, whatever the method did with them (`batchnorm.aggregate: mean`)."""
+    pairs = sorted(updates, key=lambda u: u.client_id)  # float sums independent of arrival order
+    out = dict(aggregated)
+    for key, value in global_weights.items():
+        if not is_running_statistic(key) or key not in pairs[0].delta:
+            continue
+        acc = np.zeros_like(value, dtype=np.float64)
+        for update in pairs:
+            acc += update.delta[key]
+        out[key] = value + (acc / len(pairs)).astype(value.dtype)
+    return out

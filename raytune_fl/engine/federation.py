@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from raytune_fl.aggregators.fedavg import plain_mean_statistics
 from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.augment import AugmentSpec
 from raytune_fl.engine.data import FederatedData, prepare_data
@@ -61,9 +62,11 @@ def worker_spec(
         opt.weight_decay,
         augment,
         drop_last=experiment.drop_last,
+        bn_running=experiment.batchnorm.local_training == "running",
         schedule=opt.schedule.resolve(experiment.rounds),
     )
-    return WorkerSpec(model, method, dict(params), local, experiment.seed, device)
+    local_statistics = experiment.batchnorm.aggregate == "local"
+    return WorkerSpec(model, method, dict(params), local, experiment.seed, device, local_statistics=local_statistics)
 
 
 def in_process_pool(data: FederatedData, spec: WorkerSpec) -> ClientPool:
@@ -169,7 +172,10 @@ class Federation:
                 self.client_states[update.client_id] = update.state
         started = time.perf_counter()
         if updates:  # everyone dropped, late or lost: the model stays as it was
-            self.weights = self.method.aggregate(self.weights, updates)
+            start = self.weights
+            self.weights = self.method.aggregate(start, updates)
+            if self.experiment.batchnorm.aggregate == "mean":
+                self.weights = plain_mean_statistics(start, self.weights, updates)
             for client_id, state in self.method.aggregator.client_states().items():  # FedPAC's mixed classifiers
                 self.client_states[client_id] = {**(self.client_states.get(client_id) or {}), **state}
         self._aggregate_s = time.perf_counter() - started

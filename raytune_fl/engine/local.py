@@ -24,6 +24,7 @@ class LocalSettings:
     weight_decay: float
     augment: AugmentSpec = AugmentSpec()  # all off by default: the loop then draws no extra random numbers
     drop_last: bool = False  # skip an epoch's incomplete last batch (off: only a batch of one sample is skipped)
+    bn_running: bool = False  # BatchNorm in eval mode while training: use, never update, its running statistics
     schedule: LrSchedule = LrSchedule()  # `lr` is the base rate; `for_round` applies the schedule
 
     def for_round(self, round_index: int) -> LocalSettings:
@@ -96,6 +97,10 @@ def _train_phase(
     if phase.body_eval:
         model.eval()
         _classifier(model).train()
+    if settings.bn_running:
+        for module in model.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                module.eval()
     # a fresh optimiser every phase: momentum does not leak across rounds, clients or phases. Built after the
     # hooks so a frozen parameter (requires_grad=False) is left out and never decayed.
     optimizer = PlainSGD(

@@ -6,15 +6,16 @@ Plain Python, no Ray: the in-process pool calls it directly and each Ray actor w
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
 
+from raytune_fl.aggregators.fedavg import is_running_statistic
 from raytune_fl.engine.local import LocalSettings, train_local
 from raytune_fl.methods import build_method
-from raytune_fl.methods.base import ClientContext, MethodContext
+from raytune_fl.methods.base import ClientContext, ClientHook, MethodContext
 from raytune_fl.models import build_model
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
 from raytune_fl.weights import as_tensor, load_weights, read_weights
@@ -46,12 +47,35 @@ class WorkerSpec:
     seed: int
     device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
+    local_statistics: bool = False  # batchnorm.aggregate: local (each client keeps its running statistics)
 
     def method_context(self, num_clients: int, mean_client_size: float = 0.0) -> MethodContext:
         local = self.local
         return MethodContext(
             self.model.num_classes, local.lr, local.momentum, num_clients, mean_client_size, local.schedule.kind
         )
+
+
+class KeepStatisticsLocal(ClientHook):
+    """`batchnorm.aggregate: local`: a client resumes from its own BatchNorm running statistics (kept by the
+    round driver as its state) instead of the server's; its first round starts from the server's."""
+
+    name = "bn_local_statistics"
+
+    def on_round_start(self, ctx: ClientContext) -> None:
+        own = ctx.state.get(self.name)
+        if own:
+            with torch.no_grad():
+                for key, buffer in ctx.model.named_buffers():
+                    if key in own:
+                        buffer.copy_(torch.from_numpy(own[key]))
+
+    def on_round_end(self, ctx: ClientContext) -> None:
+        ctx.new_state[self.name] = {
+            key: buffer.detach().cpu().numpy().copy()
+            for key, buffer in ctx.model.named_buffers()
+            if is_running_statistic(key)
+        }
 
 
 class DeviceError(RuntimeError):
@@ -94,6 +118,8 @@ class ClientWorker:
         sizes = [len(ix) for ix in client_indices]
         context = spec.method_context(len(sizes), sum(sizes) / max(len(sizes), 1))
         self.method = build_method(spec.method, dict(spec.method_params), context)
+        if spec.local_statistics:
+            self.method = replace(self.method, hooks=(*self.method.hooks, KeepStatisticsLocal()))
         self.x, self.y = as_tensor(x_train), as_tensor(y_train)  # shared with the object store: not converted
         self.client_indices = [torch.as_tensor(np.asarray(ix), dtype=torch.long) for ix in client_indices]
 
