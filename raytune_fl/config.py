@@ -249,6 +249,9 @@ class VariantConfig(_Strict):
     method: str
     fixed: dict[str, Any] = {}
     search: dict[str, Distribution] = {}
+    # the local optimiser this variant trains with instead of base.optimizer, where an official code fixes its own
+    # (FedLD's: momentum 0.5, weight decay 5e-4); unset = base.optimizer
+    optimizer: OptimizerConfig | None = None
 
     @model_validator(mode="after")
     def _known_hyperparameters(self) -> VariantConfig:
@@ -322,6 +325,11 @@ class SearchSpace(_Strict):
     base: ExperimentConfig = ExperimentConfig()
     variants: dict[str, VariantConfig] = Field(min_length=1)
     tune: TuneSettings = TuneSettings()
+
+    def experiment_for(self, variant: str) -> ExperimentConfig:
+        """The experiment a variant's runs use: base, with the variant's own optimiser where it names one."""
+        optimizer = self.variants[variant].optimizer
+        return self.base if optimizer is None else self.base.model_copy(update={"optimizer": optimizer})
 
     @field_validator("variants")
     @classmethod

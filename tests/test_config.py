@@ -11,7 +11,7 @@ from raytune_fl.config import ConfigError, ExperimentConfig, load_space, overrid
 from .conftest import REPO, changed_space, tiny_space
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "search_spaces").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((REPO / "search_spaces").rglob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_search_spaces_load(path):
     space = load_space(path)
     assert space.variants

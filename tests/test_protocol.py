@@ -205,3 +205,29 @@ def test_batchnorm_local_clients_resume_from_their_own_statistics():
         back = started_own[key] + value  # where the client ended, from its own start
         # the same end point; each side rounds once when its delta is taken and added back
         np.testing.assert_allclose(weights[key] + resumed.delta[key], back, rtol=0, atol=1e-6, err_msg=key)
+
+
+# ------------------------------------------------------------------------------------------------ optimiser override
+
+
+def test_a_variant_trains_with_its_own_optimiser_in_both_stages():
+    from raytune_fl.tune.ablation import VariantSource, build_cells
+
+    official = {"lr": 0.01, "momentum": 0.5, "weight_decay": 5e-4}
+    space = parse_space(
+        {
+            "name": "t",
+            "base": {"rounds": 2},
+            "variants": {"fedavg": {"method": "fedavg"}, "fedld": {"method": "fedld", "optimizer": official}},
+        }
+    )
+    assert space.experiment_for("fedavg") is space.base
+    fedld = space.experiment_for("fedld")
+    assert fedld.optimizer.momentum == 0.5 and fedld.optimizer.weight_decay == 5e-4 and fedld.rounds == 2
+    assert run_params(fedld, "fedld", {})["optimizer.momentum"] == 0.5  # logged as the run's params
+    sources = {name: VariantSource(name, v.method, {}, None, "") for name, v in space.variants.items()}
+    cells = build_cells(sources, {"-": space.base}, [0, 1], {"fedld": fedld.optimizer})
+    momenta = {(c.variant, c.seed): c.experiment.optimizer.momentum for c in cells}
+    assert momenta == {("fedavg", 0): 0.9, ("fedavg", 1): 0.9, ("fedld", 0): 0.5, ("fedld", 1): 0.5}
+    with pytest.raises(ConfigError, match="variants.fedld.optimizer.momentum"):
+        parse_space({"name": "t", "variants": {"fedld": {"method": "fedld", "optimizer": {"momentum": 2}}}})

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from raytune_fl.config import ConfigError, ExperimentConfig, SearchSpace, override, run_params
+from raytune_fl.config import ConfigError, ExperimentConfig, OptimizerConfig, SearchSpace, override, run_params
 from raytune_fl.methods import METHODS
 from raytune_fl.tracking.schema import (
     NO_STUDY,
@@ -188,12 +188,18 @@ def make_plan(
     experiments: dict[str, ExperimentConfig],
     sources: dict[str, VariantSource],
 ) -> AblationPlan:
-    return AblationPlan(space, axes, seeds, experiments, sources, build_cells(sources, experiments, seeds))
+    optimizers = {name: v.optimizer for name, v in space.variants.items() if v.optimizer is not None}
+    return AblationPlan(space, axes, seeds, experiments, sources, build_cells(sources, experiments, seeds, optimizers))
 
 
 def build_cells(
-    sources: dict[str, VariantSource], experiments: dict[str, ExperimentConfig], seeds: list[int]
+    sources: dict[str, VariantSource],
+    experiments: dict[str, ExperimentConfig],
+    seeds: list[int],
+    optimizers: dict[str, OptimizerConfig] | None = None,
 ) -> list[AblationCell]:
+    """Every (setting, variant, seed); a variant in `optimizers` trains with its own optimiser in every setting."""
+    optimizers = optimizers or {}
     cells = []
     for setting, experiment in experiments.items():
         for source in sources.values():
@@ -204,7 +210,9 @@ def build_cells(
                         source.method,
                         seed,
                         setting,
-                        experiment.model_copy(update={"seed": seed}),
+                        experiment.model_copy(
+                            update={"seed": seed, "optimizer": optimizers.get(source.variant, experiment.optimizer)}
+                        ),
                         source.params,
                         source.study_run_id,
                     )

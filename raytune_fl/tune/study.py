@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import optuna
 from ray import tune
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.optuna import OptunaSearch
 
@@ -124,7 +125,7 @@ def run_variant(
     started = time.time()
     stamp = time.strftime("%Y%m%d-%H%M%S")  # the Tune experiment's name, and an Optuna study name's suffix
     variant = space.variants[variant_name]
-    settings, base = space.tune, space.base
+    settings, base = space.tune, space.experiment_for(variant_name)  # a variant may train with its own optimiser
     searched = bool(variant.search)
     # a variant with nothing to search is deterministic: repeating it would only repeat the same run
     num_samples = settings.num_samples if searched else 1
@@ -334,12 +335,15 @@ def run_config(
     # Ray's newer console output prints its own boxes and hints even at verbose=0; the classic one at 0 prints
     # nothing, and our progress display (tune/progress.py) says what a user needs
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Tune's own result files (result.json, progress.csv: its result tables read them) but not its TensorBoard
+    # logger, which warns on every list-valued or NaN metric (client_log; val_loss with no validation data)
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     return tune.RunConfig(
         name=name,
         # the filesystem itself, not a URI: Ray pickles it to the trials with the endpoint it was made with
         storage_path=storage.path,
         storage_filesystem=storage.filesystem,
-        callbacks=callbacks,
+        callbacks=[*callbacks, CSVLoggerCallback(), JsonLoggerCallback()],
         failure_config=tune.FailureConfig(max_failures=trial_retries),
         verbose=0,  # tune/progress.py shows a status line and a line per trial instead of Tune's tables
         # the latest checkpoint is what a resume needs; one more in case the newest was being written
