@@ -116,6 +116,8 @@ def _train_phase(
     epochs = settings.epochs if phase.epochs is None else phase.epochs
     steps = 0
     n = x.shape[0]
+    # BatchNorm and the batch-statistic terms need two samples; drop_last skips any incomplete last batch
+    smallest = settings.batch_size if settings.drop_last else 2
     passes = epochs if budget is None else budget  # a step budget takes at most one pass per step
     for _ in range(passes):
         if budget is not None and steps >= budget:
@@ -125,9 +127,7 @@ def _train_phase(
             if budget is not None and steps >= budget:
                 break
             index = order[start : start + settings.batch_size]
-            if index.numel() < 2:  # BatchNorm and the batch-statistic terms need two samples
-                continue
-            if settings.drop_last and index.numel() < settings.batch_size:
+            if index.numel() < smallest:
                 continue
             xb, yb = augment_batch(x[index], settings.augment, generator), y[index]
             logits, z = model(xb)
