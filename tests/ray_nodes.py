@@ -49,6 +49,16 @@ class Node:
     def log_tail(self, chars: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else "(no log)"
 
+    def ray_logs(self, chars: int = 1500) -> str:
+        """The tails of the node's GCS and raylet logs: why a driver lost the cluster, when one did."""
+        logs = Path(self.temp_dir) / "session_latest" / "logs"
+        parts = []
+        for name in ("gcs_server.out", "gcs_server.err", "raylet.err"):
+            path = logs / name
+            if path.exists() and (text := path.read_text(errors="replace").strip()):
+                parts.append(f"--- {name}:\n{text[-chars:]}")
+        return "\n".join(parts) or f"(no GCS or raylet log under {logs})"
+
 
 def free_ports(count: int) -> list[int]:
     """Distinct ephemeral ports (outside Ray's default worker port range 10002-19999)."""

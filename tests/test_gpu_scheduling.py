@@ -34,7 +34,7 @@ def _run(head: Node, script: str, space: Path, tmp: Path, name: str, *extra: str
     args += ["--mlflow-uri", uri, *extra]
     run = start_cli(REPO / "scripts" / script, args, tmp, name, head.env, REPO)
     rc, out, _, _ = run.finish(RUN_S)
-    assert rc == 0, f"{script} exited with {rc}" + run.context()
+    assert rc == 0, f"{script} exited with {rc}" + run.context() + "\nthe head's logs:\n" + head.ray_logs()
     return MlflowClient(uri)
 
 

@@ -1,0 +1,281 @@
+"""`scripts/reproduce.py NAME`: one paper-shaped table end to end, by name.
+
+It runs the two commands a researcher would: `tune.py` on the searched variants (selected on validation accuracy at
+the file's alpha), then `ablate.py` on every variant at its tuned values over seeds x Dirichlet alphas (scored on the
+test set), both in this process on one Ray cluster and one MLflow store. Then it writes the results page
+`<out>/<NAME>.md`: the protocol (the space file's header), the tuned values, the table, each variant against the
+paper's reference with a seed-noise verdict, a screenshot of the dashboard, the commands, the date and the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from raytune_fl.cli import common
+from raytune_fl.config import ConfigError, load_space
+
+PAPERS_DIR = Path(__file__).resolve().parents[2] / "search_spaces" / "papers"
+
+
+@dataclass(frozen=True)
+class PaperTable:
+    title: str
+    reference: str  # the variant every other one is compared with
+    shape: str  # what the paper's table compares, and where the numbers here differ in kind from the paper's
+
+    def space_file(self, name: str) -> Path:
+        return PAPERS_DIR / f"{name}.yaml"
+
+
+PAPERS: dict[str, PaperTable] = {
+    "feduv_table4": PaperTable(
+        "FedUV (CVPR 2024), Table 4's shape: which of FedUV's two terms does the work",
+        reference="fedavg",
+        shape="FedAvg, a never-trained classifier (freeze), the variance hinge alone, the uniformity term alone, "
+        "and both (the official code's form of each term).",
+    ),
+    "univarfl_comparison": PaperTable(
+        "UniVarFL's comparison: FedAvg, FedProx, MOON, FedUV, UniVarFL and its single-term variants",
+        reference="fedavg",
+        shape="the baselines UniVarFL's paper compares with, UniVarFL, and each of its two terms alone.",
+    ),
+    "fedld_table2": PaperTable(
+        "FedLD (MICCAI 2024), Table 2's shape: margin control x principal-gradient aggregation",
+        reference="neither",
+        shape="neither component (FedAvg through FedLD's code path), margin control alone, principal-gradient "
+        "aggregation alone, and both.",
+    ),
+}
+
+DEFAULT_ALPHAS = "0.1,0.5"  # the papers' harshest label skew and a milder one
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reproduce.py",
+        description="Reproduce one paper-shaped table on the embedded data: tune each searched variant "
+        "(validation accuracy), ablate every variant over seeds x Dirichlet alphas (test accuracy), and write "
+        "the results page.",
+    )
+    parser.add_argument("name", choices=sorted(PAPERS), help="which table")
+    parser.add_argument("--seeds", type=int, default=3, help="training seeds per cell (default: %(default)s)")
+    parser.add_argument(
+        "--alphas", default=DEFAULT_ALPHAS, help="Dirichlet alphas of the ablation (default: %(default)s)"
+    )
+    parser.add_argument("--num-samples", type=int, help="trials per searched variant (default: the file's)")
+    parser.add_argument("--rounds", type=int, help="override base.rounds in both stages (default: the file's)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, as tune.py's --set"
+    )
+    parser.add_argument("--out", default="docs/results", help="where <NAME>.md and <NAME>/ go (default: %(default)s)")
+    parser.add_argument(
+        "--work",
+        help="where the MLflow store, Ray Tune results and the ablation's files go (default: reports/reproduce/NAME)",
+    )
+    parser.add_argument("--address", help="Ray cluster to join; default: RAY_ADDRESS, else a private local cluster")
+    parser.add_argument("--no-screenshot", action="store_true", help="do not screenshot the dashboard")
+    parser.add_argument("--verbose", action="store_true", help="tune.py's and ablate.py's --verbose")
+    return parser
+
+
+def _alphas(text: str) -> list[float]:
+    try:
+        values = [float(a) for a in text.split(",") if a.strip()]
+    except ValueError:
+        raise ConfigError(f"--alphas: comma-separated positive numbers, e.g. {DEFAULT_ALPHAS} (got {text!r})") from None
+    if not values or any(a <= 0 for a in values):
+        raise ConfigError(f"--alphas: comma-separated positive numbers, e.g. {DEFAULT_ALPHAS} (got {text!r})")
+    return values
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    paper = PAPERS[args.name]
+    space_file = paper.space_file(args.name)
+    try:
+        if args.seeds < 1:
+            raise ConfigError(f"--seeds: at least 1 (got {args.seeds})")
+        alphas = _alphas(args.alphas)
+        space = load_space(space_file)
+    except ConfigError as error:
+        return common.fail(error)
+    work = Path(args.work or Path("reports") / "reproduce" / args.name).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    uri = f"sqlite:///{work / 'mlflow.db'}"
+    shared = ["--space", str(space_file), "--mlflow-uri", uri, "--storage", str(work / "ray_results")]
+    shared += [f"--set={s}" for s in args.set] + ([f"--rounds={args.rounds}"] if args.rounds else [])
+    shared += ["--address", args.address] if args.address else []
+    shared += ["--verbose"] if args.verbose else []
+    searched = [name for name, variant in space.variants.items() if variant.search]
+    tune_argv = [*shared, "--variants", ",".join(searched), "--no-models"]
+    tune_argv += [f"--num-samples={args.num_samples}"] if args.num_samples else []
+    grid = "alpha=" + ",".join(f"{a:g}" for a in alphas)
+    ablate_argv = [*shared, "--seeds", str(args.seeds), "--grid", grid, "--out", str(work / "ablation")]
+
+    from raytune_fl.cli.ablate import main as ablate_main
+    from raytune_fl.cli.tune import main as tune_main
+
+    started = time.time()
+    if searched:
+        print(f"=== {args.name}: tuning {', '.join(searched)} ===", flush=True)
+        if (code := tune_main(tune_argv)) != 0:
+            return code
+    tuned_s = time.time() - started
+    print(f"=== {args.name}: ablation over {args.seeds} seeds x {grid} ===", flush=True)
+    code = ablate_main(ablate_argv)
+    results_file = work / "ablation" / "ablation_results.parquet"
+    if not results_file.exists():
+        return code or 1
+    wall = {"tune": tuned_s, "ablate": time.time() - started - tuned_s}
+
+    out = Path(args.out)
+    assets = out / args.name
+    assets.mkdir(parents=True, exist_ok=True)
+    shot = None if args.no_screenshot else _screenshot(work / "ablation" / "dashboard.html", assets / "dashboard.png")
+    commands = _commands(args, argv, tune_argv, ablate_argv, searched)
+    page = write_results(args.name, paper, space_file, uri, results_file, assets, shot, commands, wall)
+    print(f"results page: {page}", flush=True)
+    return code
+
+
+def _quoted(argv: Sequence[str]) -> str:
+    import shlex
+
+    here = str(Path.cwd()) + os.sep  # paths under the working directory shown relative to it
+    return " ".join(shlex.quote(a.replace(here, "")) for a in argv)
+
+
+def _commands(args, argv, tune_argv, ablate_argv, searched) -> list[str]:
+    given = list(sys.argv[1:] if argv is None else argv)
+    lines = [f"python scripts/reproduce.py {_quoted(given)}"]
+    if searched:
+        lines.append(f"python scripts/tune.py {_quoted(tune_argv)}")
+    lines.append(f"python scripts/ablate.py {_quoted(ablate_argv)}")
+    return lines
+
+
+def _screenshot(dashboard: Path, png: Path) -> Path | None:
+    """The dashboard's ablation table and learning curves as a PNG (the HTML itself inlines 4.7 MB of plotly.js)."""
+    from raytune_fl.report.browser import Browser, BrowserError
+
+    if not dashboard.exists():
+        return None
+    try:
+        with Browser() as browser:
+            tab = browser.new_page(1400, 1000)
+            tab.goto(dashboard.resolve().as_uri())
+            tab.wait_for("document.body.dataset.plotsRendered > 0", what="the dashboard's plots drawn")
+            bottom = tab.evaluate("document.getElementById('learning-curves').getBoundingClientRect().bottom")
+            tab.resize(1400, int(bottom) + 20)
+            return tab.screenshot(png, clip={"x": 0, "y": 0, "width": 1400, "height": int(bottom) + 20})
+    except (BrowserError, OSError, TimeoutError) as error:
+        print(f"no dashboard screenshot: {error}", file=sys.stderr)
+        return None
+
+
+def machine() -> str:
+    """CPU, cores, memory, and the versions of what computed the numbers."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        kib = int(
+            next(s for s in Path("/proc/meminfo").read_text().splitlines() if s.startswith("MemTotal")).split()[1]
+        )
+        memory = f", {kib / 2**20:.0f} GiB"
+    except (OSError, StopIteration, ValueError):
+        memory = ""
+    versions = ", ".join(f"{p} {metadata.version(p)}" for p in ("torch", "ray", "optuna", "mlflow", "numpy"))
+    return f"{cpu}, {os.cpu_count()} cores{memory}, no GPU used; Python {platform.python_version()}, {versions}"
+
+
+def write_results(name, paper, space_file, uri, results_file, assets, shot, commands, wall) -> Path:
+    import pandas as pd
+
+    from raytune_fl.report import comparison
+    from raytune_fl.report.table import summarise, to_markdown
+    from raytune_fl.tracking import StudyTracker
+    from raytune_fl.tracking.store import latest_study
+
+    space = load_space(space_file)
+    results = pd.read_parquet(results_file)
+    seeds = results["seed"].nunique()
+    summary = summarise(results)
+    (assets / "table.csv").write_text(summary.to_csv(index=False))
+    columns = ["variant", "method", "setting", "seed", "status", "rounds_completed", "test_acc", "val_acc"]
+    results[columns].to_csv(assets / "runs.csv", index=False)
+    tracker = StudyTracker(uri, space.name)
+    tuned = ["| variant | method | tuned values | best val acc (%) |", "|---|---|---|:---:|"]
+    for variant, spec in space.variants.items():
+        study = latest_study(tracker.client, tracker.experiment_id, variant) if spec.search else None
+        if study is None:
+            fixed = ", ".join(f"{k}={v}" for k, v in spec.fixed.items()) or "method defaults"
+            tuned.append(f"| {variant} | {spec.method} | nothing searched ({fixed}) | – |")
+            continue
+        shown = {k: v for k, v in study.params.items() if k in spec.search}
+        values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
+        tuned.append(
+            f"| {variant} | {spec.method} | {values} | {study.metrics.get('best_val_acc', float('nan')) * 100:.1f} |"
+        )
+    header = [line[1:].strip() for line in space_file.read_text().splitlines() if line.startswith("#")]
+    protocol = [line for line in header if not line.startswith("python scripts/")]  # the commands come last
+    found = comparison.differences(results, paper.reference)
+    rounds = int(results["rounds_completed"].max())
+    relative = os.path.relpath(assets, assets.parent)
+    lines = [
+        f"# {paper.title}",
+        "",
+        f"Generated {datetime.date.today().isoformat()} by `{commands[0]}` "
+        f"(tuning {wall['tune'] / 60:.0f} min, ablation {wall['ablate'] / 60:.0f} min).",
+        "",
+        f"Machine: {machine()}.",
+        "",
+        f"Variants: {paper.shape}",
+        "",
+        "## Protocol",
+        "",
+        *(f"> {line}" if line else ">" for line in protocol),
+        "",
+        f"Space file: `search_spaces/papers/{space_file.name}`; {rounds} rounds in the ablation; "
+        f"{seeds} seeds per cell; per-run results in `{relative}/runs.csv`.",
+        "",
+        "## Tuned values (selected on validation accuracy at the file's alpha)",
+        "",
+        *tuned,
+        "",
+        "## Final-round test accuracy",
+        "",
+        to_markdown(summary, seeds=seeds).rstrip(),
+        "",
+        f"## Against {paper.reference}",
+        "",
+        comparison.to_markdown(found, paper.reference).rstrip(),
+        "",
+    ]
+    if shot is not None:
+        lines += [
+            "## Dashboard",
+            "",
+            f"![The ablation's dashboard: table and learning curves]({relative}/{shot.name})",
+            "",
+        ]
+        lines += [
+            f"The whole interactive dashboard: `python dashboards/build.py --space search_spaces/papers/"
+            f"{space_file.name} --mlflow-uri {uri}`.",
+            "",
+        ]
+    lines += ["## Commands", "", "```", *commands, "```", ""]
+    page = assets.parent / f"{name}.md"
+    page.write_text("\n".join(lines))
+    return page
