@@ -292,6 +292,11 @@ CASES = [
     Case("set-wrong-type", ["base.rounds", "valid integer", "'abc'"], args=["--set", "base.rounds=abc"]),
     Case("set-invalid-yaml", ["--set base.rounds", "not valid YAML"], args=["--set", "base.rounds=[1"]),
     Case("set-alpha-zero", ["base.partition.alpha", "greater than 0"], args=["--set", "base.partition.alpha=0"]),
+    Case(
+        "tune-without-validation",
+        ["base.partition.val_fraction: 0 leaves no validation split", "'val_acc'", "--ignore-studies"],
+        args=["--set", "base.partition.val_fraction=0"],
+    ),
     Case("storage-in-proc", ["--storage", "/proc/forbidden", "cannot write"], args=["--storage", "/proc/forbidden"]),
     Case(
         "storage-under-a-file",

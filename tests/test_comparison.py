@@ -91,4 +91,3 @@ def test_a_variant_without_finished_runs_shows_a_dash_and_an_unknown_reference_i
     assert math.isnan(found.delta) and found.describe() == "– (no finished run)"
     with pytest.raises(ValueError, match="reference variant 'moon'"):
         differences(results, "moon")
-

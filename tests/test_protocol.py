@@ -130,7 +130,8 @@ def test_the_loop_takes_the_steps_it_is_told(drop_last):
     Federation(experiment, "fedavg", {}).run(rows.append)
     steps = [r["steps"] for r in sorted(rows[-1][CLIENT_LOG_KEY], key=lambda r: r["client"])]
     assert steps == [epoch_steps(n, 64, 1, drop_last) for n in WORKLOAD_SIZES]
-    assert math.isfinite(rows[-1]["test_acc"])
+    assert math.isfinite(rows[-1]["test_acc"]) and "diverged" not in rows[-1]
+    assert math.isnan(rows[-1]["val_acc"]) and math.isnan(rows[-1]["val_loss"])  # no validation split: no score
 
 
 # ------------------------------------------------------------------------------------------------ BatchNorm

@@ -56,6 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return common.fail(error)
 
     try:
+        if space.base.partition.val_fraction == 0:  # tuning selects on validation, never on the test set
+            raise ConfigError(
+                f"base.partition.val_fraction: 0 leaves no validation split for tune.metric {space.tune.metric!r}; "
+                "hold some out (e.g. 0.1), or run the fixed variants with scripts/ablate.py --ignore-studies"
+            )
         data = common.check_data(space.base)
     except ConfigError as error:
         return common.fail(error)

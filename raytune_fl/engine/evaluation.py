@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -95,8 +96,9 @@ class Evaluator:
         val_losses, val_correct = predict(self.model, self.val_x, self.val_y, size)
         test_loss, test_acc = evaluate(self.model, self.test_x, self.test_y, size)
         metrics: dict[str, Any] = {
-            "val_loss": float(val_losses.mean()) if len(val_losses) else 0.0,
-            "val_acc": float(val_correct.mean()) if len(val_correct) else 0.0,
+            # no validation split (partition.val_fraction 0): NaN, not a score of 0 that reads as a real one
+            "val_loss": float(val_losses.mean()) if len(val_losses) else math.nan,
+            "val_acc": float(val_correct.mean()) if len(val_correct) else math.nan,
             "test_loss": test_loss,
             "test_acc": test_acc,
         }
@@ -106,8 +108,8 @@ class Evaluator:
             load_weights(self.model, {**weights, **other})
             losses, correct = predict(self.model, self.val_x, self.val_y, size)
             other_test_loss, other_test_acc = evaluate(self.model, self.test_x, self.test_y, size)
-            metrics[f"{name}_val_loss"] = float(losses.mean()) if len(losses) else 0.0
-            metrics[f"{name}_val_acc"] = float(correct.mean()) if len(correct) else 0.0
+            metrics[f"{name}_val_loss"] = float(losses.mean()) if len(losses) else math.nan
+            metrics[f"{name}_val_acc"] = float(correct.mean()) if len(correct) else math.nan
             metrics[f"{name}_test_loss"], metrics[f"{name}_test_acc"] = other_test_loss, other_test_acc
         if extra:
             load_weights(self.model, weights)  # the model holds the global weights again

@@ -201,8 +201,9 @@ class Federation:
         self._failures_ahead = [f for f in drained if f.round_index > round_index]
         self.failures_total += len(failures)
         metrics: dict[str, Any] = {"round": round_index, **self.evaluate()}
-        if not math.isfinite(metrics["val_loss"]):
-            raise NonFiniteLossError(f"validation loss is {metrics['val_loss']}")
+        watched = "val_loss" if len(self.evaluator.val_y) else "test_loss"  # no validation split: its loss is NaN
+        if not math.isfinite(metrics[watched]):
+            raise NonFiniteLossError(f"{'validation' if watched == 'val_loss' else 'test'} loss is {metrics[watched]}")
         metrics.update(mean_client_metrics(updates))
         if updates:
             metrics.update(self.method.aggregator.metrics())
