@@ -200,6 +200,21 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores{memory}, no GPU used; Python {platform.python_version()}, {versions}"
 
 
+def source_commit() -> str:
+    """The repository's commit, '+ changes' when its tracked files differ from it; '' outside a git checkout."""
+    import subprocess
+
+    root = PAPERS_DIR.parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], cwd=root, capture_output=True, text=True)
+    except OSError:
+        return ""
+    if head.returncode != 0:
+        return ""
+    return head.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
+
+
 def write_results(name, paper, space_file, uri, results_file, assets, shot, commands, wall) -> Path:
     import pandas as pd
 
@@ -239,7 +254,7 @@ def write_results(name, paper, space_file, uri, results_file, assets, shot, comm
         f"Generated {datetime.date.today().isoformat()} by `{commands[0]}` "
         f"(tuning {wall['tune'] / 60:.0f} min, ablation {wall['ablate'] / 60:.0f} min).",
         "",
-        f"Machine: {machine()}.",
+        f"Machine: {machine()}." + (f" Code: commit {commit}." if (commit := source_commit()) else ""),
         "",
         f"Variants: {paper.shape}",
         "",
