@@ -38,3 +38,4 @@ def test_a_protocol_preset_ablates_end_to_end(name, ray_cluster, tmp_path, capsy
         assert run.info.status == "FINISHED"
         assert {k: run.data.params[k] for k in EXPECTED[name]} == EXPECTED[name], run.data.tags["variant"]
         assert 0.0 <= run.data.metrics["test_acc"] <= 1.0
+        assert "val_acc" not in run.data.metrics  # no validation split: NaN, which MLflow is not given
