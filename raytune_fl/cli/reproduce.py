@@ -141,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     assets = out / args.name
     assets.mkdir(parents=True, exist_ok=True)
     shot = None if args.no_screenshot else _screenshot(work / "ablation" / "dashboard.html", assets / "dashboard.png")
-    commands = _commands(args, argv, tune_argv, ablate_argv, searched)
+    commands = _commands(argv, tune_argv, ablate_argv, searched)
     page = write_results(args.name, paper, space_file, uri, results_file, assets, shot, commands, wall)
     print(f"results page: {page}", flush=True)
     return code
@@ -154,7 +154,10 @@ def _quoted(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(a.replace(here, "")) for a in argv)
 
 
-def _commands(args, argv, tune_argv, ablate_argv, searched) -> list[str]:
+def _commands(
+    argv: Sequence[str] | None, tune_argv: list[str], ablate_argv: list[str], searched: list[str]
+) -> list[str]:
+    """The reproduce line as given, then the equivalent tune.py + ablate.py pair."""
     given = list(sys.argv[1:] if argv is None else argv)
     lines = [f"python scripts/reproduce.py {_quoted(given)}"]
     if searched:
