@@ -145,6 +145,15 @@ class TrialTracker:
         self.trial_index: dict[str, int] = {}
         self.trial_rounds: dict[str, int] = {}
         self.restarts: dict[str, int] = {}  # trial -> times it was restarted from a checkpoint
+        self._pending: list[Callable[..., None]] = []  # flushes of writers that call this tracker from a thread
+
+    def __getstate__(self) -> dict[str, Any]:  # pickled with Tune's callbacks; a writer's thread is not
+        return {**self.__dict__, "_pending": []}
+
+    def wait_for(self, flush: Callable[..., None]) -> None:
+        """Another thread writes this tracker's events (tune/callbacks.py): `flush(raise_error=False)` waits for
+        those writes, and `close_open_runs` calls it first."""
+        self._pending.append(flush)
 
     def open(self, trial_id: str, config: dict[str, Any]) -> str:
         """The trial's run: already open, or found again (resume), or new."""
@@ -245,6 +254,8 @@ class TrialTracker:
 
     def close_open_runs(self, status: str = RUN_KILLED) -> None:
         """After an interruption: no child run may stay RUNNING."""
+        for flush in self._pending:  # an error of theirs is not raised here: the interruption's is on its way
+            flush(raise_error=False)
         for trial_id, run_id in list(self.run_ids.items()):
             self.client.set_tag(run_id, TAG_TRIAL_STATUS, TRIAL_INTERRUPTED)
             self.client.set_terminated(run_id, status)

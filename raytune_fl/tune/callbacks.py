@@ -8,32 +8,50 @@ from typing import Any
 from ray import tune
 
 from raytune_fl.tracking import TrialTracker
+from raytune_fl.tracking.background import SerialWriter
 
 
 class MlflowTrialLogger(tune.Callback):
     """Tune's trial events -> tracking.TrialTracker (one child run per trial, metrics per round, step = round).
 
-    Only an adapter: what is logged, and how a resumed trial continues in its run, is TrialTracker's.
+    Only an adapter: what is logged, and how a resumed trial continues in its run, is TrialTracker's. The writes
+    run on a background thread, in order (tracking/background.py): Tune holds each trial until the driver has
+    handled its round, so a write done here would pause the trial. All are written when the experiment ends, and
+    before the parent run closes what is still open.
     """
 
     def __init__(self, trials: TrialTracker) -> None:
         self.trials = trials
+        self._writer: SerialWriter | None = None
+
+    def __getstate__(self) -> dict[str, Any]:  # Tune pickles its callbacks with the experiment state
+        return {**self.__dict__, "_writer": None}
+
+    @property
+    def writer(self) -> SerialWriter:
+        if self._writer is None:
+            self._writer = SerialWriter()
+            self.trials.wait_for(self._writer.flush)
+        return self._writer
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.trials.open(trial.trial_id, trial.config)
+        self.writer.submit(self.trials.open, trial.trial_id, dict(trial.config))
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        self.trials.log_round(trial.trial_id, trial.config, result)
+        self.writer.submit(self.trials.log_round, trial.trial_id, dict(trial.config), dict(result))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.trials.complete(trial.trial_id)
+        self.writer.submit(self.trials.complete, trial.trial_id)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.trials.fail(trial.trial_id)
+        self.writer.submit(self.trials.fail, trial.trial_id)
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         """The trial's process died (a lost node, say) and Tune restarts it from its last checkpoint: same run."""
-        self.trials.restarted(trial.trial_id)
+        self.writer.submit(self.trials.restarted, trial.trial_id)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.writer.flush()  # the study's results are read back from MLflow next
 
 
 def print_line(line: str) -> None:
