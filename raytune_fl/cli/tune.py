@@ -5,10 +5,17 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from raytune_fl.cli import common
-from raytune_fl.config import ConfigError
+from raytune_fl.config import ConfigError, SearchSpace
 from raytune_fl.registry import UnknownNameError
+
+if TYPE_CHECKING:
+    from raytune_fl.engine.data import FederatedData
+    from raytune_fl.tracking import StudyTracker
+    from raytune_fl.tune.manifest import StudyManifest
+    from raytune_fl.tune.model_helper import ModelExporter
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,6 +106,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         shown = optuna_storage.masked(optuna_url)
         print(f"Optuna studies:      {shown}  (view with: {optuna_storage.dashboard_command(optuna_url)})", flush=True)
 
+    from raytune_fl.tune.model_helper import ModelExporter
+
+    # its process starts now (milliseconds) and gets ready once the trials train (tune/model_helper.py)
+    exporter = None if args.no_models else ModelExporter(uri, space.name)
+    try:
+        return _run_variants(args, space, variants, data, uri, tracker, manifest, optuna_url, exporter)
+    finally:
+        if exporter is not None:
+            exporter.close()
+
+
+def _run_variants(
+    args: argparse.Namespace,
+    space: SearchSpace,
+    variants: list[str],
+    data: FederatedData,
+    uri: str,
+    tracker: StudyTracker,
+    manifest: StudyManifest,
+    optuna_url: str | None,
+    exporter: ModelExporter | None,
+) -> int:
+    """Join Ray and run each variant's study; the summary and what to run next."""
     from raytune_fl.tune import run_variant
 
     try:
@@ -125,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log_model=not args.no_models,
             optuna_storage=optuna_url,
             verbose=args.verbose,
+            exporter=exporter,
         )
         manifest.finished(name, outcome)
         outcomes.append(outcome)

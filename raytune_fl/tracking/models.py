@@ -8,7 +8,9 @@ normalised as the dataset is, and returns logits (N, classes); the signature say
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import mlflow.pytorch
@@ -65,15 +67,7 @@ def log_model(
     try:
         with _use_tracking_uri(client.tracking_uri):
             info = mlflow.pytorch.log_model(
-                module,
-                model_id=logged.model_id,
-                run_id=run_id,
-                step=step,
-                signature=infer_signature(example, output),
-                input_example=example,
-                serialization_format="pt2",
-                # stated, not inferred: inference loads the model in a subprocess (seconds per model)
-                pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"numpy=={np.__version__}"],
+                module, model_id=logged.model_id, run_id=run_id, step=step, **_save_options(example, output)
             )
     finally:
         quiet.setLevel(level)
@@ -82,6 +76,44 @@ def log_model(
         client.log_outputs(other, models=[LoggedModelOutput(info.model_id, step=step)])
         client.set_tag(other, TAG_MODEL_ID, info.model_id)
     return info.model_id
+
+
+def _save_options(example: np.ndarray, output: np.ndarray) -> dict[str, Any]:
+    return {
+        "signature": infer_signature(example, output),
+        "input_example": example,
+        "serialization_format": "pt2",
+        # stated, not inferred: inference loads the model in a subprocess (seconds per model)
+        "pip_requirements": [f"torch=={torch.__version__.split('+')[0]}", f"numpy=={np.__version__}"],
+    }
+
+
+def warm_up() -> None:
+    """Saves a one-layer model as `log_model` saves one, to a temporary directory: what a process's first export
+    loads and initialises once (torch._dynamo, MLflow's map of installed packages; ~3 s) is then in place."""
+    module = Logits(_Pair(torch.nn.Linear(4, 2))).eval()
+    example = np.zeros((2, 4), dtype=np.float32)
+    with torch.no_grad():
+        output = module(torch.from_numpy(example)).numpy()
+    quiet = logging.getLogger("mlflow")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            mlflow.pytorch.save_model(module, str(Path(directory) / "model"), **_save_options(example, output))
+    finally:
+        quiet.setLevel(level)
+
+
+class _Pair(torch.nn.Module):
+    """A layer that answers as our models do: (logits, representation)."""
+
+    def __init__(self, layer: torch.nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.layer(x), x
 
 
 def load_model(tracking_uri: str, model_id: str) -> torch.nn.Module:

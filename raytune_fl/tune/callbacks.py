@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from ray import tune
@@ -52,6 +53,21 @@ class MlflowTrialLogger(tune.Callback):
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         self.writer.flush()  # the study's results are read back from MLflow next
+
+
+class OnFirstResult(tune.Callback):
+    """Calls `action()` once, when the study's first round result arrives: its start-up is over by then."""
+
+    def __init__(self, action: Callable[[], None]) -> None:
+        self.action: Callable[[], None] | None = action
+
+    def __getstate__(self) -> dict[str, Any]:  # pickled with the experiment state; the action is this process's
+        return {"action": None}
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        action, self.action = self.action, None
+        if action is not None:
+            action()
 
 
 def print_line(line: str) -> None:

@@ -2,7 +2,8 @@
 
 The checkpoint holds the federation's state after its last checkpointed round (every round by default, and the
 last round always); the model is rebuilt from it in the driver, scored again on the test set (the score logged
-beside the model must be the model's), and logged on the trial's own run.
+beside the model must be the model's), and logged on the trial's own run (tune/model_helper.py does it from a
+helper process).
 """
 
 from __future__ import annotations
@@ -57,10 +58,26 @@ def log_trial_model(
     trial_id = (result.metrics or {}).get("trial_id")
     if result.checkpoint is None or trial_id is None:
         return None
-    run = trial_run(tracker.client, tracker.experiment_id, parent_run_id, str(trial_id))
+    return log_checkpoint_model(
+        tracker, parent_run_id, str(trial_id), result.checkpoint, experiment, method, params, data, link_parent
+    )
+
+
+def log_checkpoint_model(
+    tracker: StudyTracker,
+    parent_run_id: str,
+    trial_id: str,
+    checkpoint: tune.Checkpoint,
+    experiment: ExperimentConfig,
+    method: str,
+    params: dict[str, Any],
+    data: FederatedData,
+    link_parent: bool,
+) -> tuple[str, str, TrainedModel] | None:
+    run = trial_run(tracker.client, tracker.experiment_id, parent_run_id, trial_id)
     if run is None:
         return None
-    trained = trained_model(result.checkpoint, experiment, method, params, data)
+    trained = trained_model(checkpoint, experiment, method, params, data)
     linked = (parent_run_id,) if link_parent else ()
     model_id = tracker.log_model(run.info.run_id, trained.model, trained.example, trained.round, linked)
     return model_id, run.info.run_id, trained

@@ -41,9 +41,10 @@ from raytune_fl.tracking.schema import (
     TRIAL_STOPPED_EARLY,
 )
 from raytune_fl.tune import optuna_storage as optuna_db
-from raytune_fl.tune.callbacks import MlflowTrialLogger, print_line
+from raytune_fl.tune.callbacks import MlflowTrialLogger, OnFirstResult, print_line
 from raytune_fl.tune.describe import trial_description, variant_description
 from raytune_fl.tune.export import log_trial_model
+from raytune_fl.tune.model_helper import ModelExporter
 from raytune_fl.tune.progress import ProgressCallback, ProgressState
 from raytune_fl.tune.resources import placement_group_factory
 from raytune_fl.tune.selection import best_of
@@ -115,13 +116,16 @@ def run_variant(
     on_start: Callable[[VariantRun], None] | None = None,
     log_model: bool = True,
     optuna_storage: str | None = None,
+    exporter: ModelExporter | None = None,
 ) -> VariantOutcome:
     """One variant's study. With `resume` (a study a killed driver left behind), Tune restores its trials
     from their last checkpoints and the searcher from its saved state, and MLflow continues in the same runs.
 
     With `optuna_storage` (a SQLAlchemy URL, tune/optuna_storage.py) a searched variant's Optuna study persists
     there as `<space name>-<variant>` (`-<start time>` appended when a fresh run finds that name taken); a resume
-    reopens the study its manifest entry names (the restored searcher's pickled storage points at it)."""
+    reopens the study its manifest entry names (the restored searcher's pickled storage points at it).
+
+    With `log_model` the selected trial's model is logged to MLflow, by `exporter`'s helper process if given."""
     started = time.time()
     stamp = time.strftime("%Y%m%d-%H%M%S")  # the Tune experiment's name, and an Optuna study name's suffix
     variant = space.variants[variant_name]
@@ -231,6 +235,8 @@ def run_variant(
             )
             parent.trials.append(trials)
             callbacks.append(MlflowTrialLogger(trials))
+        if exporter is not None and log_model:
+            callbacks.append(OnFirstResult(exporter.get_ready))
         trainable = tune.with_resources(
             tune.with_parameters(federated_trial, experiment=base, method=variant.method, fixed=dict(variant.fixed)),
             placement_group_factory(base.resources),
@@ -271,7 +277,7 @@ def run_variant(
                 parent.tags = {f"{TAG_BEST_PREFIX}{k}": v for k, v in outcome.best_params.items()}
             if best is not None and log_model:
                 outcome.model_id = _log_best_model(
-                    tracker, parent, best, base, variant.method, variant.fixed, partitioned, out
+                    tracker, parent, best, base, variant.method, variant.fixed, partitioned, out, exporter
                 )
         return outcome
 
@@ -285,15 +291,18 @@ def _log_best_model(
     fixed: dict[str, Any],
     data: FederatedData,
     out: Callable[[str], None],
+    exporter: ModelExporter | None = None,
 ) -> str | None:
     """The selected trial's global model on its run, and listed on the variant's parent run."""
-    logged = log_trial_model(
-        tracker, parent.run_id, best, base, method, {**fixed, **best.config}, data, link_parent=True
-    )
+    params = {**fixed, **best.config}
+    if exporter is not None:
+        logged = exporter.log(parent.run_id, best, base, method, params, data, link_parent=True)
+    else:
+        logged = log_trial_model(tracker, parent.run_id, best, base, method, params, data, link_parent=True)
     if logged is None:
         out(f"  no model logged for {parent.run_id}: the selected trial left no checkpoint (checkpoint_every: 0?)")
         return None
-    model_id, run_id, _ = logged
+    model_id, run_id = logged[:2]
     parent.tags[TAG_MODEL_RUN_ID] = run_id
     return model_id
 

@@ -1,0 +1,131 @@
+"""The study's model logging in a helper process, made ready while the trials train.
+
+Why: logging a model exports it (torch.export). A process's first export imports torch._dynamo and has MLflow
+map the installed packages, ~3 s on 2 cores; in the driver that came after the last trial, on the study's
+critical path. The helper does it once the first trial is training (before, the start-up of Ray, Tune and the
+actors needs both cores), at the lowest CPU priority (nice 19: the trials get the CPU first), then waits.
+Should the helper die, the model is logged in the driver as before.
+
+This module imports only the standard library: the helper process is spawned from it and starts in
+milliseconds; what it needs it imports when told to get ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ray import tune
+
+    from raytune_fl.config import ExperimentConfig
+    from raytune_fl.engine.data import FederatedData
+
+_READY = "ready"  # the message that makes the helper import and warm up
+
+
+class ModelExporter:
+    """A helper process that logs selected trials' models to one MLflow experiment, one at a time."""
+
+    def __init__(self, tracking_uri: str, experiment_name: str) -> None:
+        self.uri, self.experiment_name = tracking_uri, experiment_name
+        context = multiprocessing.get_context("spawn")  # not a fork of a process that runs Ray's threads
+        self._pipe, child = context.Pipe()
+        self._process: multiprocessing.process.BaseProcess | None = context.Process(
+            target=_serve, args=(child, tracking_uri, experiment_name), name="raytune-fl-models", daemon=True
+        )
+        self._process.start()
+        child.close()
+        self._readying = False
+
+    def get_ready(self) -> None:
+        """Have the helper import and warm up now (once; the trials are training)."""
+        if self._process is not None and not self._readying:
+            self._readying = True
+            with contextlib.suppress(OSError):
+                self._pipe.send(_READY)
+
+    def log(
+        self,
+        parent_run_id: str,
+        result: tune.Result,
+        experiment: ExperimentConfig,
+        method: str,
+        params: dict[str, Any],
+        data: FederatedData,
+        *,
+        link_parent: bool,
+    ) -> tuple[str, str] | None:
+        """As tune/export.py's log_trial_model, in the helper: (model id, run id), or None (no checkpoint, no run)."""
+        from raytune_fl.tracking import StudyTracker
+        from raytune_fl.tune.export import log_checkpoint_model
+
+        trial_id = (result.metrics or {}).get("trial_id")
+        if result.checkpoint is None or trial_id is None:
+            return None
+        args = (parent_run_id, str(trial_id), result.checkpoint, experiment, method, params, data, link_parent)
+        if self._process is not None:
+            try:
+                self._pipe.send(args)
+                ok, answer = self._pipe.recv()
+            except (EOFError, OSError):  # the helper died (killed, out of memory): log it here instead
+                self.close()
+            else:
+                if not ok:
+                    raise answer
+                return answer
+        logged = log_checkpoint_model(StudyTracker(self.uri, self.experiment_name), *args)
+        return None if logged is None else logged[:2]
+
+    def close(self) -> None:
+        """Ends the helper (it exits at once: no interpreter teardown, nothing of its own left to write)."""
+        if self._process is None:
+            return
+        with contextlib.suppress(OSError):
+            self._pipe.send(None)
+        self._pipe.close()
+        self._process.join(timeout=5)
+        if self._process.is_alive():
+            self._process.kill()
+        self._process = None
+
+
+def _serve(pipe: Connection, tracking_uri: str, experiment_name: str) -> None:
+    os.nice(19)
+    tracker = None
+    while True:
+        try:
+            message = pipe.recv()
+        except EOFError:  # the study's process is gone
+            message = None
+        if message is None:
+            os._exit(0)  # nothing of this process's own is left to write
+        if tracker is None:  # told to get ready, or the first model comes before that
+            tracker = _get_ready(tracking_uri, experiment_name)
+        if message == _READY:
+            continue
+        try:
+            from raytune_fl.tune.export import log_checkpoint_model
+
+            logged = log_checkpoint_model(tracker, *message)
+            pipe.send((True, None if logged is None else logged[:2]))
+        except Exception as error:  # the study's process raises it (as itself, if it pickles)
+            try:
+                pipe.send((False, error))
+            except Exception:
+                pipe.send((False, RuntimeError(f"logging the model failed: {type(error).__name__}: {error}")))
+
+
+def _get_ready(tracking_uri: str, experiment_name: str) -> Any:
+    import warnings
+
+    from raytune_fl.tracking import StudyTracker
+    from raytune_fl.tracking.models import warm_up
+
+    # the exported weights are on the CPU by construction; torch.export's archive writer warns as if they might not be
+    warnings.filterwarnings("ignore", message="No complete tensor found")
+    warm_up()
+    return StudyTracker(tracking_uri, experiment_name)

@@ -1,0 +1,119 @@
+"""tune/model_helper.py: a selected trial's model logged from the helper process is the model the trial trained
+(loaded back with plain MLflow, it scores what the federation scores); a dead helper falls back to logging in this
+process; the helper's errors reach the caller; the helper imports nothing heavy until told to get ready."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlflow.pytorch
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+from ray import tune
+
+from raytune_fl.config import ExperimentConfig
+from raytune_fl.engine.checkpoint import save_state
+from raytune_fl.engine.data import prepare_data
+from raytune_fl.engine.federation import Federation
+from raytune_fl.tracking import StudyTracker
+from raytune_fl.tracking.schema import TAG_MODEL_ID, TAG_PARENT_RUN, TAG_TRIAL_ID
+from raytune_fl.tune.model_helper import ModelExporter
+
+EXPERIMENT = ExperimentConfig.model_validate(
+    {
+        "dataset": "digits",
+        "partition": {"kind": "dirichlet", "alpha": 0.5, "clients": 3, "min_size": 20, "seed": 0},
+        "rounds": 2,
+        "batch_size": 32,
+        "resources": {"actors": 0},
+    }
+)
+
+
+@dataclass
+class Result:  # what ModelExporter.log reads of a tune.Result
+    metrics: dict
+    checkpoint: tune.Checkpoint | None
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A federation trained 2 rounds in process, its checkpoint, and a study's parent and trial runs."""
+    tmp = tmp_path_factory.mktemp("helper")
+    data = prepare_data(EXPERIMENT)
+    federation = Federation(EXPERIMENT, "fedavg", {}, data=data)
+    federation.run(on_round=lambda metrics: None)
+    (tmp / "checkpoint").mkdir()
+    save_state(federation.state_dict(), tmp / "checkpoint")
+    uri = f"sqlite:///{tmp / 'm.db'}"
+    tracker = StudyTracker(uri, "helper")
+    parent = tracker.client.create_run(tracker.experiment_id).info.run_id
+    tags = {TAG_PARENT_RUN: parent, "mlflow.parentRunId": parent}
+    for trial in ("t1", "t2"):
+        tracker.client.create_run(tracker.experiment_id, tags={**tags, TAG_TRIAL_ID: trial})
+    checkpoint = tune.Checkpoint.from_directory(str(tmp / "checkpoint"))
+    return uri, parent, checkpoint, data, federation.evaluate()
+
+
+def _accuracy(model: torch.nn.Module, data) -> float:
+    with torch.no_grad():
+        predicted = model(torch.from_numpy(data.dataset.x_test)).argmax(1).numpy()
+    return float((predicted == data.dataset.y_test).mean())
+
+
+def _log(exporter: ModelExporter, trained, trial: str) -> tuple[str, str] | None:
+    _, parent, checkpoint, data, _ = trained
+    result = Result({"trial_id": trial}, checkpoint)
+    return exporter.log(parent, result, EXPERIMENT, "fedavg", {}, data, link_parent=True)
+
+
+def test_the_helper_logs_the_trained_model_and_links_it_to_the_parent(trained):
+    uri, parent, _, data, metrics = trained
+    exporter = ModelExporter(uri, "helper")
+    try:
+        exporter.get_ready()
+        model_id, run_id = _log(exporter, trained, "t1")
+    finally:
+        exporter.close()
+    client = MlflowClient(uri)
+    assert client.get_run(run_id).data.tags[TAG_TRIAL_ID] == "t1"
+    assert client.get_run(run_id).data.tags[TAG_MODEL_ID] == model_id
+    assert client.get_run(parent).data.tags[TAG_MODEL_ID] == model_id  # link_parent
+    with _use_tracking_uri(uri):
+        model = mlflow.pytorch.load_model(f"models:/{model_id}")
+    assert _accuracy(model, data) == pytest.approx(metrics["test_acc"], abs=1e-12)
+
+
+def test_a_dead_helper_is_replaced_by_logging_here(trained):
+    uri = trained[0]
+    exporter = ModelExporter(uri, "helper")
+    exporter._process.kill()  # killed from outside (out of memory, say) before the study's end
+    exporter._process.join()
+    model_id, run_id = _log(exporter, trained, "t2")
+    assert MlflowClient(uri).get_run(run_id).data.tags[TAG_MODEL_ID] == model_id
+    exporter.close()  # nothing left to end: no error
+
+
+def test_no_trial_run_gives_none_and_a_failure_in_the_helper_is_raised_here(trained):
+    uri, parent, checkpoint, data, _ = trained
+    exporter = ModelExporter(uri, "helper")
+    try:
+        assert _log(exporter, trained, "no-such-trial") is None
+        with pytest.raises(Exception, match="fedmagic"):
+            exporter.log(
+                parent, Result({"trial_id": "t1"}, checkpoint), EXPERIMENT, "fedmagic", {}, data, link_parent=False
+            )
+        assert _log(exporter, trained, "no-such-trial") is None  # the helper serves on after a failure
+    finally:
+        exporter.close()
+
+
+def test_the_helper_module_imports_only_the_standard_library():
+    code = "import sys, raytune_fl.tune.model_helper;print([m for m in ('torch', 'mlflow', 'ray') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path.cwd())
+    assert out.stdout.strip() == "[]"
