@@ -56,6 +56,9 @@ def test_measure_sums_the_pss_of_grandchildren_and_reads_the_report():
     measured = proc.measure([sys.executable, "-c", child], interval_s=0.05)
     assert measured.returncode == 0 and measured.last_json() == {"ok": 1}
     assert measured.peak_pss > 150 * proc.MiB and measured.wall_s >= 1.5
+    # each stdout line is stamped when it arrived: after the 1.5 s grandchild, before the exit
+    assert [line for _, line in measured.stamped] == ["noise", '{"ok": 1}']
+    assert 1.5 <= measured.stamped[0][0] <= measured.stamped[1][0] <= measured.wall_s
 
 
 def test_a_child_without_a_report_says_so():
@@ -144,6 +147,27 @@ def test_the_study_benchmark_space_is_a_valid_search_space_without_early_stoppin
     )
     assert "| 16 x 6 | 120.0 s | 100.0 s | 20 % | 4.0 s | 16.0 s |" in line
     json.dumps(study.study_space(2, 2, 0))  # the YAML written for tune.py is plain data
+
+
+def test_the_study_overhead_splits_into_phases_that_add_up():
+    stamped = [
+        (0.5, "data: 10 clients"),
+        (8.0, "=== variant fedprox (method fedprox) ==="),
+        (20.0, "[fedprox] trial 1/3 finished: val_acc=0.5"),
+        (25.5, "[fedprox] 1/3 trials ended"),  # a summary line: not a trial's end
+        (27.0, "[fedprox] trial 2/3 finished: val_acc=0.6"),
+        (33.5, "[fedprox] trial 3/3 finished: val_acc=0.7"),
+    ]
+    rows = [  # start order; only the first trial starts actors
+        {"name": "fedprox-000", "train_s": 6.0, "setup_s": 2.5, "rounds": 6},
+        {"name": "fedprox-001", "train_s": 6.5, "setup_s": 0.0, "rounds": 6},
+        {"name": "fedprox-002", "train_s": 6.0, "setup_s": 0.0, "rounds": 6},
+    ]
+    phases = study.phases(stamped, rows, wall_s=36.0)
+    # before 8; first trial 20 - 8 - 6 - 2.5 = 3.5; between (33.5 - 20) - 12.5 = 1.0; end 36 - 33.5 = 2.5
+    assert phases == pytest.approx({"before": 8.0, "first_trial": 3.5, "actor_start": 2.5, "between": 1.0, "end": 2.5})
+    assert sum(phases.values()) == pytest.approx(36.0 - 18.5)  # wall - train
+    assert study.phases(stamped[:3], rows, wall_s=36.0) == {}  # a trial's line missing: no guess
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks machines without CUDA")

@@ -7,6 +7,7 @@ that share torch's libraries and the object store is not counted several times o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -70,6 +71,7 @@ class Measured:
     returncode: int
     stdout: str
     stderr: str
+    stamped: list[tuple[float, str]] = dataclasses.field(default_factory=list)  # (s since start, stdout line)
 
     def last_json(self) -> dict[str, Any]:
         """The last line of stdout that parses as a JSON object: the child's own report."""
@@ -93,8 +95,17 @@ def measure(command: Sequence[str], interval_s: float = 1.0, env: dict[str, str]
     peak = 0
     outputs: dict[str, str] = {}
 
+    stamped: list[tuple[float, str]] = []
+
     def drain(name: str, stream) -> None:  # read both pipes while sampling: a full pipe would block the child
-        outputs[name] = stream.read()
+        if name == "err":
+            outputs[name] = stream.read()
+            return
+        lines = []
+        for line in stream:  # when each stdout line arrived: a timeline of the child's progress
+            stamped.append((time.perf_counter() - started, line.rstrip("\n")))
+            lines.append(line)
+        outputs[name] = "".join(lines)
 
     readers = [threading.Thread(target=drain, args=(n, s)) for n, s in (("out", child.stdout), ("err", child.stderr))]
     for reader in readers:
@@ -109,7 +120,7 @@ def measure(command: Sequence[str], interval_s: float = 1.0, env: dict[str, str]
     wall = time.perf_counter() - started
     for reader in readers:
         reader.join()
-    return Measured(wall, peak, child.returncode, outputs.get("out", ""), outputs.get("err", ""))
+    return Measured(wall, peak, child.returncode, outputs.get("out", ""), outputs.get("err", ""), stamped)
 
 
 def python_module(module: str, *args: str) -> list[str]:
