@@ -4,8 +4,10 @@ process; the helper's errors reach the caller; the helper imports nothing heavy 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +89,22 @@ def test_the_helper_logs_the_trained_model_and_links_it_to_the_parent(trained):
     with _use_tracking_uri(uri):
         model = mlflow.pytorch.load_model(f"models:/{model_id}")
     assert _accuracy(model, data) == pytest.approx(metrics["test_acc"], abs=1e-12)
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="Linux with scheduler autogroups")
+def test_the_helper_runs_at_the_lowest_priority_in_a_group_of_its_own(tmp_path):
+    exporter = ModelExporter(f"sqlite:///{tmp_path / 'm.db'}", "helper")
+    try:
+        pid = exporter._process.pid
+        for _ in range(100):  # it lowers its priority as it starts
+            if os.getpriority(os.PRIO_PROCESS, pid) == 19:
+                break
+            time.sleep(0.05)
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 19 and os.getsid(pid) == pid
+        assert Path(f"/proc/{pid}/autogroup").read_text().split()[-1] == "19"
+        assert Path(f"/proc/{pid}/autogroup").read_text() != Path("/proc/self/autogroup").read_text()
+    finally:
+        exporter.close()
 
 
 def test_a_dead_helper_is_replaced_by_logging_here(trained):

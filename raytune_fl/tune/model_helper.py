@@ -3,7 +3,7 @@
 Why: logging a model exports it (torch.export). A process's first export imports torch._dynamo and has MLflow
 map the installed packages, ~3 s on 2 cores; in the driver that came after the last trial, on the study's
 critical path. The helper does it once the first trial is training (before, the start-up of Ray, Tune and the
-actors needs both cores), at the lowest CPU priority (nice 19: the trials get the CPU first), then waits.
+actors needs both cores), at the lowest CPU priority (the trials get the CPU first), then waits.
 Should the helper die, the model is logged in the driver as before.
 
 This module imports only the standard library: the helper process is spawned from it and starts in
@@ -94,7 +94,7 @@ class ModelExporter:
 
 
 def _serve(pipe: Connection, tracking_uri: str, experiment_name: str) -> None:
-    os.nice(19)
+    _lowest_priority()
     tracker = None
     while True:
         try:
@@ -117,6 +117,18 @@ def _serve(pipe: Connection, tracking_uri: str, experiment_name: str) -> None:
                 pipe.send((False, error))
             except Exception:
                 pipe.send((False, RuntimeError(f"logging the model failed: {type(error).__name__}: {error}")))
+
+
+def _lowest_priority() -> None:
+    """Nice 19, in a scheduling group of its own. Linux's autogroups share the CPU between sessions first and apply
+    nice only within one: in the study's session, nice 19 still took ~2 s from the first trials' training, since
+    Ray's processes run in sessions of their own. A session of its own (which also keeps Ctrl-C, meant for the
+    study, from reaching it: it ends when the study's process does) and that group's nice fix both."""
+    with contextlib.suppress(OSError):
+        os.setsid()
+    with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as group:
+        group.write("19")
+    os.nice(19)
 
 
 def _get_ready(tracking_uri: str, experiment_name: str) -> Any:
