@@ -55,12 +55,18 @@ def log_trial_model(
 ) -> tuple[str, str, TrainedModel] | None:
     """The trial's model on its MLflow run (and listed on the parent with `link_parent`): (model id, run id, the
     model), or None when the trial left no checkpoint or no run."""
+    found = trial_checkpoint(result)
+    if found is None:
+        return None
+    return log_checkpoint_model(tracker, parent_run_id, *found, experiment, method, params, data, link_parent)
+
+
+def trial_checkpoint(result: tune.Result) -> tuple[str, tune.Checkpoint] | None:
+    """A finished trial's id and last checkpoint, or None when it left none (checkpoint_every: 0)."""
     trial_id = (result.metrics or {}).get("trial_id")
     if result.checkpoint is None or trial_id is None:
         return None
-    return log_checkpoint_model(
-        tracker, parent_run_id, str(trial_id), result.checkpoint, experiment, method, params, data, link_parent
-    )
+    return str(trial_id), result.checkpoint
 
 
 def log_checkpoint_model(

@@ -61,12 +61,12 @@ class ModelExporter:
     ) -> tuple[str, str] | None:
         """As tune/export.py's log_trial_model, in the helper: (model id, run id), or None (no checkpoint, no run)."""
         from raytune_fl.tracking import StudyTracker
-        from raytune_fl.tune.export import log_checkpoint_model
+        from raytune_fl.tune.export import log_checkpoint_model, trial_checkpoint
 
-        trial_id = (result.metrics or {}).get("trial_id")
-        if result.checkpoint is None or trial_id is None:
+        found = trial_checkpoint(result)
+        if found is None:
             return None
-        args = (parent_run_id, str(trial_id), result.checkpoint, experiment, method, params, data, link_parent)
+        args = (parent_run_id, *found, experiment, method, params, data, link_parent)
         if self._process is not None:
             try:
                 self._pipe.send(args)
