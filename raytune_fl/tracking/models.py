@@ -7,9 +7,10 @@ normalised as the dataset is, and returns logits (N, classes); the signature say
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,30 +48,20 @@ def log_model(
 ) -> str:
     """`model` (in eval mode, on the CPU) logged to `run_id` at `step` (the round it was trained to); also listed
     as an output of each run in `linked_runs` (a study's parent). Returns the model id."""
-    module = Logits(model.cpu().eval())
-    example = np.ascontiguousarray(example[:2], dtype=np.float32)  # two images: the batch dimension stays free
-    with torch.no_grad():
-        output = module(torch.from_numpy(example)).numpy()
-    quiet = logging.getLogger("mlflow")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # MLflow prints table-creation and environment notes on every call
+    module, options = _as_served(model.cpu(), example)
     run = client.get_run(run_id)
-    # made here, in the run's experiment: MLflow's log_model would file it under the process's current experiment
-    # (Default, with its artifacts in ./mlruns) since we keep no active run
-    logged = client.create_logged_model(
-        experiment_id=run.info.experiment_id,
-        name=MODEL_NAME,
-        source_run_id=run_id,
-        params=dict(run.data.params),
-        tags={k: str(v) for k, v in (tags or {}).items()},
-    )
-    try:
+    with _quiet_mlflow():
+        # made here, in the run's experiment: MLflow's log_model would file it under the process's current
+        # experiment (Default, with its artifacts in ./mlruns) since we keep no active run
+        logged = client.create_logged_model(
+            experiment_id=run.info.experiment_id,
+            name=MODEL_NAME,
+            source_run_id=run_id,
+            params=dict(run.data.params),
+            tags={k: str(v) for k, v in (tags or {}).items()},
+        )
         with _use_tracking_uri(client.tracking_uri):
-            info = mlflow.pytorch.log_model(
-                module, model_id=logged.model_id, run_id=run_id, step=step, **_save_options(example, output)
-            )
-    finally:
-        quiet.setLevel(level)
+            info = mlflow.pytorch.log_model(module, model_id=logged.model_id, run_id=run_id, step=step, **options)
     client.set_tag(run_id, TAG_MODEL_ID, info.model_id)
     for other in linked_runs:
         client.log_outputs(other, models=[LoggedModelOutput(info.model_id, step=step)])
@@ -78,8 +69,13 @@ def log_model(
     return info.model_id
 
 
-def _save_options(example: np.ndarray, output: np.ndarray) -> dict[str, Any]:
-    return {
+def _as_served(model: torch.nn.Module, example: np.ndarray) -> tuple[Logits, dict[str, Any]]:
+    """The module MLflow saves (logits only, eval mode) and the options it is saved with."""
+    module = Logits(model.eval())
+    example = np.ascontiguousarray(example[:2], dtype=np.float32)  # two images: the batch dimension stays free
+    with torch.no_grad():
+        output = module(torch.from_numpy(example)).numpy()
+    return module, {
         "signature": infer_signature(example, output),
         "input_example": example,
         "serialization_format": "pt2",
@@ -91,16 +87,19 @@ def _save_options(example: np.ndarray, output: np.ndarray) -> dict[str, Any]:
 def warm_up() -> None:
     """Saves a one-layer model as `log_model` saves one, to a temporary directory: what a process's first export
     loads and initialises once (torch._dynamo, MLflow's map of installed packages; ~3 s) is then in place."""
-    module = Logits(_Pair(torch.nn.Linear(4, 2))).eval()
-    example = np.zeros((2, 4), dtype=np.float32)
-    with torch.no_grad():
-        output = module(torch.from_numpy(example)).numpy()
+    module, options = _as_served(_Pair(torch.nn.Linear(4, 2)), np.zeros((2, 4), dtype=np.float32))
+    with _quiet_mlflow(), tempfile.TemporaryDirectory() as directory:
+        mlflow.pytorch.save_model(module, str(Path(directory) / "model"), **options)
+
+
+@contextlib.contextmanager
+def _quiet_mlflow() -> Iterator[None]:
+    """MLflow prints table-creation and environment notes on every call: errors only, meanwhile."""
     quiet = logging.getLogger("mlflow")
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:
-        with tempfile.TemporaryDirectory() as directory:
-            mlflow.pytorch.save_model(module, str(Path(directory) / "model"), **_save_options(example, output))
+        yield
     finally:
         quiet.setLevel(level)
 
