@@ -111,7 +111,7 @@ def test_a_dead_helper_is_replaced_by_logging_here(trained):
     uri = trained[0]
     exporter = ModelExporter(uri, "helper")
     exporter._process.kill()  # killed from outside (out of memory, say) before the study's end
-    exporter._process.join()
+    exporter._process.wait()
     model_id, run_id = _log(exporter, trained, "t2")
     assert MlflowClient(uri).get_run(run_id).data.tags[TAG_MODEL_ID] == model_id
     exporter.close()  # nothing left to end: no error
@@ -135,3 +135,26 @@ def test_the_helper_module_imports_only_the_standard_library():
     code = "import sys, raytune_fl.tune.model_helper;print([m for m in ('torch', 'mlflow', 'ray') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path.cwd())
     assert out.stdout.strip() == "[]"
+
+
+MAIN_SCRIPT = """
+import os
+from pathlib import Path
+with Path({log!r}).open("a") as log:  # each process that runs this script's top level
+    log.write(f"{{os.getpid()}}\\n")
+from raytune_fl.tune.model_helper import ModelExporter
+if __name__ == "__main__":
+    exporter = ModelExporter({uri!r}, "helper")
+    print(exporter._process.pid)
+    exporter.close()
+"""
+
+
+def test_the_helper_does_not_run_the_studys_main_script_again(tmp_path):
+    # multiprocessing's spawn would: its child re-imports __main__, i.e. all that tune.py imports (~1.6 s CPU)
+    log, script = tmp_path / "imports.log", tmp_path / "study.py"
+    script.write_text(MAIN_SCRIPT.format(log=str(log), uri=f"sqlite:///{tmp_path / 'm.db'}"))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True, cwd=Path.cwd())
+    helper = int(out.stdout.split()[-1])
+    ran = [int(pid) for pid in log.read_text().split()]
+    assert len(ran) == 1 and helper not in ran
