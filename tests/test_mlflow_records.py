@@ -192,6 +192,12 @@ def test_each_variants_best_model_loads_back_and_reproduces_its_logged_test_acc(
             signature = mlflow.models.get_model_info(f"models:/{model_id}").signature
         assert signature.inputs.to_dict()[0]["tensor-spec"] == {"dtype": "float32", "shape": (-1, 1, 8, 8)}
         assert signature.outputs.to_dict()[0]["tensor-spec"] == {"dtype": "float32", "shape": (-1, 10)}
+    # the best trials so far were logged ahead (tune/model_helper.py): those superseded are gone, from their runs too
+    selected = {parent.data.tags[TAG_MODEL_ID] for parent in _parents(runs).values()}
+    assert {m.model_id for m in client.search_logged_models([experiment])} == selected
+    assert {
+        r.data.tags[TAG_MODEL_ID] for r in client.search_runs([experiment]) if TAG_MODEL_ID in r.data.tags
+    } == selected
 
 
 @pytest.mark.slow  # two ablations: about 30 s

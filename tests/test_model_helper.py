@@ -158,3 +158,53 @@ def test_the_helper_does_not_run_the_studys_main_script_again(tmp_path):
     helper = int(out.stdout.split()[-1])
     ran = [int(pid) for pid in log.read_text().split()]
     assert len(ran) == 1 and helper not in ran
+
+
+def _fresh_study(uri: str, trials: tuple[str, ...]) -> tuple[str, dict[str, str]]:
+    """A parent run and its trials' runs, none of them with a model yet."""
+    tracker = StudyTracker(uri, "helper")
+    parent = tracker.client.create_run(tracker.experiment_id).info.run_id
+    tags = {TAG_PARENT_RUN: parent, "mlflow.parentRunId": parent}
+    runs = {t: tracker.client.create_run(tracker.experiment_id, tags={**tags, TAG_TRIAL_ID: t}) for t in trials}
+    return parent, {t: run.info.run_id for t, run in runs.items()}
+
+
+def _model_tag(client: MlflowClient, run_id: str, timeout_s: float = 120.0) -> str:
+    """The model id a run is tagged with, once the helper (in the background) has logged one."""
+    deadline = time.monotonic() + timeout_s
+    while TAG_MODEL_ID not in (tags := client.get_run(run_id).data.tags):
+        assert time.monotonic() < deadline, f"no model logged on {run_id} within {timeout_s:.0f}s"
+        time.sleep(0.2)
+    return tags[TAG_MODEL_ID]
+
+
+def test_the_best_trial_so_far_is_logged_ahead_and_superseded_models_are_deleted(trained):
+    uri, _, checkpoint, data, _ = trained
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("helper").experiment_id
+    parent, runs = _fresh_study(uri, ("a1", "a2", "a3"))
+    exporter = ModelExporter(uri, "helper")
+    try:
+        ahead = {"experiment": EXPERIMENT, "method": "fedavg", "data": data}
+        exporter.log_ahead(parent, "a1", checkpoint, {}, **ahead)
+        first = _model_tag(client, runs["a1"])
+        assert client.get_run(parent).data.tags.get(TAG_MODEL_ID) is None  # not the selection yet
+        exporter.log_ahead(parent, "a2", checkpoint, {}, **ahead)  # a better trial: a1's model goes
+        second = _model_tag(client, runs["a2"])
+        live = {m.model_id for m in client.search_logged_models([experiment])}
+        assert second in live and first not in live and TAG_MODEL_ID not in client.get_run(runs["a1"]).data.tags
+        # the study selects a2: its model logged ahead is the one listed on the parent, no second export
+        selected = exporter.log(parent, Result({"trial_id": "a2"}, checkpoint), EXPERIMENT, "fedavg", {}, data,
+                                link_parent=True)  # fmt: skip
+        assert selected == (second, runs["a2"])
+        assert client.get_run(parent).data.tags[TAG_MODEL_ID] == second
+        assert [m.model_id for m in client.get_run(parent).outputs.model_outputs] == [second]
+        # a3 logged ahead, but the study selects another trial: a3's model goes, the selected one is logged now
+        exporter.log_ahead(parent, "a3", checkpoint, {}, **ahead)
+        third = _model_tag(client, runs["a3"])
+        model_id, run_id = _log(exporter, trained, "t2")
+        live = {m.model_id for m in client.search_logged_models([experiment])}
+        assert client.get_run(run_id).data.tags[TAG_TRIAL_ID] == "t2" and model_id in live and third not in live
+        assert TAG_MODEL_ID not in client.get_run(runs["a3"]).data.tags
+    finally:
+        exporter.close()

@@ -64,9 +64,20 @@ def log_model(
             info = mlflow.pytorch.log_model(module, model_id=logged.model_id, run_id=run_id, step=step, **options)
     client.set_tag(run_id, TAG_MODEL_ID, info.model_id)
     for other in linked_runs:
-        client.log_outputs(other, models=[LoggedModelOutput(info.model_id, step=step)])
-        client.set_tag(other, TAG_MODEL_ID, info.model_id)
+        link_model(client, other, info.model_id, step=step)
     return info.model_id
+
+
+def link_model(client: MlflowClient, run_id: str, model_id: str, *, step: int) -> None:
+    """A logged model listed as an output of another run (a study's parent), and named in its tags."""
+    client.log_outputs(run_id, models=[LoggedModelOutput(model_id, step=step)])
+    client.set_tag(run_id, TAG_MODEL_ID, model_id)
+
+
+def delete_model(client: MlflowClient, run_id: str, model_id: str) -> None:
+    """A logged model taken back: marked deleted (its files go with `mlflow gc`) and no longer named by its run."""
+    client.delete_logged_model(model_id)
+    client.delete_tag(run_id, TAG_MODEL_ID)
 
 
 def _as_served(model: torch.nn.Module, example: np.ndarray) -> tuple[Logits, dict[str, Any]]:

@@ -121,6 +121,18 @@ class StudyTracker:
 
         return log_model(self.client, run_id, model, example, step=step, linked_runs=linked_runs)
 
+    def link_model(self, run_id: str, model_id: str, step: int) -> None:
+        """A model logged on another run (a trial's) listed as an output of `run_id` (its study's parent)."""
+        from raytune_fl.tracking.models import link_model
+
+        link_model(self.client, run_id, model_id, step=step)
+
+    def delete_model(self, run_id: str, model_id: str) -> None:
+        """A model logged on `run_id` taken back (a best-so-far model that a better trial superseded)."""
+        from raytune_fl.tracking.models import delete_model
+
+        delete_model(self.client, run_id, model_id)
+
     def log_params(self, run_id: str, params: dict[str, Any]) -> None:
         items = [Param(k, encode_value(v)) for k, v in params.items()]
         for start in range(0, len(items), 100):  # MLflow caps a batch at 100 params

@@ -10,6 +10,7 @@ from ray import tune
 
 from raytune_fl.tracking import TrialTracker
 from raytune_fl.tracking.background import SerialWriter
+from raytune_fl.tune.selection import beats, candidacy
 
 
 class MlflowTrialLogger(tune.Callback):
@@ -68,6 +69,33 @@ class OnFirstResult(tune.Callback):
         action, self.action = self.action, None
         if action is not None:
             action()
+
+
+class BestSoFar(tune.Callback):
+    """As each trial ends, calls `action(trial_id, checkpoint, config)` for it if it is the best so far by the rule
+    the study selects with (tune/selection.py): the model helper logs its model ahead of the study's end."""
+
+    def __init__(
+        self, action: Callable[[str, tune.Checkpoint, dict[str, Any]], None], metric: str, mode: str, rounds: int
+    ):
+        self.action: Callable[[str, tune.Checkpoint, dict[str, Any]], None] | None = action
+        self.metric, self.maximize, self.rounds = metric, mode == "max", rounds
+        self.best: tuple[bool, float] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:  # pickled with the experiment state; the action is this process's
+        return {**self.__dict__, "action": None}
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        chosen = candidacy(trial.last_result or {}, self.metric, self.rounds)
+        if (
+            self.action is None
+            or chosen is None
+            or trial.checkpoint is None
+            or not beats(chosen, self.best, self.maximize)
+        ):
+            return
+        self.best = chosen
+        self.action(str(trial.trial_id), trial.checkpoint, dict(trial.config))
 
 
 def print_line(line: str) -> None:

@@ -1,16 +1,36 @@
 """How a study's best trial is chosen, in one place: trials that ran every round first, then the best final value.
 
 Plain Python (no Ray, no Optuna): the study's summary of its Tune results and the dashboard's reading of the
-logged trial runs both pick with `best_of`.
+logged trial runs both pick with `best_of`; the study's summary and its best-so-far model (tune/callbacks.py) read a
+trial's last metrics with `candidacy`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+
+def candidacy(metrics: dict[str, Any], metric: str, rounds: int) -> tuple[bool, float] | None:
+    """(ran every round, final value) of an ended trial's last metrics; None when it cannot be chosen: it diverged
+    (its score is the worst by construction) or its value is missing or not finite."""
+    if metrics.get("diverged"):
+        return None
+    value = metrics.get(metric)
+    if value is None or not math.isfinite(value):
+        return None
+    return int(metrics.get("round", 0)) >= rounds, float(value)
+
+
+def beats(challenger: tuple[bool, float], holder: tuple[bool, float] | None, maximize: bool) -> bool:
+    """Whether `best_of` chooses a candidacy over another (a tie keeps the holder: `best_of` keeps the first)."""
+    if holder is None:
+        return True
+    sign = 1.0 if maximize else -1.0
+    return (challenger[0], sign * challenger[1]) > (holder[0], sign * holder[1])
 
 
 def best_of(candidates: Iterable[tuple[bool, float, T]], maximize: bool) -> T | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import time
 import zlib
@@ -41,13 +40,13 @@ from raytune_fl.tracking.schema import (
     TRIAL_STOPPED_EARLY,
 )
 from raytune_fl.tune import optuna_storage as optuna_db
-from raytune_fl.tune.callbacks import MlflowTrialLogger, OnFirstResult, print_line
+from raytune_fl.tune.callbacks import BestSoFar, MlflowTrialLogger, OnFirstResult, print_line
 from raytune_fl.tune.describe import trial_description, variant_description
 from raytune_fl.tune.export import log_trial_model
 from raytune_fl.tune.model_helper import ModelExporter
 from raytune_fl.tune.progress import ProgressCallback, ProgressState
 from raytune_fl.tune.resources import placement_group_factory
-from raytune_fl.tune.selection import best_of
+from raytune_fl.tune.selection import best_of, candidacy
 from raytune_fl.tune.space import optuna_space
 from raytune_fl.tune.storage import Storage, resolve_storage
 from raytune_fl.tune.trainable import federated_trial
@@ -235,8 +234,22 @@ def run_variant(
             )
             parent.trials.append(trials)
             callbacks.append(MlflowTrialLogger(trials))
-        if exporter is not None and log_model:
+        if exporter is not None and log_model and parent_run_id is not None:
             callbacks.append(OnFirstResult(exporter.get_ready))
+
+            def log_ahead(trial_id: str, checkpoint: tune.Checkpoint, config: dict[str, Any]) -> None:
+                params = {**variant.fixed, **config}  # as _log_best_model makes them
+                exporter.log_ahead(
+                    parent_run_id,
+                    trial_id,
+                    checkpoint,
+                    params,
+                    experiment=base,
+                    method=variant.method,
+                    data=partitioned,
+                )
+
+            callbacks.append(BestSoFar(log_ahead, settings.metric, settings.mode, base.rounds))
         trainable = tune.with_resources(
             tune.with_parameters(federated_trial, experiment=base, method=variant.method, fixed=dict(variant.fixed)),
             placement_group_factory(base.resources),
@@ -381,11 +394,10 @@ def summarise(
         if metrics.get("diverged"):
             counts[TRIAL_DIVERGED] += 1  # never a candidate: its score is the worst by construction
             continue
-        reached = int(metrics.get("round", 0))
-        counts[TRIAL_FINISHED if reached >= rounds else TRIAL_STOPPED_EARLY] += 1
-        value = metrics.get(metric)
-        if value is not None and math.isfinite(value):
-            candidates.append((reached >= rounds, value, result))
+        counts[TRIAL_FINISHED if int(metrics.get("round", 0)) >= rounds else TRIAL_STOPPED_EARLY] += 1
+        chosen = candidacy(metrics, metric, rounds)
+        if chosen is not None:
+            candidates.append((*chosen, result))
     if not candidates:
         return VariantOutcome(variant, method, {}, {}, counts, None, "", 0.0, errors), None
     best = best_of(candidates, maximize=mode == "max")  # trials that ran every round first (tune/selection.py)
