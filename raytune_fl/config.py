@@ -322,7 +322,8 @@ class SearchSpace(_Strict):
     """A search-space file: a base experiment, ablation variants, tune settings."""
 
     name: str = Field(min_length=1)  # the MLflow experiment name
-    base: ExperimentConfig = ExperimentConfig()
+    # a factory: an instance here would be validated (its names looked up, torch imported) when this module loads
+    base: ExperimentConfig = Field(default_factory=ExperimentConfig)
     variants: dict[str, VariantConfig] = Field(min_length=1)
     tune: TuneSettings = TuneSettings()
 

@@ -1,4 +1,4 @@
-"""Client actors, created once per trial and reused every round (each one imports torch: seconds).
+"""The pool that drives a trial's client actors (actors/client.py), created once per trial and reused every round.
 
 Inside a Tune trial the actors land in the trial's placement group (one bundle each), so their
 CPU/GPU fractions are reserved by Tune before the trial starts.
@@ -13,70 +13,27 @@ Actors across trials (`keep_actors`, used inside Tune trials, whose process Tune
 a closed pool parks its actors in this process instead of killing them, and the next pool with the same data
 and resources reconfigures them (a fresh model and method on the data they hold) instead of starting new ones
 (a new actor imports torch and loads the data: seconds). Parked actors stay in the placement group of the
-trial process that owns them, and die with it.
+trial process that owns them, and die with it. A trial process's first pool takes the actors its trial started
+early (actors/client.py's start_early), if any.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import ray
 from ray.exceptions import RayActorError
 
+from raytune_fl.actors import client
+from raytune_fl.actors.client import actor_class, actor_threads, release_parked, resources_key, take_early
 from raytune_fl.config import FaultsConfig, ResourcesConfig
 from raytune_fl.engine.data import FederatedData
-from raytune_fl.engine.pool import ClientLost, Outcome, TrainJob, WorkerFailure, run_job
-from raytune_fl.engine.worker import ClientWorker, WorkerSpec, choose_device
-from raytune_fl.types import ClientUpdate, Weights, WorkerPlace
-
-
-class ClientActor:
-    def __init__(
-        self,
-        spec: WorkerSpec,
-        x_train: np.ndarray,
-        y_train: np.ndarray,
-        parts: list[np.ndarray],
-        threads: int,
-        kills: frozenset[tuple[int, int]] = frozenset(),
-        device: str = "auto",  # resources.device
-    ) -> None:
-        import torch
-
-        torch.set_num_threads(threads)
-        context = ray.get_runtime_context()
-        # Ray sets CUDA_VISIBLE_DEVICES to these ids, so the actor's "cuda" is its assigned GPU
-        gpus = ",".join(str(g) for g in ray.get_gpu_ids())
-        group = context.get_placement_group_id() or ""
-        self.place = WorkerPlace(context.get_node_id(), gpus, "cpu", group, context.get_actor_id() or "")
-        self.device_setting = device
-        self.data = (x_train, y_train, parts)
-        self.configure(spec, kills)
-
-    def configure(self, spec: WorkerSpec, kills: frozenset[tuple[int, int]]) -> bool:
-        """Ready for a new trial: a fresh model and method (nothing carries over but the data)."""
-        where = f" on Ray node {self.place.node} (Ray GPU ids: {self.place.gpus or 'none'})"
-        device = choose_device(self.device_setting, bool(self.place.gpus), where)  # DeviceError: the trial fails
-        self.place = dataclasses.replace(self.place, device=device)
-        self.worker = ClientWorker(dataclasses.replace(spec, device=device), *self.data)
-        self.kills = kills
-        return True
-
-    def train(self, job: TrainJob, weights: Weights, payload: Mapping[str, Any], attempt: int) -> ClientUpdate:
-        if attempt == 0 and (job.round_index, job.client_id) in self.kills:
-            os._exit(1)  # chaos testing: die the way a lost node or an OOM kill does, mid-round
-        update = run_job(self.worker, dataclasses.replace(job, weights=weights, payload=payload))
-        update.place = self.place
-        return update
-
-    def ready(self) -> WorkerPlace:
-        return self.place
+from raytune_fl.engine.pool import ClientLost, Outcome, TrainJob, WorkerFailure
+from raytune_fl.engine.worker import WorkerSpec
 
 
 @dataclasses.dataclass
@@ -86,27 +43,6 @@ class _InFlight:
     job: TrainJob
     attempt: int
     deadline: float
-
-
-@dataclasses.dataclass
-class _Parked:
-    key: tuple
-    actors: list[Any]
-    data_refs: tuple[ray.ObjectRef, ray.ObjectRef]
-
-
-_parked: _Parked | None = None  # this process's idle actors from its last trial (keep_actors)
-_live: list[Any] = []  # actors of this process's open keep_actors pool: killed if it was never closed
-
-
-def release_parked() -> int:
-    """Kill this process's parked actors (their bundles free up); returns how many there were."""
-    global _parked
-    actors = _parked.actors if _parked is not None else []
-    for actor in actors:
-        ray.kill(actor)
-    _parked = None
-    return len(actors)
 
 
 def data_key(data: FederatedData) -> str:
@@ -128,39 +64,43 @@ class RayActorPool:
         faults: FaultsConfig | None = None,
         keep_actors: bool = False,
     ) -> None:
-        global _parked
         self.timeout_s = resources.round_timeout_s
         faults = faults or FaultsConfig()
         self.retries = faults.retries
         self.sizes = [len(part) for part in data.train_parts]
-        self.remote = ray.remote(ClientActor).options(
-            num_cpus=resources.cpus_per_actor, num_gpus=resources.gpus_per_actor
-        )
-        threads = max(1, int(resources.cpus_per_actor))
-        kills = frozenset(map(tuple, faults.inject_kills))
+        self.remote = actor_class(resources)
+        self.threads, self.device = actor_threads(resources), resources.device
+        self.spec, self.kills = spec, frozenset(map(tuple, faults.inject_kills))
         self.keep_actors, self.num_actors = keep_actors, resources.actors
         self.key: tuple | None = None  # what parked actors must match; hashed only where actors are kept
         reused: list[Any] = []
+        started: list[Any] = []
         if keep_actors:
-            self.key = (data_key(data), resources.actors, resources.cpus_per_actor, resources.gpus_per_actor, threads)
-            self.key += (resources.device,)
-            for actor in _live:  # a trial that ended without closing its pool (its thread was cut short)
+            self.key = (data_key(data), *resources_key(resources))
+            for actor in client.live:  # a trial that ended without closing its pool (its thread was cut short)
                 ray.kill(actor)
-            _live.clear()
-            if _parked is not None and _parked.key == self.key:
-                reused, (x_ref, y_ref) = _parked.actors, _parked.data_refs
-                _parked = None
+            client.live.clear()
+            if client.parked is not None and client.parked.key == self.key:
+                reused, (x_ref, y_ref) = client.parked.actors, client.parked.data_refs
+                client.parked = None
             else:  # other data or resources: free the bundles for this trial's actors
                 release_parked()
+                started = take_early(resources)
         if not reused:
             # the training arrays go into the object store once; every actor (and every restarted one) reads them
             x_ref, y_ref = ray.put(data.dataset.x_train), ray.put(data.dataset.y_train)
+        self.data_args = (x_ref, y_ref, data.train_parts)
         self.data_refs = (x_ref, y_ref)
-        self.actor_args = (spec, x_ref, y_ref, data.train_parts, threads, kills, resources.device)
-        self.starting = [actor.configure.remote(spec, kills) for actor in reused]
-        self.actors = reused + [self.remote.remote(*self.actor_args) for _ in range(resources.actors - len(reused))]
+        missing = resources.actors - len(reused) - len(started)
+        new = started + [self.remote.remote(self.threads, self.device) for _ in range(missing)]
+        for actor in new:
+            actor.load.remote(*self.data_args)
+        self.actors = reused + new
+        self.reused = len(reused)
+        # each actor's configure answers once it has started (torch imported, data loaded): ready() waits for them
+        self.starting = [actor.configure.remote(spec, self.kills) for actor in self.actors]
         if keep_actors:
-            _live.extend(self.actors)
+            client.live.extend(self.actors)
         self.idle = list(range(len(self.actors)))
         self.queue: list[tuple[int, TrainJob, int]] = []  # (ticket, job, attempt)
         self.in_flight: dict[ray.ObjectRef, _InFlight] = {}
@@ -171,7 +111,7 @@ class RayActorPool:
 
     def ready(self) -> None:
         """Block until every actor has started (torch imported, data loaded), so round 1 times training only."""
-        refs = self.starting + [actor.ready.remote() for actor in self.actors[len(self.starting) :]]
+        refs = self.starting
         done, waiting = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s)
         if waiting:
             raise TimeoutError(
@@ -180,9 +120,9 @@ class RayActorPool:
             )
         for slot, ref in enumerate(refs):
             try:
-                ray.get(ref)  # re-raises an actor's constructor error
+                ray.get(ref)  # re-raises an actor's constructor or configure error
             except RayActorError:
-                if slot >= len(self.starting):
+                if slot >= self.reused:
                     raise
                 self._replace(slot)  # a parked actor that died meanwhile: start a fresh one
                 ray.get(self.actors[slot].ready.remote(), timeout=self.timeout_s)
@@ -223,13 +163,12 @@ class RayActorPool:
         return failures
 
     def close(self) -> None:
-        global _parked
         pending: list[ray.ObjectRef] = []
         if self.in_flight:  # a trial stopped while its next round was training: let it finish, briefly
             _, pending = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=1.0)
         if self.key is not None and not pending and len(self.actors) == self.num_actors:
-            _parked = _Parked(self.key, self.actors, self.data_refs)
-            _live.clear()
+            client.parked = client.Parked(self.key, self.actors, self.data_refs)
+            client.live.clear()
         else:
             for actor in self.actors:
                 ray.kill(actor)
@@ -269,9 +208,12 @@ class RayActorPool:
 
     def _replace(self, slot: int) -> None:
         ray.kill(self.actors[slot])  # a hung actor must not keep its bundle
-        self.actors[slot] = self.remote.remote(*self.actor_args)
+        actor = self.remote.remote(self.threads, self.device)
+        actor.load.remote(*self.data_args)
+        actor.configure.remote(self.spec, self.kills)  # Ray runs one caller's calls to an actor in order
+        self.actors[slot] = actor
         if self.keep_actors:
-            _live.append(self.actors[slot])
+            client.live.append(actor)
 
 
 def ray_pool_factory(resources: ResourcesConfig, faults: FaultsConfig | None = None, keep_actors: bool = False):

@@ -1,4 +1,8 @@
-"""One Tune trial = one complete federated simulation, reporting (and checkpointing) every round."""
+"""One Tune trial = one complete federated simulation, reporting (and checkpointing) every round.
+
+Light to import (no torch at module level): the trial's process starts its client actors first, and imports torch
+and the engine while they start (actors/client.py's start_early: their start-up and the trial's overlap).
+"""
 
 from __future__ import annotations
 
@@ -7,22 +11,27 @@ import tempfile
 from typing import Any
 
 import ray
-import torch
 from ray import tune
 
-from raytune_fl.actors import ray_pool_factory
+from raytune_fl.actors.client import start_early
 from raytune_fl.config import ExperimentConfig
-from raytune_fl.engine.checkpoint import load_state, save_state
-from raytune_fl.engine.federation import Federation, in_process_pool
-from raytune_fl.engine.worker import choose_device
 
 
 def federated_trial(
     config: dict[str, Any], *, experiment: ExperimentConfig, method: str, fixed: dict[str, Any]
 ) -> None:
+    resources = experiment.resources
+    if resources.actors > 0:
+        start_early(resources)  # before the imports below: the actors import torch meanwhile, in their processes
+    import torch
+
+    from raytune_fl.actors import ray_pool_factory
+    from raytune_fl.engine.checkpoint import load_state, save_state
+    from raytune_fl.engine.federation import Federation, in_process_pool
+    from raytune_fl.engine.worker import choose_device
+
     # Ray logs a line per checkpoint, i.e. per round: the progress printer already says each round
     logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
-    resources = experiment.resources
     torch.set_num_threads(
         max(1, int(resources.driver_cpus or (resources.cpus_per_actor if not resources.actors else 1)))
     )

@@ -1,0 +1,142 @@
+"""The client actor, and this process's actors across trials. Light to import: no torch, no engine.
+
+Why light: a Tune trial's process starts its client actors first, before it imports torch and builds its
+federation (`start_early`). Each actor imports torch in its own process meanwhile (~2.5 s of CPU each), so the
+actors' start-up and the trial's own run side by side on the cores instead of one after the other. Hence the
+two-step actor: `ClientActor(threads, device)` starts a process and imports; `load` hands it the training data and
+`configure` a trial's model and method (again for each trial a parked actor serves).
+
+The process's actors (module state, one trial at a time per process, as Tune runs them):
+- early: started by `start_early`, not yet taken by a pool (no data yet);
+- parked: a closed `keep_actors` pool's actors, kept for the next trial with the same data and resources;
+- live: the actors of the open `keep_actors` pool, killed if that pool is never closed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import ray
+
+if TYPE_CHECKING:
+    from raytune_fl.config import ResourcesConfig
+    from raytune_fl.engine.pool import TrainJob
+    from raytune_fl.engine.worker import WorkerSpec
+    from raytune_fl.types import ClientUpdate, Weights, WorkerPlace
+
+
+class ClientActor:
+    def __init__(self, threads: int, device: str = "auto") -> None:  # device: resources.device
+        import torch
+
+        from raytune_fl.engine import pool, worker  # noqa: F401  (imported now, while the trial builds its run)
+        from raytune_fl.types import WorkerPlace
+
+        torch.set_num_threads(threads)
+        context = ray.get_runtime_context()
+        # Ray sets CUDA_VISIBLE_DEVICES to these ids, so the actor's "cuda" is its assigned GPU
+        gpus = ",".join(str(g) for g in ray.get_gpu_ids())
+        group = context.get_placement_group_id() or ""
+        self.place: WorkerPlace = WorkerPlace(context.get_node_id(), gpus, "cpu", group, context.get_actor_id() or "")
+        self.device_setting = device
+        self.data: tuple[np.ndarray, np.ndarray, list[np.ndarray]] | None = None
+        self.kills: frozenset[tuple[int, int]] = frozenset()
+
+    def load(self, x_train: np.ndarray, y_train: np.ndarray, parts: list[np.ndarray]) -> None:
+        """The training data (once per actor: a parked actor keeps it for the next trial)."""
+        self.data = (x_train, y_train, parts)
+
+    def configure(self, spec: WorkerSpec, kills: frozenset[tuple[int, int]]) -> bool:
+        """Ready for a trial: a fresh model and method on the data loaded (nothing else carries over)."""
+        from raytune_fl.engine.worker import ClientWorker, choose_device
+
+        where = f" on Ray node {self.place.node} (Ray GPU ids: {self.place.gpus or 'none'})"
+        device = choose_device(self.device_setting, bool(self.place.gpus), where)  # DeviceError: the trial fails
+        self.place = dataclasses.replace(self.place, device=device)
+        assert self.data is not None, "load() comes before configure()"
+        self.worker = ClientWorker(dataclasses.replace(spec, device=device), *self.data)
+        self.kills = kills
+        return True
+
+    def train(self, job: TrainJob, weights: Weights, payload: Mapping[str, Any], attempt: int) -> ClientUpdate:
+        from raytune_fl.engine.pool import run_job
+
+        if attempt == 0 and (job.round_index, job.client_id) in self.kills:
+            os._exit(1)  # chaos testing: die the way a lost node or an OOM kill does, mid-round
+        update = run_job(self.worker, dataclasses.replace(job, weights=weights, payload=payload))
+        update.place = self.place
+        return update
+
+    def ready(self) -> WorkerPlace:
+        return self.place
+
+
+def actor_class(resources: ResourcesConfig) -> Any:
+    """The client actor as Ray schedules it: one bundle's CPU/GPU fraction (the trial's placement group)."""
+    return ray.remote(ClientActor).options(num_cpus=resources.cpus_per_actor, num_gpus=resources.gpus_per_actor)
+
+
+def actor_threads(resources: ResourcesConfig) -> int:
+    return max(1, int(resources.cpus_per_actor))
+
+
+def resources_key(resources: ResourcesConfig) -> tuple:
+    """What an actor started for one trial must match to serve another (with the data it holds)."""
+    threads = actor_threads(resources)
+    return resources.actors, resources.cpus_per_actor, resources.gpus_per_actor, threads, resources.device
+
+
+@dataclasses.dataclass
+class Parked:
+    key: tuple  # the data's key (pool.data_key) + resources_key
+    actors: list[Any]
+    data_refs: tuple[ray.ObjectRef, ray.ObjectRef]
+
+
+@dataclasses.dataclass
+class Early:
+    key: tuple  # resources_key
+    actors: list[Any]
+
+
+parked: Parked | None = None  # this process's idle actors from its last trial (keep_actors)
+early: Early | None = None  # started ahead of this process's first pool
+live: list[Any] = []  # actors of this process's open keep_actors pool: killed if it was never closed
+
+
+def start_early(resources: ResourcesConfig) -> None:
+    """Start a trial's client actors now, ahead of its federation (see above); its pool takes them. Nothing to do
+    when actors from an earlier trial are parked here (the pool reuses those) or some already started."""
+    global early
+    if parked is not None or early is not None or resources.actors < 1:
+        return
+    remote = actor_class(resources)
+    threads = actor_threads(resources)
+    early = Early(resources_key(resources), [remote.remote(threads, resources.device) for _ in range(resources.actors)])
+
+
+def take_early(resources: ResourcesConfig) -> list[Any]:
+    """The actors `start_early` started, if they were started for these resources (else they are killed)."""
+    global early
+    started, early = early, None
+    if started is None:
+        return []
+    if started.key == resources_key(resources):
+        return started.actors
+    for actor in started.actors:
+        ray.kill(actor)
+    return []
+
+
+def release_parked() -> int:
+    """Kill this process's parked actors (their bundles free up); returns how many there were."""
+    global parked
+    actors = parked.actors if parked is not None else []
+    for actor in actors:
+        ray.kill(actor)
+    parked = None
+    return len(actors)
