@@ -30,22 +30,9 @@ def start_ray(address: str | None) -> None:
     if address not in ("auto", "local") and not address.startswith("ray://"):
         _probe(address)  # Ray itself retries an unreachable head for minutes
     if address == "local":
-        start_local(log_to_driver=True, runtime_env=tune_trial_runtime_env())
+        start_local(log_to_driver=True)
     else:
         ray.init(address=address, log_to_driver=True)
-
-
-def tune_trial_runtime_env() -> dict[str, Any]:
-    """The runtime environment Ray Tune gives its trial actors (a few env vars: ray.tune.execution.class_cache).
-
-    As the job's own, it makes the job's workers interchangeable with the trials': Ray starts a worker for a
-    job as soon as its driver connects, and hands it only to actors whose runtime environment matches. With
-    Tune's trials in another environment, the first trial waited for a new worker of its own (~0.5 s) while that
-    one stood idle; the client actors inherit the trial's environment, so they are unaffected."""
-    from ray.tune.execution.class_cache import DEFAULT_ENV_VARS, ENV_VARS_TO_PROPAGATE
-
-    passed = {name: os.environ[name] for name in ENV_VARS_TO_PROPAGATE if name in os.environ}
-    return {"env_vars": {**DEFAULT_ENV_VARS, **passed}}
 
 
 def start_local(*, log_to_driver: bool = False, **init_kwargs: Any) -> None:
