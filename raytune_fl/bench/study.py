@@ -123,8 +123,8 @@ def format_result(result: dict[str, Any]) -> str:
 
 _PHASES = {
     "before": "start to the study (imports, checks, MLflow/Optuna stores, Ray start)",
-    "first_trial": "Tune set-up and the first trial's process, to its first round",
-    "actor_start": "the client actors' start-up (setup_s)",
+    "first_trial": "Tune set-up and the first trial's process (and its actors), to its first round",
+    "actor_start": "waiting for the client actors to start (setup_s; they start beside the trial's set-up)",
     "between": "later trials beyond their rounds (a report per round, trial to trial)",
     "end": "last trial to exit (the best model's logging, Ray's shutdown)",
 }
