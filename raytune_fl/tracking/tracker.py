@@ -24,6 +24,7 @@ from mlflow.tracking import MlflowClient
 from raytune_fl.data.identity import DataIdentity, source_text
 from raytune_fl.data.record import partition_heatmap, partition_table, save_partition_parquet
 from raytune_fl.tracking import store
+from raytune_fl.tracking.new_store import seed_new_store
 from raytune_fl.tracking.schema import (
     CONFIG_FILE,
     CONTEXT_TRAIN,
@@ -58,6 +59,7 @@ def default_tracking_uri(directory: str | Path = ".") -> str:
 class StudyTracker:
     def __init__(self, tracking_uri: str, experiment_name: str) -> None:
         self.uri = tracking_uri
+        seed_new_store(tracking_uri)  # a new SQLite store without MLflow's migrations (~1 s): new_store.py
         self.client = MlflowClient(tracking_uri)
         found = self.client.get_experiment_by_name(experiment_name)
         if found is None:
