@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
@@ -36,6 +37,7 @@ def test_augmentation_changes_training_and_off_is_the_default():
     assert plain[0]["train_loss"] != augmented[0]["train_loss"]
 
 
+@pytest.mark.slow  # a whole study through tune.py: ~30 s, the default tier's longest
 def test_rotated_space_runs_through_tune_and_logs_the_partition(ray_cluster, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = ["--space", str(SPACE), "--rounds", "2", "--num-samples", "1", "--variants", "univarfl,fedavg"]

@@ -178,6 +178,7 @@ def _model_tag(client: MlflowClient, run_id: str, timeout_s: float = 120.0) -> s
     return tags[TAG_MODEL_ID]
 
 
+@pytest.mark.slow  # four models logged at nice 19: ~10 s
 def test_the_best_trial_so_far_is_logged_ahead_and_superseded_models_are_deleted(trained):
     uri, _, checkpoint, data, _ = trained
     client = MlflowClient(uri)

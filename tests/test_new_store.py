@@ -21,10 +21,13 @@ def cache(tmp_path, monkeypatch) -> Path:
     return tmp_path / "cache" / "raytune_fl"
 
 
-def _schema(db: Path) -> tuple[list[tuple[str, str]], list[str]]:
+def _schema(db: Path) -> tuple[dict[str, list[str]], list[str]]:
+    """Each table's definition as its sorted lines: MLflow's migrations write a table's constraints in an order
+    that varies from one build to the next (two stores MLflow builds itself differ so)."""
     with sqlite3.connect(db) as connection:
-        tables = connection.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name").fetchall()
+        rows = connection.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall()
         version = [row[0] for row in connection.execute("SELECT version_num FROM alembic_version")]
+    tables = {name: sorted(line.strip().rstrip(",").strip() for line in sql.splitlines()) for name, sql in rows}
     return tables, version
 
 
