@@ -79,7 +79,9 @@ def test_the_helper_logs_the_trained_model_and_links_it_to_the_parent(trained):
     exporter = ModelExporter(uri, "helper")
     try:
         exporter.get_ready()
+        assert exporter.warmed_up(timeout_s=120)  # else the model would be logged here (next test)
         model_id, run_id = _log(exporter, trained, "t1")
+        assert exporter._process is not None and exporter._process.poll() is None  # the helper logged it
     finally:
         exporter.close()
     client = MlflowClient(uri)
@@ -107,6 +109,24 @@ def test_the_helper_runs_at_the_lowest_priority_in_a_group_of_its_own(tmp_path):
         exporter.close()
 
 
+def test_a_helper_not_warmed_up_yet_is_ended_and_the_model_logged_here(trained):
+    # a short study: its trials kept both cores, the helper (nice 19) is still importing MLflow and torch
+    uri, parent, _, data, metrics = trained
+    exporter = ModelExporter(uri, "helper")
+    helper = exporter._process
+    try:
+        exporter.get_ready()
+        model_id, run_id = _log(exporter, trained, "t1")
+        assert exporter._process is None and helper.returncode is not None  # ended, not waited for
+    finally:
+        exporter.close()
+    client = MlflowClient(uri)
+    assert client.get_run(run_id).data.tags[TAG_MODEL_ID] == model_id == client.get_run(parent).data.tags[TAG_MODEL_ID]
+    with _use_tracking_uri(uri):
+        model = mlflow.pytorch.load_model(f"models:/{model_id}")
+    assert _accuracy(model, data) == pytest.approx(metrics["test_acc"], abs=1e-12)
+
+
 def test_a_dead_helper_is_replaced_by_logging_here(trained):
     uri = trained[0]
     exporter = ModelExporter(uri, "helper")
@@ -121,6 +141,8 @@ def test_no_trial_run_gives_none_and_a_failure_in_the_helper_is_raised_here(trai
     uri, parent, checkpoint, data, _ = trained
     exporter = ModelExporter(uri, "helper")
     try:
+        exporter.get_ready()
+        assert exporter.warmed_up(timeout_s=120)
         assert _log(exporter, trained, "no-such-trial") is None
         with pytest.raises(Exception, match="fedmagic"):
             exporter.log(
