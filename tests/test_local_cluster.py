@@ -1,33 +1,22 @@
 """tune/cluster.py::start_local: a private one-node cluster without the autoscaler's monitor, the API server and
 (when nothing is forwarded) the log monitor, which still runs tasks; Ray's own parameters are restored after.
-With prestart_workers=False (scripts' clusters: Tune's trials never take them) no idle workers wait."""
+tune/study.py::trials_without_runtime_env: a trial then takes one of the idle workers Ray prestarts."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
+import pytest
+
 CHILD = """
-import os, sys, time, ray
+import os, ray
 from ray._private import node, parameter
 from raytune_fl.bench.proc import descendants
 from raytune_fl.tune.cluster import start_local
-
-def names():
-    return [open(f"/proc/{p}/cmdline").read().replace(chr(0), " ") for p in descendants(os.getpid())[1:]]
-
-def idle_workers_within(seconds):  # Ray prestarts them once the driver has registered, within ~2 s here
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if any(n.startswith("ray::IDLE") for n in names()):
-            return True
-        time.sleep(0.1)
-    return False
-
-prestart = sys.argv[1] == "prestart"
-start_local(num_cpus=1, prestart_workers=prestart)
-print("IDLE", idle_workers_within(15 if prestart else 5))  # before any task: a task leaves its worker idle
-names = names()
+start_local(num_cpus=1)
+names = [open(f"/proc/{p}/cmdline").read().replace(chr(0), " ") for p in descendants(os.getpid())[1:]]
 print("RAYLET", any("raylet/raylet" in n for n in names))
 for script in ("autoscaler/_private/monitor.py", "dashboard/dashboard.py", "log_monitor.py"):
     print(script, any(script in n for n in names))
@@ -37,22 +26,44 @@ ray.shutdown()
 """
 
 
-def _child(prestart: str) -> list[str]:
-    command = [sys.executable, "-c", CHILD, prestart]
-    out = subprocess.run(command, capture_output=True, text=True, timeout=180, check=True)
-    return out.stdout.splitlines()
-
-
 def test_start_local_leaves_out_the_unused_head_processes_and_still_runs_tasks():
-    lines = _child("prestart")
-    assert "IDLE True" in lines  # Ray's default: what the next test's clusters leave out
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=180, check=True)
+    lines = out.stdout.splitlines()
     assert "RAYLET True" in lines and "TASK 42" in lines
     left_out = {"autoscaler/_private/monitor.py False", "dashboard/dashboard.py False", "log_monitor.py False"}
     assert left_out <= set(lines)
     assert "RESTORED RayParams start_api_server" in lines
 
 
-def test_without_prestarted_workers_no_worker_idles_and_tasks_still_run():
-    lines = _child("none")
-    assert "IDLE False" in lines
-    assert "RAYLET True" in lines and "TASK 42" in lines
+TRIAL_CHILD = """
+import os, sys, time, ray
+from ray import tune
+import raytune_fl.tune.study as study
+from raytune_fl.bench.proc import descendants
+from raytune_fl.tune.cluster import start_local
+
+start_local(num_cpus=2)
+for _ in range(150):  # Ray prestarts an idle worker per CPU once this driver has registered
+    idle = {p for p in descendants(os.getpid()) if open(f"/proc/{p}/cmdline").read().startswith("ray::IDLE")}
+    if len(idle) == 2:
+        break
+    time.sleep(0.1)
+if sys.argv[1] == "tune-default":  # Tune's own runtime_env: the trial's process is a new one
+    study.trials_without_runtime_env = lambda: None
+config = study.run_config("where", sys.argv[2], [], 0)
+trainable = tune.with_resources(lambda config: tune.report({"pid": os.getpid()}), {"cpu": 1})
+pid = tune.Tuner(trainable, run_config=config).fit()[0].metrics["pid"]
+print("IDLE", len(idle), "TRIAL_ON_AN_IDLE_WORKER", pid in idle)
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow  # two clusters, a Tune run on each: ~25 s
+@pytest.mark.parametrize("runtime_env", ["ours", "tune-default"])
+def test_a_trial_takes_an_idle_worker_ray_prestarted(tmp_path, runtime_env):
+    # (its client actors, which inherit its runtime_env, take the rest when Ray has not ended them as surplus yet)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}  # Tune would pass them on
+    command = [sys.executable, "-c", TRIAL_CHILD, runtime_env, str(tmp_path)]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"IDLE 2 TRIAL_ON_AN_IDLE_WORKER {runtime_env == 'ours'}" in out.stdout.splitlines(), out.stdout

@@ -30,29 +30,21 @@ def start_ray(address: str | None) -> None:
     if address not in ("auto", "local") and not address.startswith("ray://"):
         _probe(address)  # Ray itself retries an unreachable head for minutes
     if address == "local":
-        # every process of a study runs under Tune's runtime_env (its trials, and their actors by inheritance),
-        # which Ray's prestarted workers never have: they would only take ~0.35 s of CPU each from the start-up
-        start_local(log_to_driver=True, prestart_workers=False)
+        start_local(log_to_driver=True)
     else:
         ray.init(address=address, log_to_driver=True)
 
 
-def start_local(*, log_to_driver: bool = False, prestart_workers: bool = True, **init_kwargs: Any) -> None:
+def start_local(*, log_to_driver: bool = False, **init_kwargs: Any) -> None:
     """`ray.init()` of a private one-node cluster without the head processes such a cluster never uses.
 
     Left out, each a Python process of 50-65 MiB PSS (scripts/bench_workload.py): the autoscaler's monitor (one
     node that never scales), the API server (it serves the dashboard and job submission, neither used here; Ray
     runs on without it when it fails to start) and, when no worker output is forwarded to this process, the log
     monitor. `ray.init` has no options for them (`ray start` has some: --no-monitor, --include-log-monitor), so
-    the node it builds is amended while it starts; if Ray's internals moved, the cluster starts with them.
-
-    `prestart_workers=False`: none of the idle workers (one per CPU) Ray starts for the first driver's tasks; they
-    serve only tasks and actors without a runtime_env, and Tune gives each trial one."""
+    the node it builds is amended while it starts; if Ray's internals moved, the cluster starts with them."""
     import ray
 
-    if not prestart_workers:
-        system = dict(init_kwargs.pop("_system_config", None) or {})
-        init_kwargs["_system_config"] = {**system, "prestart_worker_first_driver": False}
     with _lean_node_parameters(include_log_monitor=log_to_driver):
         ray.init(address="local", include_dashboard=False, log_to_driver=log_to_driver, **init_kwargs)
 
