@@ -152,10 +152,7 @@ class ModelExporter:
             try:
                 message = _Export(parent_run_id, *found, experiment, method, params, data, True, link_parent)
                 self._send(message)
-                ok, answer = self._pipe.recv()
-                while not isinstance(ok, bool):  # the helper's note that it has warmed up came first
-                    self._warmed_up = True
-                    ok, answer = self._pipe.recv()
+                ok, answer = self._pipe.recv()  # its note that it has warmed up was read by warmed_up()
             except (EOFError, OSError):  # the helper died (killed, out of memory): log it here instead
                 self.close()
             else:
