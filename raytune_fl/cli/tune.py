@@ -130,7 +130,9 @@ def _run_variants(
 ) -> int:
     """Join Ray and run each variant's study; the summary and what to run next."""
     from raytune_fl.tune import run_variant
+    from raytune_fl.tune.study import partition_title
 
+    tracker.render_partition(data, partition_title(space.base))  # drawn while Ray starts, which mostly waits
     try:
         common.join_ray(args.address, space.base.resources)
     except ConfigError as error:

@@ -12,6 +12,7 @@ import math
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,51 @@ if TYPE_CHECKING:
     from raytune_fl.engine.data import FederatedData
 
 
+@dataclass
+class PartitionFiles:
+    table: pd.DataFrame
+    folder: tempfile.TemporaryDirectory  # the Parquet table and the heat map, as they are logged
+
+
+def draw_partition(data: FederatedData, title: str) -> PartitionFiles:
+    dataset = data.dataset
+    table = partition_table(
+        dataset.y_train,
+        data.client_parts,
+        dataset.num_classes,
+        class_names=dataset.class_names,
+        domains=dataset.domains_train,
+        domain_names=dataset.domain_names,
+    )
+    folder = tempfile.TemporaryDirectory(prefix="partition-")
+    save_partition_parquet(table, Path(folder.name) / PARTITION_FILE)
+    partition_heatmap(table, Path(folder.name) / "partition.png", title)
+    return PartitionFiles(table, folder)
+
+
+class PartitionDrawings:
+    """Each (data, title)'s partition record, drawn once, on a thread. Pickled empty: Tune pickles its callbacks,
+    which hold the tracker."""
+
+    def __init__(self) -> None:
+        self._thread: ThreadPoolExecutor | None = None
+        self._drawn: dict[tuple[int, str], tuple[FederatedData, Future[PartitionFiles]]] = {}
+
+    def get(self, data: FederatedData, title: str) -> Future[PartitionFiles]:
+        key = (id(data), title)
+        if key not in self._drawn:  # the data is kept with its drawing, so its id is not reused meanwhile
+            if self._thread is None:
+                self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="partition-record")
+            self._drawn[key] = (data, self._thread.submit(draw_partition, data, title))
+        return self._drawn[key][1]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()
+
+
 def default_tracking_uri(directory: str | Path = ".") -> str:
     return f"sqlite:///{(Path(directory) / 'mlflow.db').resolve()}"
 
@@ -77,6 +123,7 @@ class StudyTracker:
             if TAG_EXPERIMENT_KIND not in found.tags:  # made before the tag was set, or by hand; a set kind is kept
                 self.client.set_experiment_tag(self.experiment_id, TAG_EXPERIMENT_KIND, EXPERIMENT_KIND_TRAINING)
         self.experiment_name = experiment_name
+        self._partitions = PartitionDrawings()
 
     def start_parent(self, variant: str, tags: dict[str, str], params: dict[str, Any], config: dict[str, Any]) -> str:
         """A variant study's parent run (stage=tune)."""
@@ -88,24 +135,19 @@ class StudyTracker:
         self.client.log_dict(run.info.run_id, config, CONFIG_FILE)
         return run.info.run_id
 
+    def render_partition(self, data: FederatedData, title: str) -> None:
+        """Start drawing `data`'s partition record (its table as Parquet, the heat map: ~0.7 s, mostly matplotlib)
+        on a thread; `log_partition` of the same data and title then logs what was drawn. tune.py calls this just
+        before Ray starts, whose start-up mostly waits; every variant's parent run logs the same files."""
+        self._partitions.get(data, title)
+
     def log_partition(
         self, run_id: str, data: FederatedData, title: str, artifact_path: str = PARTITION_FOLDER
     ) -> pd.DataFrame:
         """Per client: sample count and label histogram, as Parquet and a heat map, under partition/."""
-        dataset = data.dataset
-        table = partition_table(
-            dataset.y_train,
-            data.client_parts,
-            dataset.num_classes,
-            class_names=dataset.class_names,
-            domains=dataset.domains_train,
-            domain_names=dataset.domain_names,
-        )
-        with tempfile.TemporaryDirectory() as tmp:
-            save_partition_parquet(table, Path(tmp) / PARTITION_FILE)
-            partition_heatmap(table, Path(tmp) / "partition.png", title)
-            self.client.log_artifacts(run_id, tmp, artifact_path=artifact_path)
-        return table
+        files = self._partitions.get(data, title).result()
+        self.client.log_artifacts(run_id, files.folder.name, artifact_path=artifact_path)
+        return files.table
 
     def log_datasets(self, run_id: str, identities: list[DataIdentity]) -> None:
         """The data a run trained on, as MLflow dataset inputs: the runs page's Dataset column, and filters such

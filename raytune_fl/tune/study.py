@@ -103,6 +103,11 @@ def trial_params(base: ExperimentConfig, method: str, fixed: dict[str, Any], con
     return run_params(base, method, {**fixed, **config})
 
 
+def partition_title(base: ExperimentConfig) -> str:
+    """The title of the partition heat map a variant's parent run logs."""
+    return f"{base.dataset}: {base.partition.kind}, {base.partition.clients} clients"
+
+
 def run_variant(
     space: SearchSpace,
     variant_name: str,
@@ -210,8 +215,7 @@ def run_variant(
                 "tune": settings.model_dump(mode="json"),
             },
         )
-        part = base.partition
-        tracker.log_partition(run_id, partitioned, f"{base.dataset}: {part.kind}, {part.clients} clients")
+        tracker.log_partition(run_id, partitioned, partition_title(base))
         tracker.log_datasets(run_id, [identity])
         tracker.describe(run_id, variant_description(space, variant_name, num_samples))
         return run_id
