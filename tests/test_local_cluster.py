@@ -67,3 +67,46 @@ def test_a_trial_takes_an_idle_worker_ray_prestarted(tmp_path, runtime_env):
     out = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"IDLE 2 TRIAL_ON_AN_IDLE_WORKER {runtime_env == 'ours'}" in out.stdout.splitlines(), out.stdout
+
+
+ACTOR_CHILD = """
+import os, sys, time, ray
+from raytune_fl.bench.proc import descendants
+from raytune_fl.tune import cluster
+
+if sys.argv[1] == "ours":
+    cluster.start_ray("local")  # the command lines' own local cluster
+else:
+    cluster.start_local(num_cpus=2)
+for _ in range(150):
+    idle = {p for p in descendants(os.getpid()) if open(f"/proc/{p}/cmdline").read().startswith("ray::IDLE")}
+    if len(idle) == 2:
+        break
+    time.sleep(0.1)
+
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+@ray.remote(num_cpus=0)
+class Where:
+    def pid(self):
+        return os.getpid()
+
+group = placement_group([{"CPU": 1}, {"CPU": 1}])  # as Tune reserves a trial's bundles, then starts the trial
+ray.get(group.ready())
+in_bundle = lambda i: Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(group, i)).remote()
+trial = in_bundle(0)  # it takes one idle worker; its client actor comes later
+first = ray.get(trial.pid.remote())
+time.sleep(2.5)
+actor = in_bundle(1)
+print("IDLE", len(idle), "FIRST", first in idle, "LATER", ray.get(actor.pid.remote()) in idle)
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow  # two clusters: ~20 s
+@pytest.mark.parametrize("cluster", ["ours", "ray-default"])
+def test_the_idle_worker_left_waits_for_the_first_trials_client_actors(cluster):
+    out = subprocess.run([sys.executable, "-c", ACTOR_CHILD, cluster], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"IDLE 2 FIRST True LATER {cluster == 'ours'}" in out.stdout.splitlines(), out.stdout

@@ -30,9 +30,15 @@ def start_ray(address: str | None) -> None:
     if address not in ("auto", "local") and not address.startswith("ray://"):
         _probe(address)  # Ray itself retries an unreachable head for minutes
     if address == "local":
-        start_local(log_to_driver=True)
+        start_local(log_to_driver=True, _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEPT_MS})
     else:
         ray.init(address=address, log_to_driver=True)
+
+
+# Ray ends an idle worker beyond one per CPU after 1 s; the first trial asks for its client actors 1-2 s after it
+# took one of the idle workers Ray prestarts with the cluster. Kept this long, the other runs a client actor
+# instead of a new process that starts Python and Ray again (~0.5 s of CPU while three processes share the cores)
+IDLE_WORKER_KEPT_MS = 10_000
 
 
 def start_local(*, log_to_driver: bool = False, **init_kwargs: Any) -> None:
