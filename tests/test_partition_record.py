@@ -1,12 +1,17 @@
 """tracking/tracker.py: a study's partition record (its table as Parquet, the heat map) is drawn once, on a thread
-that may start before Ray does, and every parent run that logs it gets the same files."""
+that may start before Ray does, and every parent run that logs it gets the same files; a variant's parent run logs
+it on that thread, and has it when it ends."""
 
 from __future__ import annotations
 
 import pickle
 import threading
+from pathlib import Path
+from urllib.parse import urlparse
 
 import pandas as pd
+import pytest
+from mlflow import MlflowClient
 from PIL import Image
 
 from raytune_fl.config import ExperimentConfig
@@ -55,3 +60,51 @@ def test_a_tracker_with_a_drawing_pickles_and_its_copy_draws_anew(tmp_path):
     run = copy.start_run("full", {}, {}, {})
     table = copy.log_partition(run, data, "title")
     assert len(table) == 3
+
+
+def _start_logging_later(tracker: StudyTracker, data, started: list[str]):
+    def start() -> str:
+        run = tracker.start_run("full", {}, {}, {})
+        tracker.log_partition_when_drawn(run, data, "title")
+        started.append(run)
+        return run
+
+    return start
+
+
+def test_a_parent_run_logs_its_record_on_the_drawing_thread_and_has_it_when_it_ends(tmp_path, monkeypatch):
+    # tune.py's variants start their trials without waiting for the drawing (~0.7 s)
+    data = prepare_data(EXPERIMENT)
+    threads: list[str] = []
+    log_artifacts = MlflowClient.log_artifacts
+
+    def seen(self, *args, **kwargs):  # the real call, its thread noted
+        threads.append(threading.current_thread().name)
+        return log_artifacts(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_artifacts", seen)
+    tracker, started = StudyTracker(f"sqlite:///{tmp_path / 'm.db'}", "study"), []
+    with tracker.parent_run(_start_logging_later(tracker, data, started)):
+        pass
+    [run] = started
+    assert len(threads) == 1 and threads[0].startswith("partition-record")
+    logged = {f.path for f in tracker.client.list_artifacts(run, "partition")}
+    assert logged == {"partition/partition.parquet", "partition/partition.png"}
+    assert tracker.client.get_run(run).info.status == "FINISHED"
+
+
+def test_a_record_that_cannot_be_logged_fails_its_parent_run_when_it_ends(tmp_path):
+    tracker, data, started = StudyTracker(f"sqlite:///{tmp_path / 'm.db'}", "study"), prepare_data(EXPERIMENT), []
+
+    def start() -> str:
+        run = tracker.start_run("full", {}, {}, {})
+        artifacts = Path(urlparse(tracker.client.get_run(run).info.artifact_uri).path)
+        (artifacts / "partition").write_text("a file where the record's folder goes")
+        tracker.log_partition_when_drawn(run, data, "title")
+        started.append(run)
+        return run
+
+    with pytest.raises(OSError):
+        with tracker.parent_run(start):
+            pass
+    assert tracker.client.get_run(started[0]).info.status == "FAILED"

@@ -76,20 +76,33 @@ def draw_partition(data: FederatedData, title: str) -> PartitionFiles:
 
 
 class PartitionDrawings:
-    """Each (data, title)'s partition record, drawn once, on a thread. Pickled empty: Tune pickles its callbacks,
-    which hold the tracker."""
+    """Each (data, title)'s partition record, drawn once, on a thread; and runs' logging of it, on the same thread
+    after the drawing. Pickled empty: Tune pickles its callbacks, which hold the tracker."""
 
     def __init__(self) -> None:
         self._thread: ThreadPoolExecutor | None = None
         self._drawn: dict[tuple[int, str], tuple[FederatedData, Future[PartitionFiles]]] = {}
+        self._logging: dict[str, list[Future[None]]] = {}
 
     def get(self, data: FederatedData, title: str) -> Future[PartitionFiles]:
         key = (id(data), title)
         if key not in self._drawn:  # the data is kept with its drawing, so its id is not reused meanwhile
-            if self._thread is None:
-                self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="partition-record")
-            self._drawn[key] = (data, self._thread.submit(draw_partition, data, title))
+            self._drawn[key] = (data, self._submit(draw_partition, data, title))
         return self._drawn[key][1]
+
+    def log_when_drawn(self, run_id: str, drawn: Future[PartitionFiles], log: Callable[[PartitionFiles], Any]) -> None:
+        """`log(files)` on the thread, after the drawing `drawn` (submitted before it: one thread, in order)."""
+        self._logging.setdefault(run_id, []).append(self._submit(lambda: log(drawn.result())))
+
+    def wait_logged(self, run_id: str) -> None:
+        """Until `run_id`'s records are logged; the first failure is raised."""
+        for logging in self._logging.pop(run_id, []):
+            logging.result()
+
+    def _submit(self, job: Callable[..., Any], *args: Any) -> Future[Any]:
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="partition-record")
+        return self._thread.submit(job, *args)
 
     def __getstate__(self) -> dict[str, Any]:
         return {}
@@ -137,8 +150,8 @@ class StudyTracker:
 
     def render_partition(self, data: FederatedData, title: str) -> None:
         """Start drawing `data`'s partition record (its table as Parquet, the heat map: ~0.7 s, mostly matplotlib)
-        on a thread; `log_partition` of the same data and title then logs what was drawn. tune.py calls this just
-        before Ray starts, whose start-up mostly waits; every variant's parent run logs the same files."""
+        on a thread; `log_partition` of the same data and title then logs what was drawn. tune.py calls this before
+        it joins Ray, which may still be starting; every variant's parent run logs the same files."""
         self._partitions.get(data, title)
 
     def log_partition(
@@ -148,6 +161,15 @@ class StudyTracker:
         files = self._partitions.get(data, title).result()
         self.client.log_artifacts(run_id, files.folder.name, artifact_path=artifact_path)
         return files.table
+
+    def log_partition_when_drawn(self, run_id: str, data: FederatedData, title: str) -> None:
+        """`log_partition`, done on the drawing thread once the record is drawn: a variant's study starts without
+        waiting for it (the drawing is ~0.7 s, mostly matplotlib). `parent_run` waits for it before the run ends,
+        and raises its failure there."""
+        drawn = self._partitions.get(data, title)
+        self._partitions.log_when_drawn(
+            run_id, drawn, lambda files: self.client.log_artifacts(run_id, files.folder.name, PARTITION_FOLDER)
+        )
 
     def log_datasets(self, run_id: str, identities: list[DataIdentity]) -> None:
         """The data a run trained on, as MLflow dataset inputs: the runs page's Dataset column, and filters such
@@ -239,8 +261,9 @@ class StudyTracker:
         The block sets `status`, `metrics` and `tags` (and `on_close`) on the yielded ParentRun. When it ends:
         KeyboardInterrupt -> KILLED and re-raised, any other exception -> FAILED and re-raised, a normal exit ->
         the status the block set (FINISHED if none). Then the open runs of the block's `trials` and any child
-        still RUNNING are closed (KILLED, trial_status=interrupted), `on_close(parent)` runs, and the parent
-        finishes with its metrics, tags and status.
+        still RUNNING are closed (KILLED, trial_status=interrupted), `on_close(parent)` runs, the partition record
+        handed to `log_partition_when_drawn` is logged (FAILED if it cannot be), and the parent finishes with its
+        metrics, tags and status.
         """
         if run_id is None:
             run_id = start()
@@ -263,6 +286,11 @@ class StudyTracker:
                 self.close_running_children(run_id)
                 if parent.on_close is not None:
                     parent.on_close(parent)
+                try:
+                    self._partitions.wait_logged(run_id)
+                except Exception:
+                    parent.status = RUN_FAILED
+                    raise
             finally:
                 self.finish_parent(run_id, parent.metrics, parent.tags, parent.status or RUN_FAILED)
 

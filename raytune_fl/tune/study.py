@@ -215,7 +215,7 @@ def run_variant(
                 "tune": settings.model_dump(mode="json"),
             },
         )
-        tracker.log_partition(run_id, partitioned, partition_title(base))
+        tracker.log_partition_when_drawn(run_id, partitioned, partition_title(base))
         tracker.log_datasets(run_id, [identity])
         tracker.describe(run_id, variant_description(space, variant_name, num_samples))
         return run_id
