@@ -1,7 +1,9 @@
 """Issue #5: every bad search-space field and command-line value is refused before Ray starts.
 
 Each case runs `tune.py` end to end (`raytune_fl.cli.main`) and expects exit code 2, a message that names
-the field and the allowed values, no traceback, and no Ray cluster.
+the field and the allowed values, no traceback, and no Ray cluster. (The MLflow and Optuna stores are checked
+once the data is, beside the private cluster's start: a case refused there ends that cluster, which
+tests/test_local_cluster.py shows on a real one; here its start is refused too.)
 """
 
 from __future__ import annotations
@@ -319,7 +321,8 @@ CASES = [
 
 @pytest.fixture
 def no_ray(monkeypatch):
-    """Fails a case loudly (instead of running a study) if main gets as far as starting Ray."""
+    """Fails a case loudly (instead of running a study) if main gets as far as joining Ray. A start begun beside
+    the last checks (tune/cluster.py::RayStart) raises this on its thread, where a refused command drops it."""
     import ray
 
     def refuse(address):

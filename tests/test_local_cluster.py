@@ -1,14 +1,22 @@
 """tune/cluster.py::start_local: a private one-node cluster without the autoscaler's monitor, the API server and
 (when nothing is forwarded) the log monitor, which still runs tasks; Ray's own parameters are restored after.
-tune/study.py::trials_without_runtime_env: a trial then takes one of the idle workers Ray prestarts."""
+tune/study.py::trials_without_runtime_env: a trial then takes one of the idle workers Ray prestarts.
+tune/cluster.py::RayStart: tune.py's cluster, started on a thread beside its last checks."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
+import yaml
+
+from .conftest import REPO, command_lines, tiny_space
 
 CHILD = """
 import os, ray
@@ -110,3 +118,60 @@ def test_the_idle_worker_left_waits_for_the_first_trials_client_actors(cluster):
     out = subprocess.run([sys.executable, "-c", ACTOR_CHILD, cluster], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"IDLE 2 FIRST True LATER {cluster == 'ours'}" in out.stdout.splitlines(), out.stdout
+
+
+# ------------------------------------------------------------------------------------------------ tune.py's early start
+
+EARLY_CHILD = """
+import time, ray
+from raytune_fl.tune.cluster import RayStart
+
+start = RayStart(None)
+start.wait()
+# Ray binds its processes to the death of the thread that started them: were that thread gone, GCS and the raylet
+# would have been killed by now, and the task below would never run
+time.sleep(3)
+print("TASK", ray.get(ray.remote(lambda: 41 + 1).remote(), timeout=60))
+"""
+
+
+def _private_ray_environment(ray_tmp: str) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")} | {"RAY_TMPDIR": ray_tmp}
+
+
+@pytest.mark.slow  # a cluster: ~10 s
+def test_a_cluster_started_on_a_thread_outlives_the_start(request):
+    ray_tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths have a length limit
+    request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
+    out = subprocess.run(
+        [sys.executable, "-c", EARLY_CHILD],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=_private_ray_environment(ray_tmp),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "TASK 42" in out.stdout.splitlines()
+    assert "SIGTERM handler is not set" not in out.stderr  # Ray's warning for a start off the main thread
+
+
+@pytest.mark.slow  # a tune.py process that starts a cluster and ends it: ~15 s
+def test_tune_refused_after_the_early_ray_start_ends_that_cluster(tmp_path, request):
+    """tune.py starts its private cluster once the data is checked, beside the MLflow and Optuna checks; bad input
+    found there is said, and the cluster ends with the command."""
+    ray_tmp = tempfile.mkdtemp(prefix="re", dir="/tmp")
+    request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(tiny_space()))
+    bad_uri = f"sqlite:///{space}/m.db"  # under a file
+    command = [sys.executable, str(REPO / "scripts" / "tune.py"), "--space", str(space)]
+    command += ["--storage", str(tmp_path / "ray"), "--mlflow-uri", bad_uri]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=240, env=_private_ray_environment(ray_tmp))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"error: --mlflow-uri: cannot use {bad_uri}" in out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+    assert list(Path(ray_tmp).glob("ray/session_2*")), "no cluster was started: the early start was not reached"
+    deadline = time.monotonic() + 30
+    while (left := [line for line in command_lines() if ray_tmp in line]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, left  # every process of that cluster ended

@@ -19,6 +19,7 @@ from raytune_fl.config import ConfigError, ExperimentConfig, ResourcesConfig, Se
 
 if TYPE_CHECKING:
     from raytune_fl.engine.data import FederatedData
+    from raytune_fl.tune.cluster import RayStart
 
 SPACE_HELP = "search-space YAML file, e.g. search_spaces/univarfl.yaml"
 MLFLOW_URI_HELP = "MLflow tracking URI; default: sqlite:///<cwd>/mlflow.db"
@@ -75,6 +76,10 @@ def exit_now(code: int) -> NoReturn:
     """A command's exit: the atexit handlers (Ray's shutdown, MLflow's and logging's flushes), then no interpreter
     teardown. With torch, Ray and MLflow loaded the teardown takes seconds (3.7 s measured after a study, no Python
     frame running) and writes nothing: everything a command produces is written by then."""
+    if "ray" in sys.modules:
+        from raytune_fl.tune.cluster import stop_ray
+
+        stop_ray()  # before the exit hooks, one of which is Ray's with its half-second wait
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -166,13 +171,25 @@ def check_data(base: ExperimentConfig) -> FederatedData:
         raise ConfigError(f"base.partition: {error}") from None
 
 
-def join_ray(address: str | None, resources: ResourcesConfig) -> None:
-    """Start or join Ray, say which cluster it is, and check that one trial fits on it."""
+def start_ray_early(address: str | None) -> RayStart | None:
+    """A private local cluster's start, begun on a thread before the last checks (tune.py's MLflow and Optuna
+    stores); None where Ray is joined instead (started in `join_ray`, once everything is checked)."""
+    from raytune_fl.tune import cluster as ray_cluster
+
+    return ray_cluster.RayStart(address) if ray_cluster.starts_private_cluster(address) else None
+
+
+def join_ray(address: str | None, resources: ResourcesConfig, started: RayStart | None = None) -> None:
+    """Start or join Ray (or wait for the start `started` began), say which cluster it is, and check that one trial
+    fits on it."""
     from raytune_fl.tune import cluster as ray_cluster  # start_ray looked up at call time: tests replace it
     from raytune_fl.tune.resources import check_fits, check_nodes_fit
 
     try:
-        ray_cluster.start_ray(address)
+        if started is not None:
+            started.wait()
+        else:
+            ray_cluster.start_ray(address)
     except (ConnectionError, RuntimeError, TimeoutError) as error:  # unreachable head, auth token missing, ...
         source = "--address" if address else "RAY_ADDRESS"
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

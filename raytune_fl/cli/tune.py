@@ -14,6 +14,7 @@ from raytune_fl.registry import UnknownNameError
 if TYPE_CHECKING:
     from raytune_fl.engine.data import FederatedData
     from raytune_fl.tracking import StudyTracker
+    from raytune_fl.tune.cluster import RayStart
     from raytune_fl.tune.manifest import StudyManifest
     from raytune_fl.tune.model_helper import ModelExporter
 
@@ -74,44 +75,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = data.num_clients, len(data.dataset.y_train), len(data.val_indices), len(data.dataset.y_test)
     print("data: {} clients, {} train samples ({} held out for validation), {} test samples".format(*summary))
 
-    from raytune_fl.tracking import StudyTracker
-
-    uri = common.tracking_uri(args)
-    print(f"MLflow tracking URI: {uri}  (experiment {space.name!r})", flush=True)
-    print(f"Ray Tune results:    {args.storage.uri}", flush=True)
-    from raytune_fl.tune.manifest import StudyManifest
-
-    try:  # before Ray starts: a resume of a study that does not exist (or changed) fails here
-        if args.resume:
-            manifest = StudyManifest.load(args.storage, space, uri)
-        else:
-            manifest = StudyManifest.start(args.storage, space, uri)
-    except ConfigError as error:
-        return common.fail(error)
+    # bad input found from here on (the MLflow and Optuna stores, --resume's record) ends this cluster again
+    ray_start = common.start_ray_early(args.address)
     try:
-        tracker = StudyTracker(uri, space.name)
-    except Exception as error:  # each tracking backend (files, SQLAlchemy, HTTP) fails with its own exception types
-        return common.fail(f"--mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}")
-    optuna_url = None
-    if any(space.variants[name].search for name in variants):  # nothing searched: no Optuna study, no file
-        from raytune_fl.tune import optuna_storage
-
-        try:  # before Ray starts: an unreachable or read-only storage fails here
-            optuna_url = optuna_storage.resolve_url(args.optuna_storage, uri)
-            optuna_storage.check(optuna_url, given=args.optuna_storage is not None)
-            if args.resume:
-                manifest.check_optuna_storage(optuna_storage.masked(optuna_url))
-        except ConfigError as error:
-            return common.fail(error)
-        shown = optuna_storage.masked(optuna_url)
-        print(f"Optuna studies:      {shown}  (view with: {optuna_storage.dashboard_command(optuna_url)})", flush=True)
+        uri, tracker, manifest, optuna_url = _open_stores(args, space, variants)
+    except BaseException as error:
+        code = common.fail(error) if isinstance(error, ConfigError) else None  # said before the cluster's end
+        if ray_start is not None:
+            ray_start.cancel()
+        if code is None:
+            raise
+        return code
 
     from raytune_fl.tune.model_helper import ModelExporter
 
     # its process starts now (milliseconds) and gets ready once the trials train (tune/model_helper.py)
     exporter = None if args.no_models else ModelExporter(uri, space.name)
     try:
-        return _run_variants(args, space, variants, data, uri, tracker, manifest, optuna_url, exporter)
+        return _run_variants(args, space, variants, data, uri, tracker, manifest, optuna_url, exporter, ray_start)
     finally:
         if exporter is not None:
             exporter.close()
@@ -127,14 +108,16 @@ def _run_variants(
     manifest: StudyManifest,
     optuna_url: str | None,
     exporter: ModelExporter | None,
+    ray_start: RayStart | None,
 ) -> int:
-    """Join Ray and run each variant's study; the summary and what to run next."""
+    """Join Ray (or wait for its start) and run each variant's study; the summary and what to run next."""
     from raytune_fl.tune import run_variant
     from raytune_fl.tune.study import partition_title
 
-    tracker.render_partition(data, partition_title(space.base))  # drawn while Ray starts, which mostly waits
+    # drawn on a thread while Ray finishes its start and the first variant sets up; its parent run logs it there
+    tracker.render_partition(data, partition_title(space.base))
     try:
-        common.join_ray(args.address, space.base.resources)
+        common.join_ray(args.address, space.base.resources, ray_start)
     except ConfigError as error:
         return common.fail(error)
     started = time.time()
@@ -164,6 +147,39 @@ def _run_variants(
     print_summary(outcomes, uri, space.name, time.time() - started)
     print_next_steps(args, uri, space.name, tracker.experiment_id, outcomes)
     return 0 if all(o.best_metrics for o in outcomes) else 1
+
+
+def _open_stores(
+    args: argparse.Namespace, space: SearchSpace, variants: list[str]
+) -> tuple[str, StudyTracker, StudyManifest, str | None]:
+    """The MLflow store, the study's record in --storage and the Optuna storage, each checked: a ConfigError names
+    the option that is wrong."""
+    from raytune_fl.tracking import StudyTracker
+    from raytune_fl.tune.manifest import StudyManifest
+
+    uri = common.tracking_uri(args)
+    print(f"MLflow tracking URI: {uri}  (experiment {space.name!r})", flush=True)
+    print(f"Ray Tune results:    {args.storage.uri}", flush=True)
+    # a resume of a study that does not exist (or changed) fails here
+    manifest = (
+        StudyManifest.load(args.storage, space, uri) if args.resume else StudyManifest.start(args.storage, space, uri)
+    )
+    try:
+        tracker = StudyTracker(uri, space.name)
+    except Exception as error:  # each tracking backend (files, SQLAlchemy, HTTP) fails with its own exception types
+        raise ConfigError(f"--mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}") from None
+    optuna_url = None
+    if any(space.variants[name].search for name in variants):  # nothing searched: no Optuna study, no file
+        from raytune_fl.tune import optuna_storage
+
+        # an unreachable or read-only storage fails here
+        optuna_url = optuna_storage.resolve_url(args.optuna_storage, uri)
+        optuna_storage.check(optuna_url, given=args.optuna_storage is not None)
+        if args.resume:
+            manifest.check_optuna_storage(optuna_storage.masked(optuna_url))
+        shown = optuna_storage.masked(optuna_url)
+        print(f"Optuna studies:      {shown}  (view with: {optuna_storage.dashboard_command(optuna_url)})", flush=True)
+    return uri, tracker, manifest, optuna_url
 
 
 def print_summary(outcomes: list, uri: str, experiment: str, wall_s: float) -> None:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import signal
 import socket
+import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +37,73 @@ def start_ray(address: str | None) -> None:
         start_local(log_to_driver=True, _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEPT_MS})
     else:
         ray.init(address=address, log_to_driver=True)
+
+
+def starts_private_cluster(address: str | None) -> bool:
+    """Whether `start_ray(address)` would start a private local cluster (not join one, nor reuse this process's)."""
+    import ray
+
+    return (address or os.environ.get("RAY_ADDRESS") or "local") == "local" and not ray.is_initialized()
+
+
+class RayStart:
+    """`start_ray(address)` on a thread, begun while the command's last checks run: they import MLflow and Optuna
+    and open their stores (seconds of one core), and Ray's start mostly waits for its own processes. `wait()` waits
+    for it (its error raised there); `cancel()`, for a command refused meanwhile, waits for it and ends the cluster.
+
+    The thread outlives the start: Ray binds the processes it starts to their parent's death (Linux's parent-death
+    signal, which follows the thread that started them), so it stays, parked, until the process ends."""
+
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+        self._error: BaseException | None = None
+        self._started = threading.Event()
+        # ray.init sets this handler (SIGTERM -> SystemExit, so its exit hook ends the cluster) only on the main
+        # thread, and warns when it cannot
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+        threading.Thread(target=self._start_and_stay, name="ray-start", daemon=True).start()
+
+    def _start_and_stay(self) -> None:
+        try:
+            with _without_record(logging.getLogger("ray._private.worker"), "SIGTERM handler is not set"):
+                start_ray(self.address)  # looked up at call time: tests replace it
+        except BaseException as error:  # raised in wait(), on the main thread
+            self._error = error
+        finally:
+            self._started.set()
+        threading.Event().wait()  # parked for good: see the class's docstring
+
+    def wait(self) -> None:
+        self._started.wait()
+        if self._error is not None:
+            raise self._error
+
+    def cancel(self) -> None:
+        self._started.wait()
+        if self._error is None:
+            stop_ray()
+
+
+@contextlib.contextmanager
+def _without_record(logger: logging.Logger, prefix: str) -> Iterator[None]:
+    def keep(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(prefix)
+
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
+
+
+def stop_ray() -> None:
+    """End this process's Ray: a private cluster's processes; a joined cluster is only left. Ray's own exit hook
+    first sleeps 0.5 s for the workers' last log lines; a command calls this once every trial has reported."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 # Ray ends an idle worker beyond one per CPU after 1 s; the first trial asks for its client actors 1-2 s after it
