@@ -88,6 +88,7 @@ def test_workload_ratios_divide_by_the_reference_of_the_same_repetition():
     assert "| engine_actors | 2.000 s | 0.62 | 35.0 s | 1.25 | 2048 MiB | 1.12 | 0.790, 0.790 |" in table
 
 
+@pytest.mark.slow  # the workload trained in one process, then in two worker processes: ~17 s
 def test_the_reference_loop_in_two_worker_processes_computes_what_one_process_does():
     from raytune_fl.bench.reference import run
 

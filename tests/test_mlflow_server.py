@@ -15,14 +15,21 @@ from .conftest import tiny_space
 from .mlflow_servers import start_mlflow_server, stop_mlflow_server
 
 
-@pytest.fixture
-def mlflow_server(tmp_path):
-    process, url = start_mlflow_server(tmp_path)
-    yield url
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One server for the module (it takes ~15 s to answer): its URL and the folder it stores into."""
+    root = tmp_path_factory.mktemp("mlflow-server")
+    process, url = start_mlflow_server(root)
+    yield url, root
     stop_mlflow_server(process)
 
 
-def test_study_logs_to_a_server(ray_cluster, mlflow_server, tmp_path, monkeypatch):
+@pytest.fixture
+def mlflow_server(served):
+    return served[0]
+
+
+def test_study_logs_to_a_server(ray_cluster, mlflow_server, served, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # where the Optuna study goes when MLflow is a server: <cwd>/optuna.db
     data = tiny_space("served")
     data["base"]["rounds"] = 2
@@ -59,7 +66,7 @@ def test_study_logs_to_a_server(ray_cluster, mlflow_server, tmp_path, monkeypatc
     # artifacts are proxied: the client uploads through the server, which writes them to --artifacts-destination,
     # so no node needs a filesystem shared with the server
     assert all(r.info.artifact_uri.startswith("mlflow-artifacts:/") for r in runs), [r.info.artifact_uri for r in runs]
-    stored = {p.name for p in (tmp_path / "artifacts").rglob("*.parquet")}
+    stored = {p.name for p in (served[1] / "artifacts").rglob("*.parquet")}
     assert {"round_metrics.parquet", "client_rounds.parquet", "partition.parquet"} <= stored, stored
     assert not (tmp_path / "mlruns").exists() and not list(tmp_path.glob("ray/**/mlruns"))
     optuna_db = f"sqlite:///{tmp_path / 'optuna.db'}"

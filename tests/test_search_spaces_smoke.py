@@ -19,6 +19,7 @@ SMOKE = [
     "--set=base.batch_size=32",
     "--set=base.resources.actors=0",  # clients train in the trial's process: no actor start-up per variant
     "--set=base.diagnostics.every=1",  # every diagnostic runs for every method
+    "--no-models",  # logging a model (a helper process, torch.export) is tested in test_model_helper, test_quickstart
 ]
 
 
