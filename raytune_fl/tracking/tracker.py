@@ -90,8 +90,11 @@ class PartitionDrawings:
             self._drawn[key] = (data, self._submit(draw_partition, data, title))
         return self._drawn[key][1]
 
-    def log_when_drawn(self, run_id: str, drawn: Future[PartitionFiles], log: Callable[[PartitionFiles], Any]) -> None:
-        """`log(files)` on the thread, after the drawing `drawn` (submitted before it: one thread, in order)."""
+    def log_when_drawn(
+        self, run_id: str, data: FederatedData, title: str, log: Callable[[PartitionFiles], Any]
+    ) -> None:
+        """`log(files)` on the thread, after the drawing (submitted before it: one thread, in order)."""
+        drawn = self.get(data, title)
         self._logging.setdefault(run_id, []).append(self._submit(lambda: log(drawn.result())))
 
     def wait_logged(self, run_id: str) -> None:
@@ -159,17 +162,19 @@ class StudyTracker:
     ) -> pd.DataFrame:
         """Per client: sample count and label histogram, as Parquet and a heat map, under partition/."""
         files = self._partitions.get(data, title).result()
-        self.client.log_artifacts(run_id, files.folder.name, artifact_path=artifact_path)
+        self._log_partition_files(run_id, files, artifact_path)
         return files.table
 
     def log_partition_when_drawn(self, run_id: str, data: FederatedData, title: str) -> None:
         """`log_partition`, done on the drawing thread once the record is drawn: a variant's study starts without
         waiting for it (the drawing is ~0.7 s, mostly matplotlib). `parent_run` waits for it before the run ends,
         and raises its failure there."""
-        drawn = self._partitions.get(data, title)
         self._partitions.log_when_drawn(
-            run_id, drawn, lambda files: self.client.log_artifacts(run_id, files.folder.name, PARTITION_FOLDER)
+            run_id, data, title, lambda files: self._log_partition_files(run_id, files, PARTITION_FOLDER)
         )
+
+    def _log_partition_files(self, run_id: str, files: PartitionFiles, artifact_path: str) -> None:
+        self.client.log_artifacts(run_id, files.folder.name, artifact_path=artifact_path)
 
     def log_datasets(self, run_id: str, identities: list[DataIdentity]) -> None:
         """The data a run trained on, as MLflow dataset inputs: the runs page's Dataset column, and filters such

@@ -70,6 +70,7 @@ class RayStart:
                 start_ray(self.address)  # looked up at call time: tests replace it
         except BaseException as error:  # raised in wait(), on the main thread
             self._error = error
+            return
         finally:
             self._started.set()
         threading.Event().wait()  # parked for good: see the class's docstring
