@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import pickle
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
+import raytune_fl.methods as methods_package
 from raytune_fl.engine.local import LocalSettings
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import METHODS, Method, build_method
@@ -188,3 +190,15 @@ def _outside(params: dict[str, Param]) -> dict[str, Any]:
         else:
             out[key] = "not-a-bool" if param.type is bool else 1.5j
     return out
+
+
+def test_every_method_module_with_a_build_is_named_by_a_spec_in_the_catalog():
+    """A method module whose `build` no spec names would never be built (the catalog is the only registration)."""
+    folder = Path(methods_package.__file__).parent
+    with_build = {
+        f"raytune_fl.methods.{path.stem}"
+        for path in folder.glob("*.py")
+        if re.search(r"^def build\(", path.read_text(encoding="utf-8"), re.MULTILINE)
+    }
+    named = {METHODS.get(name).build.module for name in METHODS}
+    assert with_build == named

@@ -20,11 +20,10 @@ from raytune_fl.engine.diagnostics import (
     per_client_accuracy,
     spectrum_summary,
 )
+from raytune_fl.engine.report_keys import CLIENT_ACC_KEY, SPECTRUM_KEY
 from raytune_fl.types import ClientUpdate, Weights
 from raytune_fl.weights import load_weights
 
-SPECTRUM_KEY = "classifier_spectrum"  # the full spectrum, a list; the summary metrics are sv_*
-CLIENT_ACC_KEY = "client_accuracy"  # each client's validation accuracy under the global model, a list
 Personalise = Callable[[Weights, Mapping[str, Any]], Weights]  # a method's: the model a client uses
 
 

@@ -28,6 +28,7 @@ from raytune_fl.engine.evaluation import (
 from raytune_fl.engine.fedbuff import BufferedAsync
 from raytune_fl.engine.local import LocalSettings, NonFiniteLossError
 from raytune_fl.engine.pool import ClientPool, InProcessPool, WorkerFailure
+from raytune_fl.engine.report_keys import CLIENT_LOG_KEY
 from raytune_fl.engine.schedules import Schedule
 from raytune_fl.engine.synchronous import SynchronousRounds
 from raytune_fl.engine.system import ClientRecord, SystemModel
@@ -37,7 +38,6 @@ from raytune_fl.types import ClientUpdate, Weights, is_float_entry
 from raytune_fl.weights import read_weights
 
 RoundCallback = Callable[[dict[str, Any]], None]
-CLIENT_LOG_KEY = "client_log"  # per-client rows of the round (status, steps, simulated time), a list
 PoolFactory = Callable[[FederatedData, WorkerSpec], ClientPool]
 
 

@@ -1,49 +1,35 @@
-"""Methods by name. Importing this package registers every method."""
+"""Methods by name, and the interface a method implements. Light to import: no torch.
 
-from raytune_fl.methods import (  # noqa: F401  (registration)
-    fedalign,
-    fedavg,
-    fedavgm,
-    fedbn,
-    fedbuff,
-    feddecorr,
-    feddyn,
-    fedgh,
-    fedld,
-    fednova,
-    fedopt,
-    fedpac,
-    fedprox,
-    feduv,
-    freeze,
-    moon,
-    qffl,
-    scaffold,
-    univarfl,
-)
+`METHODS` (methods/catalog.py) holds every method's spec; a method's own module (its terms, hooks and `build`)
+is imported when the method is first built.
+"""
+
 from raytune_fl.methods.base import (
-    METHODS,
     Batch,
+    Builder,
     ClientContext,
     ClientHook,
     LocalTerm,
     Method,
     MethodContext,
     MethodSpec,
+    Param,
     ServerAggregator,
     Stateless,
-    build_method,
 )
+from raytune_fl.methods.catalog import METHODS, build_method
 
 __all__ = [
     "METHODS",
     "Batch",
+    "Builder",
     "ClientContext",
     "ClientHook",
     "LocalTerm",
     "Method",
     "MethodContext",
     "MethodSpec",
+    "Param",
     "ServerAggregator",
     "Stateless",
     "build_method",

@@ -7,19 +7,23 @@ correction, Freeze, FedBN's local statistics) and picks a `ServerAggregator`.
 Per-client state (SCAFFOLD's c_i, MOON's previous model, FedBN's statistics) never lives in a
 worker: a hook writes it to `ctx.new_state[hook.name]`, the server keeps it with the client's id and
 hands it back as `ctx.state[hook.name]` the next time that client trains, whichever worker runs it.
+
+Light to import (torch only for type hints): `MethodSpec` and `Param` are read by the config checks, which run
+before any trial and never import torch (methods/catalog.py declares every method's spec).
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import Tensor, nn
-
-from raytune_fl.registry import Registry
 from raytune_fl.types import ClientUpdate, Weights
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
 
 
 @dataclass(frozen=True)
@@ -256,12 +260,29 @@ class Param:
 
 
 @dataclass(frozen=True)
+class Builder:
+    """A method's `build`, named by module and imported on the first call: `module.function(*args, params, context)`.
+
+    A spec names its code instead of holding it, so that reading the specs imports no torch.
+    """
+
+    module: str  # e.g. "raytune_fl.methods.fedprox"
+    function: str = "build"
+    args: tuple[Any, ...] = ()  # leading arguments: fedopt's rule, the base method a stacked FedDecorr extends
+
+    def __call__(self, params: dict[str, Any], context: MethodContext) -> Method:
+        build = getattr(importlib.import_module(self.module), self.function)
+        return build(*self.args, params, context)
+
+
+@dataclass(frozen=True)
 class MethodSpec:
     """A registered method: its typed hyperparameters, and how to build it."""
 
     name: str
     params: Mapping[str, Param]  # declared once: type, default, bounds, meaning
-    build: Callable[[dict[str, Any], MethodContext], Method]  # (resolved hyperparameters, context) -> Method
+    # (resolved hyperparameters, context) -> Method; a Builder in the catalog, any callable in a test
+    build: Callable[[dict[str, Any], MethodContext], Method]
     summary: str = ""
     derived: Mapping[str, str] = field(default_factory=dict)  # e.g. {"lambda": "D/4"}: how a None default resolves
     # hyperparameters under which one round from a fresh state is FedAvg's (server side to 1e-5 relative: the
@@ -301,24 +322,5 @@ class MethodSpec:
         return {k: self.derived.get(k, v) if v is None else v for k, v in {**self.defaults, **params}.items()}
 
 
-METHODS: Registry[MethodSpec] = Registry("method")
-
-
-def register(spec: MethodSpec) -> MethodSpec:
-    """Register a method under its own name."""
-    return METHODS.register(spec.name)(spec)
-
-
 def active(terms: Sequence[LocalTerm]) -> tuple[LocalTerm, ...]:
     return tuple(term for term in terms if term.weight != 0.0)
-
-
-def build_method(name: str, params: Mapping[str, Any], context: MethodContext | int) -> Method:
-    """Build a method from hyperparameters resolved by its spec (defaults filled, names, types and bounds checked).
-
-    `context` may be just the number of classes where nothing else matters (tests, validation).
-    """
-    spec = METHODS.get(name)
-    if isinstance(context, int):
-        context = MethodContext(num_classes=context)
-    return spec.build(spec.resolve(params), context)

@@ -38,18 +38,14 @@ from raytune_fl.methods.base import (
     LocalTerm,
     Method,
     MethodContext,
-    MethodSpec,
-    Param,
     Stateless,
     active,
-    register,
 )
 from raytune_fl.methods.hooks import GradientClip
 from raytune_fl.methods.lipschitz import lipschitz_gap, top_singular_value, transmitting_matrix
 from raytune_fl.models.final_block import FinalBlock, reduced_channels
 
 NAME = "fedalign"
-SCALES = ("official", "none")
 EPS = 1e-8  # guards the official scale's division by L_lip
 
 
@@ -94,21 +90,3 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
         hooks = (GradientClip(params["clip_grad_norm"]),)
     terms = [LipschitzAlignment(params["mu"], params["width"], params["scale"])]
     return Method(NAME, active(terms), Stateless(fedavg), hooks=hooks)
-
-
-register(
-    MethodSpec(
-        NAME,
-        {
-            "mu": Param(float, 0.45, "weight of the final block's Lipschitz alignment (official scale: mu * CE)", ge=0),
-            "width": Param(float, 0.25, "channel fraction of the reduced final block", gt=0, le=1),
-            "scale": Param(
-                str, "official", "official: gradient scaled by CE / L_lip; none: mu * L_lip", choices=SCALES
-            ),
-            "clip_grad_norm": Param(float, 0.0, "clip the gradients' 2-norm at this (0: off; official: 10)", ge=0),
-        },
-        build,
-        summary="FedAvg + alignment of a width-reduced final block's Lipschitz estimate to the full block's",
-        as_fedavg={"mu": 0.0},
-    )
-)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from raytune_fl.aggregators.fedavgm import fedavgm
-from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Param, ServerAggregator, register
+from raytune_fl.methods.base import Method, MethodContext, ServerAggregator
 from raytune_fl.types import ClientUpdate, Weights
 
 
@@ -37,17 +37,3 @@ class ServerMomentum(ServerAggregator):
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
     return Method("fedavgm", (), ServerMomentum(params["server_momentum"], params["server_lr"]))
-
-
-register(
-    MethodSpec(
-        "fedavgm",
-        {
-            "server_momentum": Param(float, 0.9, "beta: the server velocity's decay (0: FedAvg)", ge=0, lt=1),
-            "server_lr": Param(float, 1.0, "server step size on the velocity", gt=0),
-        },
-        build,
-        summary="server momentum on FedAvg's mean delta: v <- beta v + delta, w <- w + server_lr v",
-        as_fedavg={"server_momentum": 0.0},
-    )
-)

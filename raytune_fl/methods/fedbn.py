@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from raytune_fl.aggregators import fedavg
-from raytune_fl.methods.base import ClientContext, ClientHook, Method, MethodContext, MethodSpec, Stateless, register
+from raytune_fl.methods.base import ClientContext, ClientHook, Method, MethodContext, Stateless
 from raytune_fl.types import Weights
 from raytune_fl.weights import numpy_copy
 
@@ -66,14 +66,3 @@ def with_own_batchnorm(global_weights: Weights, state: Mapping[str, Any]) -> Wei
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
     return Method("fedbn", (), Stateless(fedavg), hooks=(LocalBatchNorm(),), personalise=with_own_batchnorm)
-
-
-register(
-    MethodSpec(
-        "fedbn",
-        {},
-        build,
-        summary="BatchNorm weights and statistics stay per client; the rest is FedAvg",
-        as_fedavg={},  # a client's first round trains from the global BN entries: exactly FedAvg
-    )
-)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from raytune_fl.aggregators.fedbuff import fedbuff
-from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Param, Stateless, register
+from raytune_fl.methods.base import Method, MethodContext, Stateless
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
@@ -18,18 +18,3 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
     exponent = float(params["staleness_exponent"])
     aggregate = Stateless(lambda weights, updates: fedbuff(weights, updates, float(lr), exponent))
     return Method("fedbuff", (), aggregate, buffer_size=size)
-
-
-register(
-    MethodSpec(
-        "fedbuff",
-        {
-            "buffer_size": Param(int, 3, "K: arrivals aggregated per server step", ge=1),
-            "server_lr": Param(float, 1.0, "server step size on the buffer's weighted mean delta", gt=0),
-            "staleness_exponent": Param(float, 0.5, "a: a delta tau versions stale is weighted (1 + tau)^-a", ge=0),
-        },
-        build,
-        summary="asynchronous: apply every K arrivals, w <- w + server_lr * mean_i (1 + tau_i)^-a delta_i",
-        as_fedavg=None,  # unweighted mean of a buffer of stale updates: no setting is FedAvg's round
-    )
-)

@@ -24,22 +24,16 @@ from typing import Any
 from torch import Tensor
 
 from raytune_fl.aggregators import fedavg
-from raytune_fl.methods import fedavgm, fedprox, moon  # noqa: F401  (registered first: stacked on below)
 from raytune_fl.methods.base import (
-    METHODS,
     Batch,
     LocalTerm,
     Method,
     MethodContext,
-    MethodSpec,
-    Param,
     Stateless,
     active,
-    register,
 )
+from raytune_fl.methods.catalog import METHODS
 from raytune_fl.methods.losses import decorrelation
-
-FORMS = ("official", "paper")
 
 
 class Decorrelation(LocalTerm):
@@ -58,45 +52,9 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
     return Method("feddecorr", active(terms), Stateless(fedavg))
 
 
-PARAMS = {
-    "beta": Param(float, 0.1, "weight of the decorrelation term on z", ge=0),
-    "form": Param(str, "official", "official code's scale or the paper's normalisation", choices=FORMS),
-    "eps": Param(float, 1e-8, "added to each column's variance before the square root", gt=0),
-}
-
-register(
-    MethodSpec(
-        "feddecorr",
-        PARAMS,
-        build,
-        summary="FedAvg + decorrelation of the representation's columns",
-        as_fedavg={"beta": 0.0},
-    )
-)
-
-
-def stacked(base_name: str) -> MethodSpec:
-    """`<base>_decorr`: the base method with the decorrelation term added to its own terms."""
+def build_stacked(base_name: str, params: dict[str, Any], context: MethodContext) -> Method:
+    """`<base>_decorr` (the catalog's stacked specs): the base method with the decorrelation term added."""
     base = METHODS.get(base_name)
-    name = f"{base_name}_decorr"
-    clash = sorted(set(base.params) & set(PARAMS))
-    if clash:
-        raise ValueError(f"{name}: {base_name} already has hyperparameters named {', '.join(clash)}")
-
-    def build_stacked(params: dict[str, Any], context: MethodContext) -> Method:
-        method = base.build({k: params[k] for k in base.params}, context)
-        term = Decorrelation(params["beta"], params["form"], params["eps"])
-        return dataclasses.replace(method, name=name, terms=(*method.terms, *active([term])))
-
-    return MethodSpec(
-        name,
-        {**base.params, **PARAMS},
-        build_stacked,
-        summary=f"{base_name} + decorrelation of the representation's columns (FedDecorr stacked)",
-        derived=base.derived,
-        as_fedavg=None if base.as_fedavg is None else {**base.as_fedavg, "beta": 0.0},
-    )
-
-
-for _base in ("fedprox", "fedavgm", "moon"):
-    register(stacked(_base))
+    method = base.build({k: params[k] for k in base.params}, context)
+    term = Decorrelation(params["beta"], params["form"], params["eps"])
+    return dataclasses.replace(method, name=f"{base_name}_decorr", terms=(*method.terms, *active([term])))

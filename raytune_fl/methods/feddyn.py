@@ -43,11 +43,8 @@ from raytune_fl.methods.base import (
     LocalTerm,
     Method,
     MethodContext,
-    MethodSpec,
-    Param,
     ServerAggregator,
     active,
-    register,
 )
 from raytune_fl.methods.hooks import GradientClip
 from raytune_fl.methods.losses import proximal
@@ -167,22 +164,3 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
         mean_size = context.mean_client_size
     hooks = (GradientClip(params["clip_grad_norm"]),) if params["clip_grad_norm"] > 0 else ()
     return Method(NAME, active([DynamicTerm(params["alpha"], mean_size)]), server, hooks=hooks)
-
-
-register(
-    MethodSpec(
-        NAME,
-        {
-            "alpha": Param(float, 0.01, "weight of the local term, gradient alpha (w - w_t + lambda_k)", ge=0),
-            "alpha_adaptive": Param(bool, False, "client k's alpha is alpha * mean_n / n_k (the official code's)"),
-            "clip_grad_norm": Param(float, 0.0, "clip the gradients' 2-norm at this (0: off; official: 10)", ge=0),
-            "avg_model": Param(bool, False, "also score the mean of every client's latest model (official 'avg')"),
-            "server_correction": Param(
-                bool, True, "add D/M to the mean delta (false: a test switch that leaves FedDyn's server step out)"
-            ),
-        },
-        build,
-        summary="local alpha (<w, lambda_k> + ||w - w_t||^2 / 2), lambda_k += Delta_k; server w + mean Delta + D/M",
-        as_fedavg=None,  # D/M is an undamped extra step: no alpha gives FedAvg's round (limit tested by hand)
-    )
-)

@@ -20,10 +20,8 @@ from typing import Any
 import numpy as np
 
 from raytune_fl.aggregators.fedgh import fedgh, fedgh_official
-from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Param, ServerAggregator, Stateless, register
+from raytune_fl.methods.base import Method, MethodContext, ServerAggregator, Stateless
 from raytune_fl.types import ClientUpdate, Weights
-
-FIDELITIES = ("paper", "official")
 
 
 class OfficialHarmonization(ServerAggregator):
@@ -47,14 +45,3 @@ class OfficialHarmonization(ServerAggregator):
 def build(params: dict[str, Any], context: MethodContext) -> Method:
     official = params["fidelity"] == "official"
     return Method("fedgh", (), OfficialHarmonization(context.num_clients) if official else Stateless(fedgh))
-
-
-register(
-    MethodSpec(
-        "fedgh",
-        {"fidelity": Param(str, "paper", "follow the paper or FedLD's code", choices=FIDELITIES)},
-        build,
-        summary="pairwise projection of conflicting client deltas, then the weighted mean",
-        as_fedavg=None,
-    )
-)

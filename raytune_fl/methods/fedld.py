@@ -15,18 +15,15 @@ from typing import Any
 from torch import Tensor
 
 from raytune_fl.aggregators.fedavg import fedavg
-from raytune_fl.aggregators.principal import FIDELITIES, Fidelity, principal_gradient
+from raytune_fl.aggregators.principal import Fidelity, principal_gradient
 from raytune_fl.methods.base import (
     Batch,
     LocalTerm,
     Method,
     MethodContext,
-    MethodSpec,
-    Param,
     ServerAggregator,
     Stateless,
     active,
-    register,
 )
 from raytune_fl.methods.losses import margin_control
 from raytune_fl.types import ClientUpdate, Weights
@@ -68,19 +65,3 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
     fraction = params["fraction"]
     aggregator = PrincipalGradient(fraction, params["fidelity"]) if params["principal"] else Stateless(fedavg)
     return Method("fedld", active([MarginControl(params["lambda"], params["fidelity"])]), aggregator)
-
-
-register(
-    MethodSpec(
-        "fedld",
-        {
-            "lambda": Param(float, 0.03, "weight of the logit margin-control term", ge=0),
-            "principal": Param(bool, True, "principal-gradient aggregation (false: FedAvg's mean)"),
-            "fraction": Param(float, 0.8, "share of the gradient spectrum the principal directions keep", gt=0, le=1),
-            "fidelity": Param(str, "paper", "follow the paper or the official code", choices=tuple(FIDELITIES)),
-        },
-        build,
-        summary="logit margin control + principal-gradient aggregation",
-        as_fedavg={"lambda": 0.0, "principal": False},
-    )
-)

@@ -12,20 +12,9 @@ from functools import partial
 from typing import Any
 
 from raytune_fl.aggregators.fednova import effective_steps, fednova
-from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Stateless, register
+from raytune_fl.methods.base import Method, MethodContext, Stateless
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
     effective_steps(0, context.momentum)  # refuses a momentum outside [0, 1) before any training
     return Method("fednova", (), Stateless(partial(fednova, momentum=context.momentum)))
-
-
-register(
-    MethodSpec(
-        "fednova",
-        {},
-        build,
-        summary="deltas normalised by effective local steps (momentum-corrected), rescaled by their mean",
-        as_fedavg=None,  # equals FedAvg only when every client takes the same number of steps (tested apart)
-    )
-)

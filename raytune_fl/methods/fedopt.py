@@ -22,12 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from raytune_fl.aggregators.fedopt import BIAS_CORRECTIONS, WEIGHTINGS, BiasCorrection, Rule, Weighting, fedopt
-from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Param, ServerAggregator, register
+from raytune_fl.aggregators.fedopt import BiasCorrection, Rule, Weighting, fedopt
+from raytune_fl.methods.base import Method, MethodContext, ServerAggregator
 from raytune_fl.types import ClientUpdate, Weights
-
-# FedAvg's limit: no momentum, tau far above |Delta|, server_lr = tau (server step 1), sample-weighted mean
-FEDAVG_LIMIT = {"beta1": 0.0, "server_lr": 1e6, "tau": 1e6, "weighting": "samples"}
 
 
 class AdaptiveServer(ServerAggregator):
@@ -83,59 +80,10 @@ class AdaptiveServer(ServerAggregator):
         self.t = int(state.get("t", 0))
 
 
-def _builder(rule: Rule):
-    def build(params: dict[str, Any], context: MethodContext) -> Method:
-        server = AdaptiveServer(
-            rule, params["server_lr"], params["beta1"], params.get("beta2", 0.0), params["tau"],
-            params["weighting"], params.get("bias_correction", "none"),
-        )  # fmt: skip
-        return Method(f"fed{rule}", (), server)
-
-    return build
-
-
-def _params(server_lr: float, tau: float, beta1: float, beta2: bool, corrections: tuple[str, ...]) -> dict:
-    params = {
-        "server_lr": Param(float, server_lr, "eta: the server step size", gt=0),
-        "beta1": Param(float, beta1, "decay of the first moment m (0: no server momentum)", ge=0, lt=1),
-    }
-    if beta2:
-        params["beta2"] = Param(float, 0.99, "decay of the second moment v", ge=0, lt=1)
-    params["tau"] = Param(float, tau, "adaptivity: added to sqrt(v) in the step's denominator", gt=0)
-    params["weighting"] = Param(
-        str, "uniform", "clients' deltas averaged unweighted (paper) or by sample count", choices=WEIGHTINGS
-    )
-    if len(corrections) > 1:
-        params["bias_correction"] = Param(
-            str, "none", "none (paper), keras (official runs), flower (Flower's FedAdam)", choices=corrections
-        )
-    return params
-
-
-register(
-    MethodSpec(
-        "fedadagrad",
-        _params(0.1, 0.01, 0.0, beta2=False, corrections=BIAS_CORRECTIONS["adagrad"]),
-        _builder("adagrad"),
-        summary="Adagrad on the server: v <- v + Delta^2, w <- w + eta m / (sqrt(v) + tau)",
-        as_fedavg=dict(FEDAVG_LIMIT),
-    )
-)
-register(
-    MethodSpec(
-        "fedadam",
-        _params(0.01, 0.001, 0.9, beta2=True, corrections=BIAS_CORRECTIONS["adam"]),
-        _builder("adam"),
-        summary="Adam on the server: v <- b2 v + (1 - b2) Delta^2, w <- w + eta m / (sqrt(v) + tau)",
-        as_fedavg=dict(FEDAVG_LIMIT),
-    )
-)
-register(
-    MethodSpec(
-        "fedyogi",
-        _params(0.01, 0.001, 0.9, beta2=True, corrections=BIAS_CORRECTIONS["yogi"]),
-        _builder("yogi"),
-        summary="Yogi on the server: v <- v - (1 - b2) Delta^2 sign(v - Delta^2), w <- w + eta m / (sqrt(v) + tau)",
-        as_fedavg=dict(FEDAVG_LIMIT),
-    )
-)
+def build(rule: Rule, params: dict[str, Any], context: MethodContext) -> Method:
+    """FedAdagrad, FedAdam or FedYogi (`rule`; the catalog's specs pass it)."""
+    server = AdaptiveServer(
+        rule, params["server_lr"], params["beta1"], params.get("beta2", 0.0), params["tau"],
+        params["weighting"], params.get("bias_correction", "none"),
+    )  # fmt: skip
+    return Method(f"fed{rule}", (), server)

@@ -43,18 +43,14 @@ from raytune_fl.methods.base import (
     LocalTerm,
     Method,
     MethodContext,
-    MethodSpec,
-    Param,
     Phase,
     ServerAggregator,
     active,
-    register,
 )
 from raytune_fl.methods.freeze import CLASSIFIER_PREFIX
 from raytune_fl.types import ClientUpdate, Weights
 
 NAME = "fedpac"
-FORMS = ("official", "paper")
 STATISTICS_BATCH = 256  # round-start and round-end passes over the client's data, in chunks of this many
 
 
@@ -209,20 +205,3 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
         personalise=with_own_classifier if params["mix"] else None,
         phases=phases,
     )
-
-
-register(
-    MethodSpec(
-        NAME,
-        {
-            "lambda": Param(float, 1.0, "weight of the alignment of z to the global class centroids", ge=0),
-            "form": Param(str, "official", "the code's mean over features or the paper's sum over them", choices=FORMS),
-            "classifier_epochs": Param(int, 1, "epochs of the classifier phase before the body's (0: one phase)", ge=0),
-            "classifier_lr": Param(float, 0.1, "learning rate of the classifier phase (official: 0.1)", gt=0),
-            "mix": Param(bool, True, "each participant's classifier becomes the QP mix (false: the global mean)"),
-        },
-        build,
-        summary="classifier phase, then body aligned to global class centroids; classifiers mixed by a QP",
-        as_fedavg={"lambda": 0.0, "classifier_epochs": 0, "mix": False},
-    )
-)

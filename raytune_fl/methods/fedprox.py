@@ -13,11 +13,8 @@ from raytune_fl.methods.base import (
     LocalTerm,
     Method,
     MethodContext,
-    MethodSpec,
-    Param,
     Stateless,
     active,
-    register,
 )
 from raytune_fl.methods.losses import proximal
 
@@ -37,14 +34,3 @@ class ProximalTerm(LocalTerm):
 def build(params: dict[str, Any], context: MethodContext) -> Method:
     # proximal() is already 0.5 * ||w - w_t||^2, so the term weight is mu itself
     return Method("fedprox", active([ProximalTerm(params["mu"])]), Stateless(fedavg))
-
-
-register(
-    MethodSpec(
-        "fedprox",
-        {"mu": Param(float, 0.01, "weight of the proximal term (0: FedAvg)", ge=0)},
-        build,
-        "proximal term (mu/2)||w - w_t||^2",
-        as_fedavg={"mu": 0.0},
-    )
-)

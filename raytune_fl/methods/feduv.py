@@ -18,11 +18,8 @@ from raytune_fl.methods.base import (
     LocalTerm,
     Method,
     MethodContext,
-    MethodSpec,
-    Param,
     Stateless,
     active,
-    register,
 )
 from raytune_fl.methods.losses import classifier_variance, rbf_uniformity
 
@@ -38,7 +35,6 @@ class ClassifierVariance(LocalTerm):
         return classifier_variance(batch.logits, self.statistic)
 
 
-FIDELITIES = ("paper", "official")
 # rbf_uniformity's options per fidelity (METHODS.md, "Gaussian (RBF) uniformity")
 KERNEL_OPTIONS: dict[str, dict[str, Any]] = {
     "paper": {},
@@ -72,20 +68,3 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
         RbfUniformity(params["mu"], params["sigma"], params["fidelity"]),
     ]
     return Method("feduv", active(terms), Stateless(fedavg))
-
-
-register(
-    MethodSpec(
-        "feduv",
-        {
-            "mu": Param(float, 0.5, "weight of the RBF uniformity term", ge=0),
-            "lambda": Param(float, None, "weight of the classifier std hinge (None: derived)", ge=0),
-            "sigma": Param(float, "median", "RBF width ('median': the batch's median)", gt=0, special=("median",)),
-            "fidelity": Param(str, "paper", "follow the paper or the official code", choices=FIDELITIES),
-        },
-        build,
-        summary="classifier std hinge + RBF uniformity",
-        derived={"lambda": "D/4 (paper) or 2.5 (official)"},
-        as_fedavg={"mu": 0.0, "lambda": 0.0},
-    )
-)

@@ -17,7 +17,7 @@ from typing import Any
 from torch import nn
 
 from raytune_fl.aggregators import fedavg
-from raytune_fl.methods.base import ClientContext, ClientHook, Method, MethodContext, MethodSpec, Stateless, register
+from raytune_fl.methods.base import ClientContext, ClientHook, Method, MethodContext, Stateless
 from raytune_fl.types import ClientUpdate, Weights
 
 CLASSIFIER_PREFIX = "classifier."  # state_dict keys of `model.classifier` in every registered model
@@ -56,14 +56,3 @@ def fedavg_keep_classifier(global_weights: Weights, updates: Sequence[ClientUpda
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
     return Method("freeze", (), Stateless(fedavg_keep_classifier), hooks=(FreezeClassifier(),))
-
-
-register(
-    MethodSpec(
-        "freeze",
-        {},
-        build,
-        summary="random classifier, never trained nor aggregated (FedBABU-like)",
-        as_fedavg=None,  # the classifier never moves, so no setting reproduces FedAvg
-    )
-)

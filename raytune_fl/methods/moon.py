@@ -27,11 +27,8 @@ from raytune_fl.methods.base import (
     LocalTerm,
     Method,
     MethodContext,
-    MethodSpec,
-    Param,
     Stateless,
     active,
-    register,
 )
 from raytune_fl.weights import load_weights, read_weights
 
@@ -95,17 +92,3 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
     tau = params["tau"]
     # mu = 0 drops the term entirely (no reference forwards, no state): plain FedAvg
     return Method("moon", active([ModelContrastiveTerm(params["mu"], tau)]), Stateless(fedavg))
-
-
-register(
-    MethodSpec(
-        "moon",
-        {
-            "mu": Param(float, 1.0, "weight of the model-contrastive term (0: FedAvg)", ge=0),
-            "tau": Param(float, 0.5, "temperature of the contrastive softmax", gt=0),
-        },
-        build,
-        summary="model-contrastive term: z near the global model's, away from the client's previous",
-        as_fedavg={"mu": 0.0},
-    )
-)

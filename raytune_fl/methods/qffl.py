@@ -21,10 +21,7 @@ from raytune_fl.methods.base import (
     ClientHook,
     Method,
     MethodContext,
-    MethodSpec,
-    Param,
     ServerAggregator,
-    register,
 )
 from raytune_fl.types import ClientUpdate, Weights
 
@@ -71,14 +68,3 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
             f"{context.lr_schedule!r} (use kind: constant)"
         )
     return Method(NAME, (), QFairAggregator(params["q"], context.lr), hooks=(GlobalLoss(),))
-
-
-register(
-    MethodSpec(
-        NAME,
-        {"q": Param(float, 1.0, "fairness exponent on the global-model loss F_k^q (0: FedAvg)", ge=0)},
-        build,
-        summary="q-FedAvg: client deltas re-weighted by F_k^q (global-model loss), Lipschitz step L = 1/lr",
-        as_fedavg={"q": 0.0},
-    )
-)

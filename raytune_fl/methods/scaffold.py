@@ -30,9 +30,7 @@ from raytune_fl.methods.base import (
     ClientHook,
     Method,
     MethodContext,
-    MethodSpec,
     ServerAggregator,
-    register,
 )
 from raytune_fl.types import ClientUpdate, Weights
 from raytune_fl.weights import numpy_copy
@@ -104,14 +102,3 @@ class ScaffoldServer(ServerAggregator):
 def build(params: dict[str, Any], context: MethodContext) -> Method:
     effective_steps(0, context.momentum)  # refuses a momentum outside [0, 1) before any training
     return Method(NAME, (), ScaffoldServer(context.num_clients), hooks=(ScaffoldCorrection(context.momentum),))
-
-
-register(
-    MethodSpec(
-        NAME,
-        {},
-        build,
-        summary="control variates c, c_i correct each local gradient by c - c_i (option II)",
-        as_fedavg={},  # fresh state: c = c_i = 0, so no correction and FedAvg's aggregation
-    )
-)

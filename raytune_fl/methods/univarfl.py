@@ -17,11 +17,8 @@ from raytune_fl.methods.base import (
     LocalTerm,
     Method,
     MethodContext,
-    MethodSpec,
-    Param,
     Stateless,
     active,
-    register,
 )
 from raytune_fl.methods.feduv import ClassifierVariance, resolve_lambda
 from raytune_fl.methods.losses import hyperspherical_energy
@@ -45,20 +42,3 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
         HypersphericalEnergy(params["mu"], params["eps"], params["include_diagonal"]),
     ]
     return Method("univarfl", active(terms), Stateless(fedavg))
-
-
-register(
-    MethodSpec(
-        "univarfl",
-        {
-            "mu": Param(float, 0.5, "weight of the hyperspherical energy term", ge=0),
-            "lambda": Param(float, None, "weight of the classifier variance hinge (None: D/4)", ge=0),
-            "eps": Param(float, 1e-2, "added to distances in the energy, against division by zero", gt=0),
-            "include_diagonal": Param(bool, False, "count each point's self-distance in the energy"),
-        },
-        build,
-        derived={"lambda": "D/4"},
-        summary="classifier variance hinge + hyperspherical energy",
-        as_fedavg={"mu": 0.0, "lambda": 0.0},
-    )
-)

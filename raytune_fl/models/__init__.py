@@ -1,7 +1,8 @@
-"""Models by name. Every model's forward returns (logits, z): z is the representation the classifier reads."""
+"""Models by name. Every model's forward returns (logits, z): z is the representation the classifier reads.
 
-from raytune_fl.models import resnet  # noqa: F401  (registration)
+Light to import: `MODELS` knows every name without torch; a model's module is imported when it is first built.
+"""
+
 from raytune_fl.models.registry import MODELS, build_model
-from raytune_fl.models.simple_cnn import SimpleCNN
 
-__all__ = ["MODELS", "SimpleCNN", "build_model"]
+__all__ = ["MODELS", "build_model"]

@@ -22,8 +22,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from raytune_fl.data.identity import DataIdentity
-from raytune_fl.engine.evaluation import CLIENT_ACC_KEY, SPECTRUM_KEY
-from raytune_fl.engine.federation import CLIENT_LOG_KEY
+from raytune_fl.engine.report_keys import CLIENT_ACC_KEY, CLIENT_LOG_KEY, SPECTRUM_KEY
 from raytune_fl.tracking import store
 from raytune_fl.tracking.schema import (
     CLIENT_ACCURACY_FILE,

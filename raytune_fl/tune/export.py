@@ -4,23 +4,25 @@ The checkpoint holds the federation's state after its last checkpointed round (e
 last round always); the model is rebuilt from it in the driver, scored again on the test set (the score logged
 beside the model must be the model's), and logged on the trial's own run (tune/model_helper.py does it from a
 helper process).
+
+The engine (torch) is imported when a model is rebuilt: the study's driver imports this module and never trains.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from ray import tune
 
 from raytune_fl.config import ExperimentConfig
-from raytune_fl.engine.checkpoint import load_state
 from raytune_fl.engine.data import FederatedData
-from raytune_fl.engine.federation import Federation
 from raytune_fl.tracking import StudyTracker
 from raytune_fl.tracking.store import trial_run
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -34,6 +36,9 @@ class TrainedModel:
 def trained_model(
     checkpoint: tune.Checkpoint, experiment: ExperimentConfig, method: str, params: dict[str, Any], data: FederatedData
 ) -> TrainedModel:
+    from raytune_fl.engine.checkpoint import load_state
+    from raytune_fl.engine.federation import Federation
+
     with checkpoint.as_directory() as directory:
         state = load_state(directory)
     federation = Federation(experiment, method, params, data=data)
