@@ -1,6 +1,7 @@
 """tune/model_helper.py: a selected trial's model logged from the helper process is the model the trial trained
-(loaded back with plain MLflow, it scores what the federation scores); a dead helper falls back to logging in this
-process; the helper's errors reach the caller; the helper imports nothing heavy until told to get ready."""
+(loaded back with plain MLflow, it scores what the federation scores); a helper still importing is waited for; a
+dead helper falls back to logging in this process; the helper's errors reach the caller; the helper imports
+nothing heavy until told to get ready."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from multiprocessing import Pipe
 from pathlib import Path
 
 import mlflow.pytorch
@@ -22,9 +24,9 @@ from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.checkpoint import save_state
 from raytune_fl.engine.data import prepare_data
 from raytune_fl.engine.federation import Federation
-from raytune_fl.tracking import StudyTracker
+from raytune_fl.tracking import StudyTracker, models
 from raytune_fl.tracking.schema import TAG_MODEL_ID, TAG_PARENT_RUN, TAG_TRIAL_ID
-from raytune_fl.tune.model_helper import ModelExporter
+from raytune_fl.tune.model_helper import ModelExporter, _get_ready
 
 EXPERIMENT = ExperimentConfig.model_validate(
     {
@@ -79,7 +81,6 @@ def test_the_helper_logs_the_trained_model_and_links_it_to_the_parent(trained):
     exporter = ModelExporter(uri, "helper")
     try:
         exporter.get_ready()
-        assert exporter.warmed_up(timeout_s=120)  # else the model would be logged here (next test)
         model_id, run_id = _log(exporter, trained, "t1")
         assert exporter._process is not None and exporter._process.poll() is None  # the helper logged it
     finally:
@@ -109,7 +110,7 @@ def test_the_helper_runs_at_the_lowest_priority_in_a_group_of_its_own(tmp_path):
         exporter.close()
 
 
-def test_a_helper_not_warmed_up_yet_is_ended_and_the_model_logged_here(trained):
+def test_a_helper_still_importing_is_waited_for_and_logs_the_model(trained):
     # a short study: its trials kept both cores, the helper (nice 19) is still importing MLflow and torch
     uri, parent, _, data, metrics = trained
     exporter = ModelExporter(uri, "helper")
@@ -117,7 +118,7 @@ def test_a_helper_not_warmed_up_yet_is_ended_and_the_model_logged_here(trained):
     try:
         exporter.get_ready()
         model_id, run_id = _log(exporter, trained, "t1")
-        assert exporter._process is None and helper.returncode is not None  # ended, not waited for
+        assert exporter._process is helper and helper.poll() is None  # the helper logged it, and serves on
     finally:
         exporter.close()
     client = MlflowClient(uri)
@@ -125,6 +126,20 @@ def test_a_helper_not_warmed_up_yet_is_ended_and_the_model_logged_here(trained):
     with _use_tracking_uri(uri):
         model = mlflow.pytorch.load_model(f"models:/{model_id}")
     assert _accuracy(model, data) == pytest.approx(metrics["test_acc"], abs=1e-12)
+
+
+@pytest.mark.parametrize("waiting", [False, True])
+def test_the_helper_warms_up_only_when_no_model_is_waiting_to_be_logged(tmp_path, monkeypatch, waiting):
+    # at a short study's end the selected model is sent before the helper has imported: logging it warms up too
+    warmed = []
+    real = models.warm_up
+    monkeypatch.setattr(models, "warm_up", lambda: (warmed.append(True), real()))
+    ours, theirs = Pipe()
+    if waiting:
+        ours.send("a model to log")
+    tracker = _get_ready(theirs, f"sqlite:///{tmp_path / 'm.db'}", "helper")
+    assert isinstance(tracker, StudyTracker) and warmed == ([] if waiting else [True])
+    assert theirs.poll() == waiting  # nothing read: the message is still there for the helper's loop
 
 
 def test_a_dead_helper_is_replaced_by_logging_here(trained):
@@ -142,7 +157,6 @@ def test_no_trial_run_gives_none_and_a_failure_in_the_helper_is_raised_here(trai
     exporter = ModelExporter(uri, "helper")
     try:
         exporter.get_ready()
-        assert exporter.warmed_up(timeout_s=120)
         assert _log(exporter, trained, "no-such-trial") is None
         with pytest.raises(Exception, match="fedmagic"):
             exporter.log(
@@ -164,7 +178,8 @@ import os
 from pathlib import Path
 with Path({log!r}).open("a") as log:  # each process that runs this script's top level
     log.write(f"{{os.getpid()}}\\n")
-from raytune_fl.tune.model_helper import ModelExporter
+from raytune_fl.tracking import models
+from raytune_fl.tune.model_helper import ModelExporter, _get_ready
 if __name__ == "__main__":
     exporter = ModelExporter({uri!r}, "helper")
     print(exporter._process.pid)

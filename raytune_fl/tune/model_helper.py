@@ -4,8 +4,10 @@ Why: logging a model exports it (torch.export). A process's first export imports
 map the installed packages, ~3 s on 2 cores; in the driver that came after the last trial, on the study's
 critical path. The helper does it once the first trial is training (before, the start-up of Ray, Tune and the
 actors needs both cores), at the lowest CPU priority (the trials get the CPU first), then waits.
-Should the helper die, the model is logged in the driver as before; so it is when the study ends before the helper
-has warmed up (a short study: its trials kept both cores, the helper got next to none of them).
+Should the helper die, the model is logged in the driver. A short study's helper may still be importing when the
+last trial ends (its trials kept both cores, the helper got next to none of them): it is waited for, since with
+the trials done it has a core, and it is ahead of the driver, which has no torch (the driver never trains). It
+then skips the warm-up: the model it is asked for warms it up as well.
 
 Ahead of the end: as each trial ends, the best trial so far (tune/callbacks.py's BestSoFar, by the rule the study
 selects with) is logged on its own run, at the same low priority, and the one it supersedes deleted. When the
@@ -37,7 +39,6 @@ if TYPE_CHECKING:
     from raytune_fl.engine.data import FederatedData
 
 _READY = "ready"  # the message that makes the helper import and warm up
-_WARMED_UP = "warmed up"  # the helper's one unasked message: it is ready (it now logs a model in ~1 s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +84,6 @@ class ModelExporter:
         theirs.close()
         self._pipe = Connection(ours.detach())
         self._readying = False
-        self._warmed_up = False
         self._data_sent: FederatedData | None = None
         from raytune_fl.tracking.background import SerialWriter  # standard library only
 
@@ -97,13 +97,6 @@ class ModelExporter:
             self._readying = True
             with contextlib.suppress(OSError):
                 self._pipe.send(_READY)
-
-    def warmed_up(self, timeout_s: float = 0.0) -> bool:
-        """Whether the helper has imported and warmed up (tracking/models.py's warm_up), waiting up to `timeout_s`."""
-        with contextlib.suppress(EOFError, OSError):
-            while self._process is not None and not self._warmed_up and self._pipe.poll(timeout_s):
-                self._warmed_up = self._pipe.recv() == _WARMED_UP
-        return self._warmed_up
 
     def log_ahead(
         self,
@@ -140,19 +133,14 @@ class ModelExporter:
         found = trial_checkpoint(result)
         if found is None:
             return None
-        if self._process is not None and not self.warmed_up():
-            # the trials kept both cores to the end (a short study) and the helper, at nice 19, is still importing
-            # or warming up: here, with MLflow and torch imported, the model is logged in ~3 s against its ~6 s.
-            # Killed first: the best-so-far sends it has not read yet fail at once. It has logged nothing (it logs
-            # only once warmed up, and reading a trial takes it far longer than the kill)
-            self.close(kill=True)
-        elif self._ahead is not None:  # the helper reads in order: the selection comes after them
+        # a helper still importing (a short study) is waited for too: see the module's docstring
+        if self._ahead is not None:  # the helper reads in order: the selection comes after them
             self._ahead.flush(raise_error=False)
         if self._process is not None:
             try:
                 message = _Export(parent_run_id, *found, experiment, method, params, data, True, link_parent)
                 self._send(message)
-                ok, answer = self._pipe.recv()  # its note that it has warmed up was read by warmed_up()
+                ok, answer = self._pipe.recv()
             except (EOFError, OSError):  # the helper died (killed, out of memory): log it here instead
                 self.close()
             else:
@@ -177,11 +165,8 @@ class ModelExporter:
             self._data_sent = message.data
         self._pipe.send(message)
 
-    def close(self, kill: bool = False) -> None:
-        """Ends the helper (it exits at once: no interpreter teardown, nothing of its own left to write); `kill`: now,
-        without waiting for it to read that (it may be busy importing)."""
-        if kill and self._process is not None:
-            self._process.kill()
+    def close(self) -> None:
+        """Ends the helper (it exits at once: no interpreter teardown, nothing of its own left to write)."""
         if self._ahead is not None:
             self._ahead.close()
             self._ahead = None
@@ -289,6 +274,6 @@ def _get_ready(pipe: Connection, tracking_uri: str, experiment_name: str) -> Any
 
     # the exported weights are on the CPU by construction; torch.export's archive writer warns as if they might not be
     warnings.filterwarnings("ignore", message="No complete tensor found")
-    warm_up()
-    pipe.send(_WARMED_UP)
+    if not pipe.poll():  # else a model to log is waiting already (a short study's end): logging it warms up too
+        warm_up()
     return StudyTracker(tracking_uri, experiment_name)
