@@ -1,7 +1,7 @@
 """tune/model_helper.py: a selected trial's model logged from the helper process is the model the trial trained
 (loaded back with plain MLflow, it scores what the federation scores); a helper still importing is waited for; a
-dead helper falls back to logging in this process; the helper's errors reach the caller; the helper imports
-nothing heavy until told to get ready."""
+dead helper falls back to logging in this process; the helper's errors reach the caller; the helper's module
+imports only the standard library (the helper lowers its priority before it imports the rest)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,6 @@ def test_the_helper_logs_the_trained_model_and_links_it_to_the_parent(trained):
     uri, parent, _, data, metrics = trained
     exporter = ModelExporter(uri, "helper")
     try:
-        exporter.get_ready()
         model_id, run_id = _log(exporter, trained, "t1")
         assert exporter._process is not None and exporter._process.poll() is None  # the helper logged it
     finally:
@@ -116,7 +115,6 @@ def test_a_helper_still_importing_is_waited_for_and_logs_the_model(trained):
     exporter = ModelExporter(uri, "helper")
     helper = exporter._process
     try:
-        exporter.get_ready()
         model_id, run_id = _log(exporter, trained, "t1")
         assert exporter._process is helper and helper.poll() is None  # the helper logged it, and serves on
     finally:
@@ -156,7 +154,6 @@ def test_no_trial_run_gives_none_and_a_failure_in_the_helper_is_raised_here(trai
     uri, parent, checkpoint, data, _ = trained
     exporter = ModelExporter(uri, "helper")
     try:
-        exporter.get_ready()
         assert _log(exporter, trained, "no-such-trial") is None
         with pytest.raises(Exception, match="fedmagic"):
             exporter.log(
@@ -178,8 +175,7 @@ import os
 from pathlib import Path
 with Path({log!r}).open("a") as log:  # each process that runs this script's top level
     log.write(f"{{os.getpid()}}\\n")
-from raytune_fl.tracking import models
-from raytune_fl.tune.model_helper import ModelExporter, _get_ready
+from raytune_fl.tune.model_helper import ModelExporter
 if __name__ == "__main__":
     exporter = ModelExporter({uri!r}, "helper")
     print(exporter._process.pid)

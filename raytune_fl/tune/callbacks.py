@@ -56,21 +56,6 @@ class MlflowTrialLogger(tune.Callback):
         self.writer.flush()  # the study's results are read back from MLflow next
 
 
-class OnFirstResult(tune.Callback):
-    """Calls `action()` once, when the study's first round result arrives: its start-up is over by then."""
-
-    def __init__(self, action: Callable[[], None]) -> None:
-        self.action: Callable[[], None] | None = action
-
-    def __getstate__(self) -> dict[str, Any]:  # pickled with the experiment state; the action is this process's
-        return {"action": None}
-
-    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        action, self.action = self.action, None
-        if action is not None:
-            action()
-
-
 class BestSoFar(tune.Callback):
     """As each trial ends, calls `action(trial_id, checkpoint, config)` for it if it is the best so far by the rule
     the study selects with (tune/selection.py): the model helper logs its model ahead of the study's end."""

@@ -1,13 +1,14 @@
-"""The study's model logging in a helper process, made ready while the trials train.
+"""The study's model logging in a helper process, made ready while the study starts and its trials train.
 
 Why: logging a model exports it (torch.export). A process's first export imports torch._dynamo and has MLflow
 map the installed packages, ~3 s on 2 cores; in the driver that came after the last trial, on the study's
-critical path. The helper does it once the first trial is training (before, the start-up of Ray, Tune and the
-actors needs both cores), at the lowest CPU priority (the trials get the CPU first), then waits.
-Should the helper die, the model is logged in the driver. A short study's helper may still be importing when the
-last trial ends (its trials kept both cores, the helper got next to none of them): it is waited for, since with
-the trials done it has a core, and it is ahead of the driver, which has no torch (the driver never trains). It
-then skips the warm-up: the model it is asked for warms it up as well.
+critical path. The helper imports and warms up from its start, at the lowest CPU priority in a scheduling group
+of its own: it runs on the CPU time the study leaves idle (about a third of 2 cores while Ray, Tune and the first
+trial start), and the trials get the CPU first, then it waits.
+A short study's helper may still be importing when the last trial ends (its trials kept both cores): it is waited
+for, since with the trials done it has a core and it is ahead of the driver, which has no torch (the driver never
+trains); it then skips the warm-up (the model it is asked for warms it up as well). Should the helper die, the
+model is logged in the driver.
 
 Ahead of the end: as each trial ends, the best trial so far (tune/callbacks.py's BestSoFar, by the rule the study
 selects with) is logged on its own run, at the same low priority, and the one it supersedes deleted. When the
@@ -16,8 +17,8 @@ study killed midway keeps its best model so far. The final selection is always t
 ahead is a cache of it, never a substitute.
 
 This module imports only the standard library: the helper is a fresh interpreter that imports only it, and starts
-in milliseconds; what it needs it imports when told to get ready. (Not multiprocessing's spawn: that runs the
-study's main script again in the child, whose imports took ~1.6 s of CPU from Ray's start-up.)
+in milliseconds, and lowers its priority before it imports what it needs. (Not multiprocessing's spawn: that runs
+the study's main script again in the child, at the study's priority: ~1.6 s of CPU taken from Ray's start-up.)
 """
 
 from __future__ import annotations
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
 
     from raytune_fl.config import ExperimentConfig
     from raytune_fl.engine.data import FederatedData
-
-_READY = "ready"  # the message that makes the helper import and warm up
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,20 +82,12 @@ class ModelExporter:
         )
         theirs.close()
         self._pipe = Connection(ours.detach())
-        self._readying = False
         self._data_sent: FederatedData | None = None
         from raytune_fl.tracking.background import SerialWriter  # standard library only
 
         # the best trials so far are sent from a thread: a helper busy warming up reads late, and Tune's loop
         # (whose callback hands them over) must not wait for it
         self._ahead: SerialWriter | None = SerialWriter("model-helper-ahead")
-
-    def get_ready(self) -> None:
-        """Have the helper import and warm up now (once; the trials are training)."""
-        if self._process is not None and not self._readying:
-            self._readying = True
-            with contextlib.suppress(OSError):
-                self._pipe.send(_READY)
 
     def log_ahead(
         self,
@@ -175,8 +166,9 @@ class ModelExporter:
         with contextlib.suppress(OSError):
             self._pipe.send(None)
         self._pipe.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._process.wait(timeout=5)
+        if self._data_sent is not None:  # it may be logging a model ahead: let it finish (given nothing, it may
+            with contextlib.suppress(subprocess.TimeoutExpired):  # be importing still, and has nothing to finish)
+                self._process.wait(timeout=5)
         if self._process.poll() is None:
             self._process.kill()
             self._process.wait()
@@ -191,7 +183,8 @@ def main() -> None:
 
 def _serve(pipe: Connection, tracking_uri: str, experiment_name: str) -> None:
     _lowest_priority()
-    tracker, data = None, None
+    tracker = _get_ready(pipe, tracking_uri, experiment_name)
+    data = None
     ahead: _Logged | None = None  # the best trial so far, logged ahead of the study's end
     while True:
         try:
@@ -200,10 +193,6 @@ def _serve(pipe: Connection, tracking_uri: str, experiment_name: str) -> None:
             message = None
         if message is None:
             os._exit(0)  # nothing of this process's own is left to write
-        if tracker is None:  # told to get ready, or the first model comes before that
-            tracker = _get_ready(pipe, tracking_uri, experiment_name)
-        if message == _READY:
-            continue
         data = message.data if message.data is not None else data
         message = dataclasses.replace(message, data=data)
         if not message.final:

@@ -41,7 +41,7 @@ from raytune_fl.tracking.schema import (
     TRIAL_STOPPED_EARLY,
 )
 from raytune_fl.tune import optuna_storage as optuna_db
-from raytune_fl.tune.callbacks import BestSoFar, MlflowTrialLogger, OnFirstResult, print_line
+from raytune_fl.tune.callbacks import BestSoFar, MlflowTrialLogger, print_line
 from raytune_fl.tune.describe import trial_description, variant_description
 from raytune_fl.tune.export import log_trial_model
 from raytune_fl.tune.model_helper import ModelExporter
@@ -240,7 +240,6 @@ def run_variant(
             parent.trials.append(trials)
             callbacks.append(MlflowTrialLogger(trials))
         if exporter is not None and log_model and parent_run_id is not None:
-            callbacks.append(OnFirstResult(exporter.get_ready))
 
             def log_ahead(trial_id: str, checkpoint: tune.Checkpoint, config: dict[str, Any]) -> None:
                 params = {**variant.fixed, **config}  # as _log_best_model makes them
