@@ -3,8 +3,8 @@
 Why: logging a model exports it (torch.export). A process's first export imports torch._dynamo and has MLflow
 map the installed packages, ~3 s on 2 cores; in the driver that came after the last trial, on the study's
 critical path. The helper imports and warms up from its start, at the lowest CPU priority in a scheduling group
-of its own: it runs on the CPU time the study leaves idle (about a third of 2 cores while Ray, Tune and the first
-trial start), and the trials get the CPU first, then it waits.
+of its own: it runs on the CPU time the study leaves idle (while Ray, Tune and the first trial start, processes
+wait on each other), and the trials get the CPU first, then it waits.
 A short study's helper may still be importing when the last trial ends (its trials kept both cores): it is waited
 for, since with the trials done it has a core and it is ahead of the driver, which has no torch (the driver never
 trains); it then skips the warm-up (the model it is asked for warms it up as well). Should the helper die, the
