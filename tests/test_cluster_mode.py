@@ -75,7 +75,7 @@ def _assert_joined(head: Node, run: CliRun) -> None:
 
 
 REFUSED = {  # an over-asking override -> what stderr must say
-    "base.resources.gpus_per_actor=0.5": ["needs 1 GPU", "the Ray cluster has 0", "resources.gpus_per_actor"],
+    "base.resources.gpus_per_actor=0.5": ["needs 1.5 GPU", "the Ray cluster has 0", "resources.gpus_per_actor"],
     "base.resources.actors=8": ["needs 4 CPU", "the Ray cluster has 2", "resources.actors"],
 }
 

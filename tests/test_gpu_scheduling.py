@@ -68,14 +68,15 @@ def two_gpu_node():
 
 @pytest.mark.slow
 def test_four_quarter_gpu_actors_share_gpu_0_in_the_trial_placement_group(one_gpu_node, tmp_path):
-    space = _space(tmp_path, "quarter", actors=4, gpus_per_actor=0.25)
+    # four actors and the driver (its evaluation share, driver_gpus unset) at a fifth of the one GPU each
+    space = _space(tmp_path, "quarter", actors=4, gpus_per_actor=0.2)
     (gpu_run,) = _children(client := _run(one_gpu_node, "tune.py", space, tmp_path, "quarter"))
     records = _client_rounds(client, gpu_run)
     assert list(records["round"].unique()) == [1, 2] and (records["status"] == "trained").all()
     for _, rows in records.groupby("round"):
         assert rows["actor"].nunique() == 4, rows  # each of the four actors trained a client
         assert rows["placement_group"].nunique() == 1 and rows["placement_group"].iloc[0] != ""
-    assert set(records["gpus"]) == {"0"}  # the quarters of the node's one GPU
+    assert set(records["gpus"]) == {"0"}  # the fifths of the node's one GPU
     assert set(records["device"]) == {"cpu"}  # device: cpu keeps the compute on this machine's CPU
     assert records["node"].nunique() == 1 and records["node"].iloc[0] != ""
     # the same trial with no GPU reserved learns exactly the same (device: cpu, one thread per actor)
@@ -87,7 +88,8 @@ def test_four_quarter_gpu_actors_share_gpu_0_in_the_trial_placement_group(one_gp
 
 @pytest.mark.slow
 def test_two_concurrent_trials_get_disjoint_gpus(two_gpu_node, tmp_path):
-    space = _space(tmp_path, "pair", actors=2, gpus_per_actor=0.5)  # 1 GPU per trial, 2 trials at once
+    # 1 GPU per trial (2 actors and the driver, a third each), 2 trials at once
+    space = _space(tmp_path, "pair", actors=2, gpus_per_actor=0.3333)
     client = _run(
         two_gpu_node, "ablate.py", space, tmp_path, "pair", "--seeds", "2", "--grid", "rho=1.0", "--no-dashboard",
         "--out", str(tmp_path / "pair-report"),
@@ -97,5 +99,5 @@ def test_two_concurrent_trials_get_disjoint_gpus(two_gpu_node, tmp_path):
     first, second = sorted(cells, key=lambda r: r.info.start_time)
     assert second.info.start_time < first.info.end_time, "the two trials did not run at the same time"
     gpus = [set(_client_rounds(client, r)["gpus"]) for r in (first, second)]
-    assert all(len(g) == 1 for g in gpus), gpus  # each trial's two halves pack onto one GPU
+    assert all(len(g) == 1 for g in gpus), gpus  # each trial's thirds pack onto one GPU
     assert gpus[0].isdisjoint(gpus[1]) and gpus[0] | gpus[1] == {"0", "1"}, gpus

@@ -81,7 +81,7 @@ def test_a_partition_is_disjoint_complete_sorted_and_seeded(kind):
 
 # ---- datasets: factory(root) -> ArrayDataset (N, C, H, W) float32 images, int64 labels -------------------------
 
-EMBEDDED = {"mnist5k", "digits", "mnist5k_rotated"}  # ship inside installed packages: no root
+EMBEDDED = {"mnist5k", "digits", "mnist5k_rotated", "synthetic"}  # in installed packages, or generated: no root
 
 
 def _cifar(tmp: Path, name: str) -> str:

@@ -52,10 +52,12 @@ class ClientActor:
 
     def configure(self, spec: WorkerSpec, kills: frozenset[tuple[int, int]]) -> bool:
         """Ready for a trial: a fresh model and method on the data loaded (nothing else carries over)."""
-        from raytune_fl.engine.worker import ClientWorker, choose_device
+        from raytune_fl.devices import choose_device, reproducible
+        from raytune_fl.engine.worker import ClientWorker
 
         where = f" on Ray node {self.place.node} (Ray GPU ids: {self.place.gpus or 'none'})"
         device = choose_device(self.device_setting, bool(self.place.gpus), where)  # DeviceError: the trial fails
+        reproducible(spec.deterministic)  # this trial's setting (a parked actor may have served another)
         self.place = dataclasses.replace(self.place, device=device)
         assert self.data is not None, "load() comes before configure()"
         self.worker = ClientWorker(dataclasses.replace(spec, device=device), *self.data)

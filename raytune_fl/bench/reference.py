@@ -4,6 +4,8 @@ PyTorch. It is the yardstick the engine's times are divided by, and a check that
 `python -m raytune_fl.bench.reference --threads 2` prints one JSON line: per-round times and test accuracies.
 `--processes 2` is the same computation spread over two worker processes (1 thread each, clients dealt round-robin,
 states sent through pipes) with the server in the main process: the yardstick for the engine on 2 actors' memory.
+`--device cuda`: the same loop with the model, the data and every step (training, aggregation, evaluation) on the
+GPU, in one process: the yardstick for the engine on a GPU (scripts/gpu_check.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import sys
 import time
 
 START = time.perf_counter()  # before the heavy imports: the whole run is timed from outside, this is for the log
@@ -74,6 +77,7 @@ def train_client(model: nn.Module, x: torch.Tensor, y: torch.Tensor, round_index
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-5)
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(1000 * round_index + client))
+    order = order.to(x.device)  # drawn on the CPU (the same order everywhere); a no-op there
     for start in range(0, len(y), 64):
         index = order[start : start + 64]
         if len(index) < 2:
@@ -128,12 +132,18 @@ def worker(connection, clients: list[int]) -> None:
         connection.send(train_clients(client, data, global_state, round_index, clients))
 
 
-def run(rounds: int = 6, processes: int = 0) -> dict:
-    """`processes` 0: the clients train in this process; else in that many worker processes (round-robin)."""
+def run(rounds: int = 6, processes: int = 0, device: str = "cpu") -> dict:
+    """`processes` 0: the clients train in this process; else in that many worker processes (round-robin).
+
+    `device` cuda (processes 0 only): the data, the server's and the client's model and every step on the GPU."""
+    if device != "cpu" and processes:
+        raise ValueError(f"--processes {processes} runs on the CPU only (got --device {device})")
     data = load_data()
+    if device != "cpu":  # the partition's indices too: clients index their data on the GPU
+        data = tuple(d.to(device) for d in data[:4]) + ([p.to(device) for p in data[4]],)
     _, _, x_test, y_test, parts = data
     torch.manual_seed(0)
-    server = Net()
+    server = Net().to(device)
     sizes = [len(p) for p in parts]
     shares = [list(range(len(parts)))[w::processes] for w in range(processes)]
     context = multiprocessing.get_context("spawn")  # a fresh interpreter each, as a Ray worker is
@@ -141,7 +151,7 @@ def run(rounds: int = 6, processes: int = 0) -> dict:
     workers = [context.Process(target=worker, args=(child, share)) for (_, child), share in zip(pipes, shares)]
     for process in workers:
         process.start()
-    client = None if processes else Net()
+    client = None if processes else Net().to(device)
     _, acc = evaluate(server, x_test, y_test)
     accuracies, times = [acc], []
     last = time.perf_counter()
@@ -167,17 +177,30 @@ def run(rounds: int = 6, processes: int = 0) -> dict:
     return {"round_times": times, "test_acc": accuracies, "sizes": sizes}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--processes", type=int, default=0, help="worker processes for the clients (0: none)")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="cuda: model, data and every step on the GPU"
+    )
+    args = parser.parse_args(argv)
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            print(f"error: --device cuda: torch {torch.__version__} sees no CUDA device here", file=sys.stderr)
+            return 2
+        if args.processes:
+            print("error: --device cuda runs in one process; leave out --processes", file=sys.stderr)
+            return 2
     torch.set_num_threads(args.threads)
-    result = run(args.rounds, args.processes)
+    result = run(args.rounds, args.processes, args.device)
     result["in_process_s"] = time.perf_counter() - START
+    if args.device == "cuda":
+        result["device_name"] = torch.cuda.get_device_name()
     print(json.dumps(result))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -41,12 +41,14 @@ WAYS = ("reference", "reference_procs", "engine_inprocess", "engine_actors")
 
 
 def workload_config(rounds: int = 6, actors: int = 0, device: str = "cpu"):
-    """`device: cuda` with actors: they share one GPU, 1/actors each (4 actors x 0.25)."""
+    """`device: cuda` with actors: they share one GPU, 1/actors each (4 actors x 0.25). The driver here is the
+    benchmark's own process, outside Ray: it evaluates on the same GPU (timed_run), reserving nothing. Without
+    actors the whole GPU (nothing is reserved either: no Ray; the config requires a share with `cuda`)."""
     from raytune_fl.config import ExperimentConfig
 
     resources = {"actors": actors, "cpus_per_actor": 1, "device": device}
-    if device == "cuda" and actors:
-        resources["gpus_per_actor"] = round(1 / actors, 4)
+    if device == "cuda":
+        resources["gpus_per_actor"] = round(1 / actors, 4) if actors else 1.0
     return ExperimentConfig.model_validate({**WORKLOAD, "rounds": rounds, "resources": resources})
 
 
@@ -59,8 +61,8 @@ def timed_run(experiment, data=None) -> tuple[list[dict[str, Any]], list[float]]
 
     pool_factory, device = in_process_pool, "cpu"
     actors = experiment.resources.actors
-    if not actors and experiment.resources.device == "cuda":
-        device = "cuda"  # the clients and the evaluation, in this process
+    if experiment.resources.device == "cuda":
+        device = "cuda"  # the evaluation in this process (the driver); without actors the clients' training too
     if actors:
         import ray
 
@@ -98,6 +100,9 @@ def run_engine(rounds: int, actors: int, threads: int, device: str = "cpu") -> d
         "test_acc": [row["test_acc"] for row in rows],
         "placed": sorted(placed),  # (device, Ray GPU ids) the clients trained on; ("", "") in-process
         "setup_s": rows[0].get("setup_s", 0.0),
+        # parts of each round's time: the driver's evaluation and aggregation (NaN where the engine has no figure)
+        "evaluate_s": [row.get("evaluate_s", float("nan")) for row in rows],
+        "aggregate_s": [row.get("aggregate_s", float("nan")) for row in rows],
         "in_process_s": time.perf_counter() - START,
     }
 

@@ -151,7 +151,7 @@ def check_data(base: ExperimentConfig) -> FederatedData:
 
     spec = base.partition
     try:  # loaded first (and cached) so that missing or malformed files are reported against `root`
-        samples = len(load_dataset(base.dataset, root=base.root).y_train)
+        samples = len(load_dataset(base.dataset, root=base.root, options=base.synthetic).y_train)
     except (OSError, ValueError) as error:
         raise ConfigError(f"base.root: {error}") from None
     # the partitioner's own message would name its arguments, not the fields

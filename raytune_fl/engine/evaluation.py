@@ -29,18 +29,21 @@ Personalise = Callable[[Weights, Mapping[str, Any]], Weights]  # a method's: the
 
 @torch.no_grad()
 def predict(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-sample cross-entropy and correctness of `model` in eval mode."""
+    """Per-sample cross-entropy and correctness of `model` in eval mode.
+
+    The batches are computed where the model is (`x`, `y` best already there: `Evaluator` uploads its sets once);
+    the results stay there until one copy back at the end, so a GPU is never waited on per batch."""
     model.eval()
     device = next(model.parameters()).device
     losses, correct = [], []
     for start in range(0, x.shape[0], batch_size):
         xb, yb = x[start : start + batch_size].to(device), y[start : start + batch_size].to(device)
         logits, _ = model(xb)
-        losses.append(F.cross_entropy(logits, yb, reduction="none").double().cpu())
-        correct.append((logits.argmax(dim=1) == yb).cpu())
+        losses.append(F.cross_entropy(logits, yb, reduction="none").double())
+        correct.append(logits.argmax(dim=1) == yb)
     if not losses:
         return np.zeros(0), np.zeros(0, dtype=bool)
-    return torch.cat(losses).numpy(), torch.cat(correct).numpy()
+    return torch.cat(losses).cpu().numpy(), torch.cat(correct).cpu().numpy()
 
 
 def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[float, float]:
@@ -72,14 +75,21 @@ class Evaluator:
         self, data: FederatedData, model: torch.nn.Module, batch_size: int, diagnostics: DiagnosticsConfig
     ) -> None:
         self.data, self.model, self.batch_size, self.diagnostics = data, model, batch_size, diagnostics
+        # the held-out sets live where the model is: uploaded once, not per round
+        self.device = device = next(model.parameters()).device
         dataset = data.dataset
         val = data.val_indices
-        self.val_x, self.val_y = torch.from_numpy(dataset.x_train[val]), torch.from_numpy(dataset.y_train[val])
+        self.val_x = torch.from_numpy(dataset.x_train[val]).to(device)
+        self.val_y = torch.from_numpy(dataset.y_train[val]).to(device)
         # which client each validation sample belongs to: per-client accuracy comes from the same pass
         owner = np.concatenate([np.full(len(part), cid) for cid, part in enumerate(data.val_parts)])
         self.val_owner = owner[np.argsort(np.concatenate(data.val_parts), kind="stable")]
         # evaluation batches stay NCHW: the first convolution converts them, no second copy of the test set
-        self.test_x, self.test_y = torch.from_numpy(dataset.x_test), torch.from_numpy(dataset.y_test)
+        self.test_x, self.test_y = (
+            torch.from_numpy(dataset.x_test).to(device),
+            torch.from_numpy(dataset.y_test).to(device),
+        )
+        self._train_set: tuple[torch.Tensor, torch.Tensor] | None = None  # the loss decomposition's, on first use
 
     def evaluate(
         self,
@@ -134,7 +144,7 @@ class Evaluator:
             if len(mine) == 0:
                 continue
             load_weights(self.model, personalise(weights, client_states.get(cid, {})))
-            index = torch.from_numpy(mine)
+            index = torch.from_numpy(mine).to(self.device)
             correct[mine] = predict(self.model, self.val_x[index], self.val_y[index], size)[1]
         load_weights(self.model, weights)
         spread = per_client_accuracy(correct, self.val_owner, self.data.num_clients)
@@ -145,7 +155,13 @@ class Evaluator:
     ) -> dict:
         """FedLD's Eq. 2 for this round's clients: evaluates each client model on its own and on the global data."""
         size = self.batch_size
-        x, y = torch.from_numpy(self.data.dataset.x_train), torch.from_numpy(self.data.dataset.y_train)
+        if self._train_set is None:
+            dataset = self.data.dataset
+            self._train_set = (
+                torch.from_numpy(dataset.x_train).to(self.device),
+                torch.from_numpy(dataset.y_train).to(self.device),
+            )
+        x, y = self._train_set
         local, shifted = [], []
         for update in updates:
             client_weights = {
@@ -153,7 +169,7 @@ class Evaluator:
             }
             client_weights.update(update.buffers)
             load_weights(self.model, client_weights)
-            own = torch.from_numpy(self.data.train_parts[update.client_id])
+            own = torch.from_numpy(self.data.train_parts[update.client_id]).to(self.device)
             local.append(evaluate(self.model, x[own], y[own], size)[0])
             shifted.append(evaluate(self.model, self.val_x, self.val_y, size)[0])
         load_weights(self.model, weights)

@@ -19,6 +19,7 @@ import torch
 
 from raytune_fl.aggregators.fedavg import plain_mean_statistics
 from raytune_fl.config import ExperimentConfig
+from raytune_fl.devices import reproducible
 from raytune_fl.engine.augment import AugmentSpec
 from raytune_fl.engine.data import FederatedData, prepare_data
 from raytune_fl.engine.evaluation import (
@@ -66,7 +67,17 @@ def worker_spec(
         schedule=opt.schedule.resolve(experiment.rounds),
     )
     local_statistics = experiment.batchnorm.aggregate == "local"
-    return WorkerSpec(model, method, dict(params), local, experiment.seed, device, local_statistics=local_statistics)
+    deterministic = experiment.reproducibility.deterministic
+    return WorkerSpec(
+        model,
+        method,
+        dict(params),
+        local,
+        experiment.seed,
+        device,
+        local_statistics=local_statistics,
+        deterministic=deterministic,
+    )
 
 
 def in_process_pool(data: FederatedData, spec: WorkerSpec) -> ClientPool:
@@ -91,6 +102,7 @@ class Federation:
         self.method: Method = build_method(method, params, self.spec.method_context(self.data.num_clients, mean_size))
         self.pool_factory = pool_factory
         self.device = torch.device(device)
+        reproducible(experiment.reproducibility.deterministic)  # this process evaluates (and trains in-process)
         torch.manual_seed(experiment.seed)  # the same initial weights for every method and variant
         self.model = self.spec.model.build().to(self.device)
         self.weights: Weights = read_weights(self.model)
@@ -200,7 +212,9 @@ class Federation:
         failures = [f for f in drained if f.round_index <= round_index]
         self._failures_ahead = [f for f in drained if f.round_index > round_index]
         self.failures_total += len(failures)
+        evaluate_started = time.perf_counter()
         metrics: dict[str, Any] = {"round": round_index, **self.evaluate()}
+        evaluate_s = time.perf_counter() - evaluate_started
         watched = "val_loss" if len(self.evaluator.val_y) else "test_loss"  # no validation split: its loss is NaN
         if not math.isfinite(metrics[watched]):
             raise NonFiniteLossError(f"{'validation' if watched == 'val_loss' else 'test'} loss is {metrics[watched]}")
@@ -222,6 +236,7 @@ class Federation:
         evaluated_at = time.perf_counter()
         metrics["round_time_s"] = evaluated_at - started  # diagnostics below are timed apart
         metrics["aggregate_s"] = self._aggregate_s  # part of round_time_s
+        metrics["evaluate_s"] = evaluate_s  # part of round_time_s: the global (and personalised) evaluation
         if self.experiment.diagnostics.decomposition and self.costly_round(round_index) and updates:
             started = time.perf_counter()
             metrics.update(self.evaluator.decompose_loss(self.weights, start_weights, updates, metrics["val_loss"]))

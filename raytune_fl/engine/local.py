@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from raytune_fl.engine.augment import AugmentSpec, augment_batch
+from raytune_fl.engine.augment import AugmentDraws, AugmentSpec
 from raytune_fl.engine.lr_schedule import LrSchedule
 from raytune_fl.engine.sgd import PlainSGD
 from raytune_fl.methods.base import Batch, ClientContext, Method, Phase
@@ -67,11 +67,12 @@ def train_local(
     for hook in hooks:
         hook.on_round_start(ctx)
     names = ["loss", "ce"] + [f"term_{term.name}" for term in method.terms]
-    sums = torch.zeros(len(names), dtype=torch.float64)
-    counts = torch.zeros(len(names), dtype=torch.float64)  # a term is averaged over the steps it was on
+    # on the training device: the per-step sums never wait for the GPU; one read at the end of the round
+    sums = torch.zeros(len(names), dtype=torch.float64, device=x.device)
+    counts = [0] * len(names)  # a term is averaged over the steps it was on (plain ints: no device work)
     for phase in method.phases:
         _train_phase(model, method, phase, x, y, settings, generator, num_classes, ctx, max_steps, sums, counts)
-    means = (sums / counts.clamp(min=1)).tolist()
+    means = [total / max(count, 1) for total, count in zip(sums.tolist(), counts)]
     if ctx.steps and not all(map(_finite, means)):
         raise NonFiniteLossError(f"non-finite local loss: {dict(zip(names, means))}")
     for hook in hooks:
@@ -91,7 +92,7 @@ def _train_phase(
     ctx: ClientContext,
     max_steps: int | None,
     sums: Tensor,
-    counts: Tensor,
+    counts: list[int],
 ) -> None:
     frozen = _freeze_outside(model, phase.trains)
     if phase.body_eval:
@@ -122,14 +123,20 @@ def _train_phase(
     for _ in range(passes):
         if budget is not None and steps >= budget:
             break
-        order = torch.randperm(n, generator=generator)
-        for start in range(0, n, settings.batch_size):
-            if budget is not None and steps >= budget:
-                break
+        # the batch order is drawn on the CPU generator (the same order on every device), moved once per pass
+        order = torch.randperm(n, generator=generator, device="cpu").to(x.device)
+        starts = [s for s in range(0, n, settings.batch_size) if min(settings.batch_size, n - s) >= smallest]
+        if budget is not None:
+            starts = starts[: budget - steps]
+        draws = None
+        if settings.augment.active:  # the pass's numbers in one draw, in the order batch-by-batch draws took them
+            sizes = [min(settings.batch_size, n - s) for s in starts]
+            draws = AugmentDraws.draw(settings.augment, sizes, generator, x.device)
+        for batch_number, start in enumerate(starts):
             index = order[start : start + settings.batch_size]
-            if index.numel() < smallest:
-                continue
-            xb, yb = augment_batch(x[index], settings.augment, generator), y[index]
+            xb, yb = x[index], y[index]
+            if draws is not None:
+                xb = draws.apply(xb, settings.augment, batch_number)
             logits, z = model(xb)
             ce = F.cross_entropy(logits, yb)
             values: list[Tensor] = [ce]
@@ -146,7 +153,8 @@ def _train_phase(
                 hook.after_backward(ctx)
             optimizer.step()
             sums[:width] += torch.stack([loss.detach(), *(v.detach() for v in values)]).double()
-            counts[:width] += 1
+            for i in range(width):
+                counts[i] += 1
             steps += 1
             ctx.steps += 1
     for p in frozen:

@@ -48,6 +48,7 @@ class WorkerSpec:
     device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
     local_statistics: bool = False  # batchnorm.aggregate: local (each client keeps its running statistics)
+    deterministic: bool = False  # reproducibility.deterministic: the actors switch deterministic kernels on
 
     def method_context(self, num_clients: int, mean_client_size: float = 0.0) -> MethodContext:
         local = self.local
@@ -78,27 +79,6 @@ class KeepStatisticsLocal(ClientHook):
         }
 
 
-class DeviceError(RuntimeError):
-    pass
-
-
-def choose_device(setting: str, has_gpu: bool, where: str = "") -> str:
-    """`resources.device` for a worker that Ray gave a GPU (`has_gpu`) or not.
-
-    auto: CUDA only where Ray assigned a GPU (with gpus_per_actor 0 an actor on a GPU node still sees the GPUs,
-    and would share them unreserved) and torch can use it; cuda: CUDA or a clear error; cpu: CPU.
-    """
-    if setting == "cpu":
-        return "cpu"
-    cuda = torch.cuda.is_available()
-    if setting == "cuda" and not cuda:
-        raise DeviceError(
-            f"resources.device: 'cuda' but torch sees no CUDA device{where} (torch {torch.__version__}, "
-            f"CUDA build {torch.version.cuda or 'none'}); use device: auto or cpu"
-        )
-    return "cuda" if cuda and (has_gpu or setting == "cuda") else "cpu"
-
-
 def client_seed(seed: int, round_index: int, client_id: int) -> int:
     """Independent, reproducible stream per (seed, round, client), whichever worker trains it."""
     return int(np.random.SeedSequence([seed, round_index, client_id]).generate_state(1, np.uint64)[0] >> 1)
@@ -122,6 +102,15 @@ class ClientWorker:
             self.method = replace(self.method, hooks=(*self.method.hooks, KeepStatisticsLocal()))
         self.x, self.y = as_tensor(x_train), as_tensor(y_train)  # shared with the object store: not converted
         self.client_indices = [torch.as_tensor(np.asarray(ix), dtype=torch.long) for ix in client_indices]
+        # On a GPU the training set is uploaded once (in the model's layout) and each round's client share is
+        # gathered there: no host-to-device copy per round. On the CPU each round copies its client's share only.
+        self.on_device: tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]] | None = None
+        if self.device.type != "cpu":
+            self.on_device = (
+                spec.model.images(self.x.to(self.device)),
+                self.y.to(self.device),
+                [ix.to(self.device) for ix in self.client_indices],
+            )
 
     def train(
         self,
@@ -139,8 +128,12 @@ class ClientWorker:
         """
         load_weights(self.model, weights)
         index = self.client_indices[client_id]
-        x = self.spec.model.images(self.x[index]).to(self.device)  # a copy of this client's share only
-        y = self.y[index].to(self.device)
+        if self.on_device is None:
+            x = self.spec.model.images(self.x[index]).to(self.device)  # a copy of this client's share only
+            y = self.y[index].to(self.device)
+        else:
+            x_all, y_all, indices = self.on_device
+            x, y = x_all[indices[client_id]], y_all[indices[client_id]]
         generator = torch.Generator().manual_seed(
             client_seed(self.spec.seed, round_index if stream is None else stream, client_id)
         )

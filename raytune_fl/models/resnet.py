@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor, nn
 
+from raytune_fl.models.pooling import GlobalAvgPool2d
 from raytune_fl.models.registry import MODELS
 from raytune_fl.models.simple_cnn import projection_head
 
@@ -28,6 +29,7 @@ def small_image_backbone(arch: Callable[..., torchvision.models.ResNet], in_chan
     # the init torchvision gives every other convolution of the network
     nn.init.kaiming_normal_(backbone.conv1.weight, mode="fan_out", nonlinearity="relu")
     backbone.maxpool = nn.Identity()
+    backbone.avgpool = GlobalAvgPool2d()  # deterministic kernels on CUDA too (models/pooling.py)
     features = backbone.fc.in_features
     backbone.fc = nn.Identity()  # forward now ends at avgpool + flatten
     return backbone, features

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from raytune_fl.models.pooling import GlobalAvgPool2d
 from raytune_fl.models.registry import MODELS
 
 # (out_channels, kernel, stride) per conv block
@@ -56,7 +57,7 @@ class SimpleCNN(nn.Module):
                 nn.ReLU(),
             ]
             channels = out
-        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+        layers += [GlobalAvgPool2d(), nn.Flatten()]
         self.encoder = nn.Sequential(*layers)
         self.projector = projection_head(channels, width)
         self.classifier = nn.Linear(width, num_classes)

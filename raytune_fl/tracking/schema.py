@@ -47,6 +47,7 @@ TAG_STUDY_RUN_ID = "study_run_id"
 TAG_TRIAL_ID = "trial_id"  # trial run: Tune's trial id (a resumed trial finds its run by it)
 TAG_TRIAL_STATUS = "trial_status"
 TAG_RESUMED = "resumed"
+TAG_REPLAY_DIFFERED = "replay_differed"  # rounds a resumed trial replayed with other values (re-logged)
 TAG_DIVERGENCE = "divergence"
 TAG_ROUNDS_COMPLETED = "rounds_completed"
 TAG_ACTOR_FAILURES = "actor_failures"

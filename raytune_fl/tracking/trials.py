@@ -36,6 +36,7 @@ from raytune_fl.tracking.schema import (
     TAG_ACTOR_FAILURES,
     TAG_DIVERGENCE,
     TAG_PARENT_RUN,
+    TAG_REPLAY_DIFFERED,
     TAG_RESUMED,
     TAG_ROUNDS_COMPLETED,
     TAG_TRIAL_ID,
@@ -90,6 +91,16 @@ def round_metrics(result: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def replay_differs(logged: dict[str, Any], replayed: dict[str, float]) -> bool:
+    """Whether a replayed round's learning metrics differ from the ones logged for it (timings always differ)."""
+    for key, value in replayed.items():
+        if key.endswith("_s") or key not in logged or not math.isfinite(value):
+            continue
+        if float(logged[key]) != value:
+            return True
+    return False
+
+
 def result_round(result: dict[str, Any]) -> int:
     """The round a result reports (the runner's iteration count where it names none)."""
     return int(result.get("round", result.get("training_iteration", 0)))
@@ -141,6 +152,7 @@ class TrialTracker:
         self.history: dict[str, list[dict[str, Any]]] = {}
         self.lists: dict[str, dict[str, list]] = {}  # trial -> round-list key -> rows
         self.diverged: dict[str, str] = {}
+        self.replay_differed: dict[str, list[int]] = {}  # trial -> rounds its replay logged anew
         self.trial_index: dict[str, int] = {}
         self.trial_rounds: dict[str, int] = {}
         self.restarts: dict[str, int] = {}  # trial -> times it was restarted from a checkpoint
@@ -196,13 +208,22 @@ class TrialTracker:
         run_id = self.open(trial_id, config)
         step = result_round(result)
         history = self.history[trial_id]
-        if history and step <= history[-1]["round"]:
-            return  # replayed after a resume from an earlier checkpoint: already logged, identical by seeding
         metrics = round_metrics(result)
+        if history and step <= history[-1]["round"]:  # replayed after a resume from an earlier checkpoint
+            row = next((r for r in history if r["round"] == step), None)
+            if row is None or not replay_differs(row, metrics):
+                return  # already logged, and the replay gave the same values (always so on a CPU)
+            # a GPU without deterministic kernels replays other values: the curve goes on from the replay, said so
+            history[history.index(row)] = {"round": step, **metrics}
+            for key, rows in self.lists[trial_id].items():  # the replay's per-round lists replace the logged ones
+                self.lists[trial_id][key] = [r for r in rows if (r["round"] if isinstance(r, dict) else r[0]) != step]
+            self.replay_differed.setdefault(trial_id, []).append(step)
+            self.client.set_tag(run_id, TAG_REPLAY_DIFFERED, ",".join(map(str, self.replay_differed[trial_id])))
+        else:
+            history.append({"round": step, **metrics})
         now = int(time.time() * 1000)
         batch = [Metric(k, v, now, step) for k, v in metrics.items() if math.isfinite(v)]
         self.client.log_batch(run_id, metrics=batch)
-        history.append({"round": step, **metrics})
         for key, (_, _, rows_of) in _ROUND_LISTS.items():
             if isinstance(result.get(key), list):
                 self.lists[trial_id][key].extend(rows_of(step, result[key]))

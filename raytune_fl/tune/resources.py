@@ -5,16 +5,21 @@ from __future__ import annotations
 from ray import tune
 
 from raytune_fl.config import ResourcesConfig
+from raytune_fl.devices import gpu_shares
 
 
 def trial_bundles(resources: ResourcesConfig) -> list[dict[str, float]]:
-    if resources.actors == 0:  # clients train inside the trial's own process
-        return [{"CPU": max(resources.driver_cpus, resources.cpus_per_actor)}]
-    actor = {"CPU": resources.cpus_per_actor}
-    if resources.gpus_per_actor:
-        actor["GPU"] = resources.gpus_per_actor
-    # bundle 0 is the trial's driver; too few bundles would leave actor creation waiting forever
-    return [{"CPU": resources.driver_cpus}] + [dict(actor) for _ in range(resources.actors)]
+    """Bundle 0 is the trial's own process (the round driver; the clients too with actors: 0), then one per actor."""
+    shares = gpu_shares(resources)
+    if resources.actors == 0:  # clients train inside the trial's own process, on its bundle's GPU share
+        return [_bundle(max(resources.driver_cpus, resources.cpus_per_actor), shares.driver)]
+    # too few bundles would leave actor creation waiting forever
+    actors = [_bundle(resources.cpus_per_actor, shares.actor) for _ in range(resources.actors)]
+    return [_bundle(resources.driver_cpus, shares.driver), *actors]
+
+
+def _bundle(cpus: float, gpus: float) -> dict[str, float]:
+    return {"CPU": cpus, "GPU": gpus} if gpus else {"CPU": cpus}  # no GPU key without a share (as Ray shows them)
 
 
 def placement_group_factory(resources: ResourcesConfig) -> tune.PlacementGroupFactory:
@@ -24,17 +29,24 @@ def placement_group_factory(resources: ResourcesConfig) -> tune.PlacementGroupFa
 def check_fits(resources: ResourcesConfig, cluster: dict[str, float]) -> None:
     """Fail fast, instead of a trial pending forever, when one trial cannot fit on the cluster."""
     bundles = trial_bundles(resources)
-    for kind, field in (("CPU", "cpus_per_actor"), ("GPU", "gpus_per_actor")):
+    if resources.device == "cuda" and cluster.get("GPU", 0.0) == 0:
+        raise ValueError("base.resources.device: 'cuda' but the Ray cluster has 0 GPU; use device: auto or cpu")
+    for kind, field, driver in (("CPU", "cpus_per_actor", "driver_cpus"), ("GPU", "gpus_per_actor", "driver_gpus")):
         need = sum(b.get(kind, 0.0) for b in bundles)
         have = cluster.get(kind, 0.0)
         if need > have + 1e-9:
+            what = f"{resources.actors} actors x {field}, plus the driver's {driver}"
+            if resources.actors == 0:
+                what = f"actors: 0, the trial's own bundle: {field}"
             raise ValueError(
-                f"base.resources: one trial needs {need:g} {kind} "
-                f"({resources.actors} actors x {field}, plus the driver) but the Ray cluster has {have:g}; "
-                f"lower resources.actors or resources.{field}"
+                f"base.resources: one trial needs {need:g} {kind} ({what} = {bundles[0].get(kind, 0.0):g}) but the "
+                f"Ray cluster has {have:g}; "
+                + (
+                    f"lower resources.actors or resources.{field}, or set resources.{driver}"
+                    if resources.actors
+                    else f"lower resources.{field}"
+                )
             )
-    if resources.device == "cuda" and cluster.get("GPU", 0.0) == 0:
-        raise ValueError("base.resources.device: 'cuda' but the Ray cluster has 0 GPU; use device: auto or cpu")
 
 
 def check_nodes_fit(resources: ResourcesConfig, nodes: list[dict[str, float]]) -> None:

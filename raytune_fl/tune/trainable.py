@@ -26,20 +26,20 @@ def federated_trial(
     import torch
 
     from raytune_fl.actors import ray_pool_factory
+    from raytune_fl.devices import choose_device
     from raytune_fl.engine.checkpoint import load_state, save_state
     from raytune_fl.engine.federation import Federation, in_process_pool
-    from raytune_fl.engine.worker import choose_device
 
     # Ray logs a line per checkpoint, i.e. per round: the progress printer already says each round
     logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
     torch.set_num_threads(
         max(1, int(resources.driver_cpus or (resources.cpus_per_actor if not resources.actors else 1)))
     )
+    # this process computes on its bundle's GPU share (devices.gpu_shares): the clients with actors: 0, else the
+    # evaluation; each actor picks its own device from its bundle
+    device = choose_device(resources.device, bool(ray.get_gpu_ids()))
     # Tune runs the next trial in this same process (reuse_actors): the client actors wait here for it
-    if resources.actors > 0:  # each actor picks its own device (resources.device, its Ray GPUs)
-        pool, device = ray_pool_factory(resources, experiment.faults, keep_actors=True), "cpu"
-    else:  # the clients train here; this process reserves no GPU, so `auto` means CPU
-        pool, device = in_process_pool, choose_device(resources.device, bool(ray.get_gpu_ids()))
+    pool = ray_pool_factory(resources, experiment.faults, keep_actors=True) if resources.actors > 0 else in_process_pool
     federation = Federation(experiment, method, {**fixed, **config}, pool_factory=pool, device=device)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:  # a resumed trial (Tuner.restore): continue after the last checkpointed round

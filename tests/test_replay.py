@@ -1,0 +1,55 @@
+"""A resumed trial replays the rounds after its last checkpoint: identical values are not logged twice; values that
+differ (a GPU without deterministic kernels) are logged again and the run says which rounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlflow.tracking import MlflowClient
+
+from raytune_fl.tracking.schema import TAG_REPLAY_DIFFERED
+from raytune_fl.tracking.trials import TrialRun, TrialTracker, replay_differs
+
+
+class _Writer:  # the RunWriter a TrialTracker needs, on a real MLflow store
+    def __init__(self, client: MlflowClient) -> None:
+        self.client = client
+        self.experiment_id = client.create_experiment("replay")
+
+    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        pass
+
+    def log_datasets(self, run_id: str, identities: list) -> None:
+        pass
+
+    def describe(self, run_id: str, text: str) -> None:
+        pass
+
+
+def _round(step: int, acc: float) -> dict[str, Any]:
+    return {"round": step, "val_acc": acc, "val_loss": 1.0 - acc, "round_time_s": 0.1 * step}
+
+
+def test_replay_differs_compares_learning_metrics_only():
+    logged = {"round": 2, "val_acc": 0.5, "round_time_s": 1.0}
+    assert not replay_differs(logged, {"val_acc": 0.5, "round_time_s": 2.0})  # a timing always differs
+    assert replay_differs(logged, {"val_acc": 0.5000001})
+    assert not replay_differs(logged, {"val_acc": 0.5, "new_metric": 3.0})  # nothing logged to compare with
+
+
+def test_a_replayed_round_is_logged_again_only_when_its_values_differ(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'm.db'}")
+    tracker = TrialTracker(_Writer(client), "parent", 4, lambda config, index: TrialRun("t", {}, {}))
+    for step, acc in ((1, 0.1), (2, 0.2), (3, 0.3)):
+        tracker.log_round("trial", {}, _round(step, acc))
+    run_id = tracker.run_ids["trial"]
+    tracker.log_round("trial", {}, _round(2, 0.2))  # a CPU replay: the same values
+    assert [m.value for m in client.get_metric_history(run_id, "val_acc")] == [0.1, 0.2, 0.3]
+    assert TAG_REPLAY_DIFFERED not in client.get_run(run_id).data.tags
+    tracker.log_round("trial", {}, _round(3, 0.35))  # a GPU replay: other values
+    history = client.get_metric_history(run_id, "val_acc")
+    assert [(m.step, m.value) for m in history] == [(1, 0.1), (2, 0.2), (3, 0.3), (3, 0.35)]
+    assert client.get_run(run_id).data.tags[TAG_REPLAY_DIFFERED] == "3"
+    assert [row["val_acc"] for row in tracker.history["trial"]] == [0.1, 0.2, 0.35]  # the round table: the replay's
+    tracker.log_round("trial", {}, _round(4, 0.4))
+    assert tracker.history["trial"][-1]["round"] == 4
