@@ -19,7 +19,19 @@ def as_tensor(array: np.ndarray) -> torch.Tensor:
 
 def numpy_copy(tensors: Mapping[str, torch.Tensor]) -> Weights:
     """Detached CPU numpy copies: safe to keep after the tensors change, picklable through Ray."""
-    return {key: value.detach().cpu().numpy().copy() for key, value in tensors.items()}
+    return {key: _host_copy(value.detach()) for key, value in tensors.items()}
+
+
+def _host_copy(tensor: torch.Tensor) -> np.ndarray:
+    """A C-contiguous numpy array that shares no memory with `tensor`, copied once.
+
+    A CPU tensor's `.numpy()` shares its memory, so it is copied; any other device's `.cpu()` is already a new
+    host tensor, so copying again would only double the work (only a strided one is copied, to C order).
+    """
+    if tensor.device.type == "cpu":
+        return tensor.numpy().copy()
+    array = tensor.cpu().numpy()
+    return array if array.flags.c_contiguous else array.copy()  # (np.ascontiguousarray would make 0-d arrays 1-d)
 
 
 def load_weights(model: torch.nn.Module, weights: Weights) -> None:

@@ -226,3 +226,103 @@ def test_proximal_worked_sgd_check(mu, expected):
 def test_batch_of_one_raises(fn):
     with pytest.raises(ValueError, match="at least 2"):
         fn(torch.randn(1, 3))
+
+
+# ---------------------------------------------------------------- the official median over non-zero distances
+# Computed without selecting the non-zero distances out (a boolean mask: a host sync at every GPU step): sorted, the
+# zeros counted, the lower median gathered at an index on the device. These pin it to the hand-computed values and
+# to the selecting form it replaced (`_median_by_selection`: the same value, and the same gradient bit for bit).
+#
+# TWINS: (0,0) twice, (1,0), (0,2). Pairs 01..23: 0, 1, 4, 1, 4, 5. Non-zero: 1, 1, 4, 4, 5 -> lower median 4 (pairs
+# 03 and 13 tie); with the zero: 0, 1, 1, 4, 4, 5 -> lower median 1.
+TWINS = [[0.0, 0.0], [0.0, 0.0], [1.0, 0.0], [0.0, 2.0]]
+
+
+def _median_by_selection(z, detach):
+    """The form before: select the positive distances, torch.median of those (0 if there are none)."""
+    i, j = torch.triu_indices(z.shape[0], z.shape[0], offset=1, device=z.device)
+    zz = z.detach() if detach else z
+    sq = (zz[i] - zz[j]).pow(2).sum(dim=1)
+    sq = sq[sq > 0]
+    return z.new_zeros(()) if sq.numel() == 0 else sq.median()
+
+
+def test_median_over_non_zero_distances_by_hand():
+    z = torch.tensor(TWINS, dtype=DT)
+    assert median_sq_distance(z, drop_zeros=True).item() == 4.0
+    assert median_sq_distance(z).item() == 1.0  # the paper's: every pair, zeros included
+    # an even count takes the lower middle value, as torch.median: points 0, 1, 3, 7 on a line give 1, 9, 49, 4, 36,
+    # 16, sorted 1, 4, 9, 16, 36, 49 -> 9 (not 12.5)
+    line = torch.tensor([[0.0], [1.0], [3.0], [7.0]], dtype=DT)
+    assert median_sq_distance(line, drop_zeros=True).item() == 9.0
+    # five points, two of them twice: pairs 0 (twice), 1 (x4), 4 (x4) -> non-zero 1,1,1,1,4,4,4,4 -> lower median 1
+    five = torch.tensor([[0.0], [0.0], [1.0], [1.0], [2.0]], dtype=DT)
+    assert median_sq_distance(five, drop_zeros=True).item() == 1.0
+
+
+def test_median_over_non_zero_distances_of_coincident_rows_is_zero():
+    for n in (2, 5):
+        same = torch.full((n, 3), 0.25, dtype=DT, requires_grad=True)
+        median = median_sq_distance(same, detach=False, drop_zeros=True)
+        assert median.item() == 0.0 and median.shape == ()
+        median.backward()
+        assert torch.equal(same.grad, torch.zeros_like(same))
+    # the official kernel on a collapsed batch: bandwidth 0, floored at 1e-12 -> every kernel value exp(0) = 1
+    same = torch.ones(4, 3, requires_grad=True)
+    loss = rbf_uniformity(same, scale=1.0, detach_median=False, drop_zero_distances=True)
+    loss.backward()
+    assert loss.item() == 1.0 and torch.isfinite(same.grad).all()
+
+
+def test_gradient_of_the_kept_median_by_hand_and_as_before():
+    # TWINS: the median 4 is shared by pairs 03 and 13, torch.median's gradient half to each. d||a-b||^2/da = 2(a-b):
+    # p0 gets 2(p0-p3)/2 = (0,-2), p1 the same, p3 (0,2) from each pair, p2 nothing.
+    z = torch.tensor(TWINS, dtype=DT, requires_grad=True)
+    median_sq_distance(z, detach=False, drop_zeros=True).backward()
+    assert torch.equal(z.grad, torch.tensor([[0.0, -2.0], [0.0, -2.0], [0.0, 0.0], [0.0, 4.0]], dtype=DT))
+    generator = torch.Generator().manual_seed(0)
+    cases = [torch.tensor(TWINS, dtype=DT), torch.tensor([[0.0], [0.0], [2.0], [2.0]])]  # four tied distances
+    for _ in range(20):
+        z = torch.randn(6, 3, generator=generator)
+        z[3] = z[1]  # a coincident pair
+        cases.append(z)
+        cases.append(torch.round(z * 2) / 2)  # many tied distances
+    for case in cases:
+        ours, theirs = case.clone().requires_grad_(), case.clone().requires_grad_()
+        value = median_sq_distance(ours, detach=False, drop_zeros=True)
+        before = _median_by_selection(theirs, detach=False)
+        assert torch.equal(value.detach(), before.detach())
+        value.backward()
+        before.backward()
+        assert torch.equal(ours.grad, theirs.grad)
+
+
+def test_official_rbf_uniformity_by_hand():
+    # TWINS, official kernel exp(-d / sigma), sigma = the non-zero median 4:
+    # (e^0 + 2 e^(-1/4) + 2 e^(-1) + e^(-5/4)) / 6, the median kept in the graph
+    z = torch.tensor(TWINS, dtype=DT, requires_grad=True)
+    loss = rbf_uniformity(z, scale=1.0, detach_median=False, drop_zero_distances=True)
+    expected = (1.0 + 2 * math.exp(-0.25) + 2 * math.exp(-1.0) + math.exp(-1.25)) / 6
+    assert loss.item() == pytest.approx(expected, abs=1e-15)
+    # the gradient: the kernel's at a fixed sigma = 4, plus the median's path: d/dsigma of the mean is
+    # sum_p d_p exp(-d_p/4) / (6 * 16), times the median's gradient (above)
+    loss.backward()
+    fixed = torch.tensor(TWINS, dtype=DT, requires_grad=True)
+    rbf_uniformity(fixed, sigma=4.0, scale=1.0, drop_zero_distances=True).backward()
+    distances = [0.0, 1.0, 4.0, 1.0, 4.0, 5.0]
+    through_sigma = sum(d * math.exp(-d / 4) for d in distances) / (6 * 16)
+    median_grad = torch.tensor([[0.0, -2.0], [0.0, -2.0], [0.0, 0.0], [0.0, 4.0]], dtype=DT)
+    torch.testing.assert_close(z.grad, fixed.grad + through_sigma * median_grad, rtol=0, atol=1e-14)
+
+
+def test_a_fixed_sigma_divides_as_before():
+    # sigma as a cached 0-d tensor of the distances' dtype: bit for bit the divisor the loss always used, also for a
+    # scale that is not a power of two (a float64 product rounded to float32 would differ in the last bit)
+    from raytune_fl.methods.losses import _pairwise_sq_distances
+
+    z = torch.randn(7, 5, generator=torch.Generator().manual_seed(1))  # float32
+    sq = _pairwise_sq_distances(z)
+    for sigma, scale in [(0.3, 1.4330958889402052), (1.7236885492520844, 3.515140939639728), (4.0, 2.0)]:
+        before = torch.exp(-sq / (scale * torch.tensor(sigma, dtype=sq.dtype).clamp_min(1e-12))).mean()
+        assert torch.equal(rbf_uniformity(z, sigma, scale=scale), before)
+        assert torch.equal(rbf_uniformity(z, sigma, scale=scale), before)  # the second call: the cached divisor

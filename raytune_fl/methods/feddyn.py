@@ -75,16 +75,13 @@ class DynamicTerm(LocalTerm):
                 f"feddyn: the stored lambda_k has entries {sorted(set(stored) ^ set(self.names))} that differ "
                 "from this model's trainable parameters"
             )
-        self.lambdas = {
-            name: torch.zeros_like(a).cpu().numpy() if stored is None else np.asarray(stored[name])
-            for name, a in zip(self.names, self.anchors)
-        }
-        # lambda_k = 0 (a first round): FedProx's term exactly, without a linear part that only adds zeros
-        self.linear = [
-            torch.as_tensor(self.lambdas[name]).to(a.device, a.dtype) for name, a in zip(self.names, self.anchors)
-        ]
-        if not any(bool(lam.any()) for lam in self.linear):
-            self.linear = []
+        # None: zeros (a first round), made on the host at round end; nothing allocated on the device for them
+        self.lambdas = {name: None if stored is None else np.asarray(stored[name]) for name in self.names}
+        # lambda_k = 0 (a first round): FedProx's term exactly, without a linear part that only adds zeros. Tested
+        # on the host arrays (no device sync per parameter); otherwise copied to the device in one transfer.
+        self.linear = []
+        if stored is not None and any(np.any(lam) for lam in self.lambdas.values()):
+            self.linear = _to_device([self.lambdas[name] for name in self.names], self.anchors)
 
     def loss(self, batch: Batch) -> Tensor:
         params = dict(batch.model.named_parameters())
@@ -96,12 +93,32 @@ class DynamicTerm(LocalTerm):
 
     def on_round_end(self, ctx: ClientContext) -> None:
         params = dict(ctx.model.named_parameters())
+        # Delta_k, as the worker computes it (w - w_t, one rounding), on the device and read back in one copy
+        deltas = _to_host([params[name].detach() - anchor for name, anchor in zip(self.names, self.anchors)])
         new = {}
-        for name, anchor in zip(self.names, self.anchors):
-            delta = params[name].detach().cpu().numpy() - anchor.cpu().numpy()  # Delta_k, as the worker computes it
-            new[name] = np.asarray(self.lambdas[name] + delta, delta.dtype)
+        for name, delta in zip(self.names, deltas):
+            lam = self.lambdas[name]
+            new[name] = np.asarray((np.zeros_like(delta) if lam is None else lam) + delta, delta.dtype)
         ctx.new_state[self.name] = new
         self.anchors, self.linear = [], []
+
+
+def _to_device(arrays: Sequence[np.ndarray], like: Sequence[Tensor]) -> list[Tensor]:
+    """The arrays as tensors of `like`'s devices and dtypes: one host-to-device copy when they share both."""
+    if len({(t.device, t.dtype) for t in like}) != 1:
+        return [torch.as_tensor(a, dtype=t.dtype, device=t.device) for a, t in zip(arrays, like)]
+    flat = np.concatenate([np.ravel(a) for a in arrays])
+    joined = torch.as_tensor(flat, dtype=like[0].dtype, device=like[0].device)
+    return [part.view(t.shape) for part, t in zip(joined.split([t.numel() for t in like]), like)]
+
+
+def _to_host(tensors: Sequence[Tensor]) -> list[np.ndarray]:
+    """Freshly computed tensors (nothing else holds them) as numpy arrays: one device-to-host copy when they share
+    a dtype (every parameter of a float32 model)."""
+    if len({t.dtype for t in tensors}) != 1:
+        return [t.cpu().numpy() for t in tensors]
+    joined = torch.cat([t.reshape(-1) for t in tensors]).cpu()
+    return [part.numpy().reshape(t.shape) for part, t in zip(joined.split([t.numel() for t in tensors]), tensors)]
 
 
 class DynamicServer(ServerAggregator):

@@ -58,7 +58,7 @@ def identity_spread(num_classes: int, statistic: Statistic) -> float:
     """
     if num_classes < 2:
         raise ValueError(f"num_classes must be >= 2, got {num_classes}")
-    eye = torch.eye(num_classes, dtype=torch.float64)
+    eye = torch.eye(num_classes, dtype=torch.float64, device="cpu")  # a Python float comes out: no device needed
     return float(_spread(eye, statistic).mean())
 
 
@@ -109,15 +109,29 @@ def median_sq_distance(z: Tensor, *, detach: bool = True, drop_zeros: bool = Fal
     (coincident rows) first (``drop_zeros=True``); if every distance is zero the median is 0.
     """
     _require_batch(z, "z")
-    return _median(_pairwise_sq_distances(z.detach() if detach else z, exact=drop_zeros), drop_zeros, z)
+    return _median(_pairwise_sq_distances(z.detach() if detach else z, exact=drop_zeros), drop_zeros)
 
 
-def _median(sq: Tensor, drop_zeros: bool, z: Tensor) -> Tensor:
-    if drop_zeros:
-        sq = sq[sq > 0]
-        if sq.numel() == 0:
-            return z.new_zeros(())
-    return sq.median()
+def _median(sq: Tensor, drop_zeros: bool) -> Tensor:
+    """``sq.median()``; with ``drop_zeros`` the lower median of the positive entries (0 if there are none).
+
+    Dropping zeros does not select them out (``sq[sq > 0]`` has a data-dependent size: a device-to-host sync at
+    every step on a GPU): the entries are sorted, so the Z zeros come first (``sq`` is never negative), and the
+    lower median of the K positive ones is the sorted entry at Z + (K - 1) // 2, gathered with an index that
+    stays on the device. The value is ``torch.median``'s bit for bit; so is the gradient: ``torch.median`` hands
+    it in equal shares to every entry equal to the median, and so does the mean over those entries added below
+    (as ``m + (s - s.detach())``, whose value is exactly m).
+    """
+    if not drop_zeros:
+        return sq.median()
+    ordered = sq.detach().sort().values  # zeros, positives, NaNs last (a NaN row: the loss is non-finite anyway)
+    zeros = (sq == 0).sum()
+    positives = (sq > 0).sum()
+    index = (zeros + torch.div(positives - 1, 2, rounding_mode="floor")).clamp(0, sq.numel() - 1)
+    median = ordered.gather(0, index.unsqueeze(0)).squeeze(0)
+    ties = sq.detach() == median
+    shared = sq.where(ties, 0.0).sum() / ties.sum()  # the median's value, its gradient shared among the ties
+    return torch.where(positives > 0, median + (shared - shared.detach()), 0.0)
 
 
 def rbf_uniformity(
@@ -140,16 +154,22 @@ def rbf_uniformity(
     if isinstance(sigma, str):
         if sigma != "median":
             raise ValueError(f"sigma must be a positive float or 'median', got {sigma!r}")
-        if detach_median:  # the same numbers as the distances above, without computing them twice
-            bandwidth = _median(sq.detach(), drop_zero_distances, z)
-        else:
-            bandwidth = median_sq_distance(z, detach=False, drop_zeros=drop_zero_distances)
-    else:
-        if sigma <= 0:
-            raise ValueError(f"sigma must be positive, got {sigma}")
-        bandwidth = torch.tensor(float(sigma), dtype=sq.dtype, device=sq.device)
-    bandwidth = bandwidth.clamp_min(_MIN_SIGMA)
-    return torch.exp(-sq / (scale * bandwidth)).mean()
+        # the distances above, not computed twice; detached or kept in the graph (the official code)
+        bandwidth = _median(sq.detach() if detach_median else sq, drop_zero_distances).clamp_min(_MIN_SIGMA)
+        return torch.exp(-sq / (scale * bandwidth)).mean()
+    if sigma <= 0:
+        raise ValueError(f"sigma must be positive, got {sigma}")
+    return torch.exp(-sq / _fixed_divisor(float(sigma), float(scale), sq.dtype, sq.device)).mean()
+
+
+@functools.lru_cache(maxsize=16)  # one fixed sigma per run: built once, not at every step (a host-to-device copy)
+def _fixed_divisor(sigma: float, scale: float, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``scale * sigma`` as a 0-d tensor of the distances' dtype, rounded as the median bandwidth's divisor is.
+
+    Not a Python float: ``scale * sigma`` in float64 then rounded to float32 differs from the float32 product
+    (the value the loss has always used) in the last bit for a scale that is not a power of two.
+    """
+    return scale * torch.tensor(sigma, dtype=dtype, device=device).clamp_min(_MIN_SIGMA)
 
 
 def hyperspherical_energy(z: Tensor, eps: float = 1e-2, include_diagonal: bool = False) -> Tensor:

@@ -39,14 +39,18 @@ class GlobalLoss(ClientHook):
         was_training = ctx.model.training
         ctx.model.eval()  # BatchNorm's running statistics: the global model as it is, not updated by this pass
         try:
-            total = 0.0
+            # summed on the device in float64, in batch order (the same additions as a Python float's), and read
+            # once: no device-to-host sync per batch
+            total: torch.Tensor | None = None
             for start in range(0, ctx.x.shape[0], self.batch_size):
                 logits, _ = ctx.model(ctx.x[start : start + self.batch_size])
                 y = ctx.y[start : start + self.batch_size]
-                total += F.cross_entropy(logits.double(), y, reduction="sum").item()
+                loss = F.cross_entropy(logits.double(), y, reduction="sum")
+                total = loss if total is None else total + loss
         finally:
             ctx.model.train(was_training)
-        ctx.extras[self.name] = np.float64(total / max(ctx.x.shape[0], 1))
+        summed = 0.0 if total is None else total.item()
+        ctx.extras[self.name] = np.float64(summed / max(ctx.x.shape[0], 1))
 
 
 class QFairAggregator(ServerAggregator):

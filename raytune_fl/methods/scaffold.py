@@ -56,7 +56,7 @@ class ScaffoldCorrection(ClientHook):
         self.c = _or_zeros(ctx.payload.get(self.name), self.start)
         # c - c_i is fixed for the whole round: build it once, on the parameters' device and dtype
         self.correction = {
-            name: torch.as_tensor(self.c[name] - self.c_i[name]).to(p.device, p.dtype)
+            name: torch.as_tensor(self.c[name] - self.c_i[name], dtype=p.dtype, device=p.device)
             for name, p in self.params.items()
         }
 
