@@ -69,7 +69,9 @@ def draw_partition(data: FederatedData, title: str) -> PartitionFiles:
         domains=dataset.domains_train,
         domain_names=dataset.domain_names,
     )
-    folder = tempfile.TemporaryDirectory(prefix="partition-")
+    # a command that refuses exits while this thread may still be drawing: the folder's clean-up at exit then races
+    # the drawing, which must not print a traceback after the refusal (seen as a flaky test_cluster_mode)
+    folder = tempfile.TemporaryDirectory(prefix="partition-", ignore_cleanup_errors=True)
     save_partition_parquet(table, Path(folder.name) / PARTITION_FILE)
     partition_heatmap(table, Path(folder.name) / "partition.png", title)
     return PartitionFiles(table, folder)
