@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from raytune_fl.bench.proc import last_json
+
 REPO = Path(__file__).resolve().parents[2]
 TUNE_SCRIPT = REPO / "scripts" / "tune.py"
 PARTS = ("tests", "workload", "resnet", "study")
@@ -262,13 +264,10 @@ class Child:
             raise ChildError(f"timed out after {self.wall_s:.0f} s; output tail:\n{self.tail()}")
         if self.returncode != 0:
             raise ChildError(f"exited with {self.returncode}; output tail:\n{self.tail()}")
-        for line in reversed(self.stdout.splitlines()):
-            if line.startswith("{"):
-                try:
-                    return json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-        raise ChildError(f"no JSON report on stdout; output tail:\n{self.tail()}")
+        report = last_json(self.stdout)
+        if report is None:
+            raise ChildError(f"no JSON report on stdout; output tail:\n{self.tail()}")
+        return report
 
 
 class ChildError(RuntimeError):

@@ -75,13 +75,22 @@ class Measured:
 
     def last_json(self) -> dict[str, Any]:
         """The last line of stdout that parses as a JSON object: the child's own report."""
-        for line in reversed(self.stdout.splitlines()):
-            if line.startswith("{"):
-                try:
-                    return json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-        raise RuntimeError(f"no JSON report on stdout (exit {self.returncode}); stderr tail:\n{self.stderr[-3000:]}")
+        report = last_json(self.stdout)
+        if report is None:
+            tail = self.stderr[-3000:]
+            raise RuntimeError(f"no JSON report on stdout (exit {self.returncode}); stderr tail:\n{tail}")
+        return report
+
+
+def last_json(stdout: str) -> dict[str, Any] | None:
+    """The last line of `stdout` that parses as a JSON object (a child's own report), or None."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    return None
 
 
 def measure(command: Sequence[str], interval_s: float = 1.0, env: dict[str, str] | None = None) -> Measured:
