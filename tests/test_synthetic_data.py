@@ -126,34 +126,79 @@ def test_other_datasets_ignore_the_options():
     assert load_dataset("mnist5k", options=SyntheticConfig()) is load_dataset("mnist5k")
 
 
-def test_class_means_are_smooth_orthogonal_and_equally_separated():
-    means = class_means((3, 32, 32), 10, seed=0).astype(np.float64)
-    flat = means.reshape(10, -1)
-    assert np.allclose(flat @ flat.T, SEPARATION**2 * np.eye(10), atol=1e-4)  # every pair SEPARATION*sqrt(2) apart
-    # low frequency: neighbouring pixels differ far less than the pattern's own size (white noise: 1.4 times)
-    steps = (np.abs(np.diff(means, axis=-1)).mean() + np.abs(np.diff(means, axis=-2)).mean()) / 2
-    assert steps < 0.25 * np.abs(means).mean()
-    # more classes than the coarse grid holds, and a thin image at full resolution: still orthogonal
-    for shape, classes in (((3, 32, 32), 100), ((1, 3, 3), 9)):
-        flat = class_means(shape, classes).astype(np.float64).reshape(classes, -1)
-        assert np.allclose(flat @ flat.T, SEPARATION**2 * np.eye(classes), atol=1e-4)
+def gram(shape: tuple[int, int, int], classes: int) -> np.ndarray:
+    flat = class_means(shape, classes).astype(np.float64).reshape(classes, -1)
+    return flat @ flat.T
+
+
+def test_class_means_are_orthogonal_coloured_gratings_lowest_frequencies_first():
+    shape, classes = (3, 32, 32), 10
+    means = class_means(shape, classes, seed=0).astype(np.float64)
+    # every pair SEPARATION*sqrt(2) apart (the tolerance: the means are rounded to a 2**-20 grid)
+    assert np.allclose(gram(shape, classes), SEPARATION**2 * np.eye(classes), atol=1e-4 * SEPARATION**2)
+    frequencies = []
+    for mean in means:
+        # a colour times a plane wave: rank 1 over (channel, pixel), all its power at one frequency f and -f
+        singular = np.linalg.svd(mean.reshape(3, -1), compute_uv=False)
+        assert singular[1] < 1e-4 * singular[0]
+        power = np.abs(np.fft.fft2(mean)).sum(0) ** 2
+        fy, fx = np.unravel_index(power.argmax(), power.shape)
+        assert power[fy, fx] + power[-fy, -fx] * ((fy, fx) != (-fy % 32, -fx % 32)) > 0.999 * power.sum()
+        frequencies.append(math.hypot(min(fy, 32 - fy), min(fx, 32 - fx)))
+    # the lowest frequencies first, each in 3 orthogonal colours: plain colours (0), then one cycle per image
+    assert frequencies == [0, 0, 0, 1, 1, 1, 1, 1, 1, math.sqrt(2)], frequencies
+    assert np.allclose(means[:3].std(axis=(2, 3)), 0.0)  # the plain colours: constant over the image
+    # up to C*H*W classes, whatever the shape (cosines and sines, the Nyquist frequency, thin images): orthogonal
+    for shape, classes in (((3, 32, 32), 100), ((1, 3, 3), 9), ((1, 2, 2), 4), ((3, 4, 4), 48), ((2, 5, 1), 10)):
+        assert np.allclose(gram(shape, classes), SEPARATION**2 * np.eye(classes), atol=1e-4 * SEPARATION**2)
 
 
 def test_learnable_well_above_chance_but_not_trivially():
-    assert math.isclose(bayes_accuracy(10), 0.9025, abs_tol=1e-3)
-    assert math.isclose(bayes_accuracy(2), 0.983, abs_tol=1e-3)
+    assert math.isclose(bayes_accuracy(10), 0.9566, abs_tol=1e-3)
+    assert math.isclose(bayes_accuracy(2), 0.9933, abs_tol=1e-3)
     shape, classes = (3, 16, 16), 10
     ds = load_dataset("synthetic", options={"shape": shape, "classes": classes, "samples": 4000, "test_samples": 2000})
     x_test = ds.x_test.reshape(2000, -1).astype(np.float64)
     # the Bayes classifier (nearest true mean): its accuracy is the closed form's, so the noise is what it claims
     true = class_means(shape, classes).reshape(classes, -1).astype(np.float64)
     best = ((x_test @ true.T - 0.5 * (true**2).sum(1)).argmax(1) == ds.y_test).mean()
-    assert abs(best - bayes_accuracy(classes)) < 0.03, best  # 2000 samples: standard error 0.007
+    assert abs(best - bayes_accuracy(classes)) < 0.02, best  # 2000 samples: standard error 0.005
     # a nearest-class-mean classifier fitted on the training split: learnable, yet short of 100 %
     fitted = np.stack([ds.x_train[ds.y_train == k].mean(0) for k in range(classes)]).reshape(classes, -1)
     distances = ((x_test[:, None, :] - fitted[None].astype(np.float64)) ** 2).sum(-1)
     accuracy = (distances.argmin(1) == ds.y_test).mean()
-    assert 0.6 < accuracy < best + 0.01 < 0.95, (accuracy, best)  # chance is 0.1
+    assert 0.8 < accuracy < best + 0.01 < 0.98, (accuracy, best)  # chance is 0.1
+
+
+def test_a_cnn_learns_it_in_150_sgd_steps():
+    """simple_cnn (global average pooling at the end) with the default optimiser settings, trained centrally.
+    Over 8 seeds these means give 0.60 to 0.66 here; the earlier ones (smooth random patterns) 0.34 to 0.40 with
+    their SEPARATION 3, 0.47 to 0.53 at this one."""
+    import torch
+
+    from raytune_fl.models import build_model
+
+    ds = load_dataset("synthetic", options={"shape": [3, 8, 8], "samples": 1000, "test_samples": 1000})
+    x, y = torch.from_numpy(ds.x_train), torch.from_numpy(ds.y_train)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        model = build_model("simple_cnn", 3, 10, (8, 8))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        batches = torch.Generator().manual_seed(0)
+        for _ in range(150):
+            index = torch.randint(0, len(y), (64,), generator=batches)
+            loss = torch.nn.functional.cross_entropy(model(x[index])[0], y[index])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            accuracy = (model(torch.from_numpy(ds.x_test))[0].argmax(1).numpy() == ds.y_test).mean()
+    finally:
+        torch.set_num_threads(before)
+    assert 0.55 < accuracy < bayes_accuracy(10), accuracy  # chance is 0.1
 
 
 def test_a_federation_trains_on_it_end_to_end():
