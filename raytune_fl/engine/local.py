@@ -125,15 +125,15 @@ def _train_phase(
             break
         # the batch order is drawn on the CPU generator (the same order on every device), moved once per pass
         order = torch.randperm(n, generator=generator, device="cpu").to(x.device)
-        starts = [s for s in range(0, n, settings.batch_size) if min(settings.batch_size, n - s) >= smallest]
+        batches = [(s, min(settings.batch_size, n - s)) for s in range(0, n, settings.batch_size)]
+        batches = [(start, size) for start, size in batches if size >= smallest]
         if budget is not None:
-            starts = starts[: budget - steps]
+            batches = batches[: budget - steps]
         draws = None
         if settings.augment.active:  # the pass's numbers in one draw, in the order batch-by-batch draws took them
-            sizes = [min(settings.batch_size, n - s) for s in starts]
-            draws = AugmentDraws.draw(settings.augment, sizes, generator, x.device)
-        for batch_number, start in enumerate(starts):
-            index = order[start : start + settings.batch_size]
+            draws = AugmentDraws.draw(settings.augment, [size for _, size in batches], generator, x.device)
+        for batch_number, (start, size) in enumerate(batches):
+            index = order[start : start + size]
             xb, yb = x[index], y[index]
             if draws is not None:
                 xb = draws.apply(xb, settings.augment, batch_number)
@@ -153,8 +153,7 @@ def _train_phase(
                 hook.after_backward(ctx)
             optimizer.step()
             sums[:width] += torch.stack([loss.detach(), *(v.detach() for v in values)]).double()
-            for i in range(width):
-                counts[i] += 1
+            counts[:width] = [count + 1 for count in counts[:width]]
             steps += 1
             ctx.steps += 1
     for p in frozen:
