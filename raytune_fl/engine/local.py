@@ -117,18 +117,13 @@ def _train_phase(
     epochs = settings.epochs if phase.epochs is None else phase.epochs
     steps = 0
     n = x.shape[0]
-    # BatchNorm and the batch-statistic terms need two samples; drop_last skips any incomplete last batch
-    smallest = settings.batch_size if settings.drop_last else 2
     passes = epochs if budget is None else budget  # a step budget takes at most one pass per step
     for _ in range(passes):
         if budget is not None and steps >= budget:
             break
         # the batch order is drawn on the CPU generator (the same order on every device), moved once per pass
         order = torch.randperm(n, generator=generator, device="cpu").to(x.device)
-        batches = [(s, min(settings.batch_size, n - s)) for s in range(0, n, settings.batch_size)]
-        batches = [(start, size) for start, size in batches if size >= smallest]
-        if budget is not None:
-            batches = batches[: budget - steps]
+        batches = pass_batches(n, settings, None if budget is None else budget - steps)
         draws = None
         if settings.augment.active:  # the pass's numbers in one draw, in the order batch-by-batch draws took them
             draws = AugmentDraws.draw(settings.augment, [size for _, size in batches], generator, x.device)
@@ -159,6 +154,15 @@ def _train_phase(
     for p in frozen:
         p.requires_grad_(True)
     model.train()
+
+
+def pass_batches(n: int, settings: LocalSettings, remaining: int | None = None) -> list[tuple[int, int]]:
+    """A pass's batches over n samples as (start, size), at most `remaining` of them (a step budget's rest)."""
+    # BatchNorm and the batch-statistic terms need two samples; drop_last skips any incomplete last batch
+    smallest = settings.batch_size if settings.drop_last else 2
+    batches = [(s, min(settings.batch_size, n - s)) for s in range(0, n, settings.batch_size)]
+    batches = [(start, size) for start, size in batches if size >= smallest]
+    return batches if remaining is None else batches[:remaining]
 
 
 def _classifier(model: nn.Module) -> nn.Module:

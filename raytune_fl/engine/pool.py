@@ -73,6 +73,22 @@ def run_job(worker: ClientWorker, job: TrainJob) -> ClientUpdate:
     return worker.train(job.client_id, job.round_index, job.weights, job.payload, job.state, job.max_steps, job.stream)
 
 
+def client_batches(jobs: Sequence[TrainJob], sizes: Sequence[int], client_batch: int, workers: int) -> list[list[int]]:
+    """Which jobs train together (`resources.client_batch`), as positions in `jobs`: a round's jobs, largest client
+    first, in consecutive runs of at most `client_batch`, and no longer than it takes to give every worker one.
+
+    A function of the jobs alone, never of timing: the same clients share a step in every run of a seed (a batch's
+    results can differ from one client's alone in the last float bits only, see engine/batched.py).
+    """
+    order = sorted(range(len(jobs)), key=lambda i: (jobs[i].round_index, -sizes[jobs[i].client_id], i))
+    runs: list[list[int]] = []
+    for round_index in dict.fromkeys(jobs[i].round_index for i in order):
+        members = [i for i in order if jobs[i].round_index == round_index]
+        width = max(1, min(client_batch, -(-len(members) // max(workers, 1))))
+        runs += [members[at : at + width] for at in range(0, len(members), width)]
+    return runs
+
+
 class InProcessPool:
     """Trains clients one after another in this process: no Ray, for debugging and baselines.
 
@@ -82,6 +98,7 @@ class InProcessPool:
 
     def __init__(self, worker: ClientWorker) -> None:
         self.worker = worker
+        self.sizes = [int(ix.numel()) for ix in worker.client_indices]
         self.jobs: dict[int, TrainJob] = {}
         self.next_ticket = 0
 
@@ -94,7 +111,15 @@ class InProcessPool:
         return self.next_ticket
 
     def collect(self, tickets: Sequence[int]) -> dict[int, Outcome]:
-        return {t: run_job(self.worker, self.jobs.pop(t)) for t in tickets}
+        batch = self.worker.spec.client_batch
+        if batch <= 1:
+            return {t: run_job(self.worker, self.jobs.pop(t)) for t in tickets}
+        jobs = [self.jobs.pop(t) for t in tickets]
+        outcomes: dict[int, Outcome] = {}
+        for run in client_batches(jobs, self.sizes, batch, workers=1):
+            for i, update in zip(run, self.worker.train_many([jobs[i] for i in run])):
+                outcomes[tickets[i]] = update
+        return outcomes
 
     def drain_failures(self) -> list[WorkerFailure]:
         return []

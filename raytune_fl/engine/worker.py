@@ -7,18 +7,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from raytune_fl.aggregators.fedavg import is_running_statistic
-from raytune_fl.engine.local import LocalSettings, train_local
+from raytune_fl.engine.batched import train_local_batched, vectorisable
+from raytune_fl.engine.local import LocalResult, LocalSettings, train_local
 from raytune_fl.methods import build_method
-from raytune_fl.methods.base import ClientContext, ClientHook, MethodContext
+from raytune_fl.methods.base import ClientContext, ClientHook, Method, MethodContext
 from raytune_fl.models import build_model
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
 from raytune_fl.weights import as_tensor, load_weights, read_weights
+
+if TYPE_CHECKING:
+    from raytune_fl.engine.pool import TrainJob
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class WorkerSpec:
     extra: dict[str, Any] = field(default_factory=dict)
     local_statistics: bool = False  # batchnorm.aggregate: local (each client keeps its running statistics)
     deterministic: bool = False  # reproducibility.deterministic: the actors switch deterministic kernels on
+    client_batch: int = 1  # resources.client_batch: clients trained at once in one vectorised step (1: one by one)
 
     def method_context(self, num_clients: int, mean_client_size: float = 0.0) -> MethodContext:
         local = self.local
@@ -96,10 +101,11 @@ class ClientWorker:
         self.device = torch.device(spec.device)
         self.model = spec.model.build().to(self.device)
         sizes = [len(ix) for ix in client_indices]
-        context = spec.method_context(len(sizes), sum(sizes) / max(len(sizes), 1))
-        self.method = build_method(spec.method, dict(spec.method_params), context)
-        if spec.local_statistics:
-            self.method = replace(self.method, hooks=(*self.method.hooks, KeepStatisticsLocal()))
+        self.method_context = spec.method_context(len(sizes), sum(sizes) / max(len(sizes), 1))
+        self.method = self._build_method()
+        # client batching: one module and one set of hook instances per client slot (the first is the above)
+        self.slots: list[tuple[torch.nn.Module, Method]] = [(self.model, self.method)]
+        self.sequential_reason = vectorisable(self.method)  # "" when the method's clients can train stacked
         self.x, self.y = as_tensor(x_train), as_tensor(y_train)  # shared with the object store: not converted
         self.client_indices = [torch.as_tensor(np.asarray(ix), dtype=torch.long) for ix in client_indices]
         # On a GPU the training set is uploaded once (in the model's layout) and each round's client share is
@@ -111,6 +117,71 @@ class ClientWorker:
                 self.y.to(self.device),
                 [ix.to(self.device) for ix in self.client_indices],
             )
+
+    def _build_method(self) -> Method:
+        method = build_method(self.spec.method, dict(self.spec.method_params), self.method_context)
+        if self.spec.local_statistics:
+            method = replace(method, hooks=(*method.hooks, KeepStatisticsLocal()))
+        return method
+
+    def _client_data(self, client_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        index = self.client_indices[client_id]
+        if self.on_device is None:
+            x = self.spec.model.images(self.x[index]).to(self.device)  # a copy of this client's share only
+            return x, self.y[index].to(self.device)
+        x_all, y_all, indices = self.on_device
+        return x_all[indices[client_id]], y_all[indices[client_id]]
+
+    def _generator(self, client_id: int, round_index: int, stream: int | None) -> torch.Generator:
+        return torch.Generator().manual_seed(
+            client_seed(self.spec.seed, round_index if stream is None else stream, client_id)
+        )
+
+    def train_many(self, jobs: Sequence[TrainJob]) -> list[ClientUpdate]:
+        """Several clients' local rounds, in one vectorised step per local step (`client_batch`) when the method
+        allows it and the jobs share a round; otherwise one after another. Updates in the order of `jobs`."""
+        rounds = {job.round_index for job in jobs}
+        if len(jobs) == 1 or self.sequential_reason or len(rounds) > 1:
+            return [self._train_job(job) for job in jobs]
+        while len(self.slots) < len(jobs):
+            self.slots.append((self.spec.model.build().to(self.device), self._build_method()))
+        slots = self.slots[: len(jobs)]
+        local = self.spec.local.for_round(jobs[0].round_index)
+        parts = [self._client_data(job.client_id) for job in jobs]
+        x, y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        starts, contexts, at = [], [], 0
+        for (model, _), job, (x_k, _) in zip(slots, jobs, parts):
+            load_weights(model, job.weights)
+            n = x_k.shape[0]
+            contexts.append(
+                ClientContext(
+                    model, job.client_id, job.round_index, x[at : at + n], y[at : at + n], local.lr,
+                    job.state or {}, job.payload or {},
+                )  # fmt: skip
+            )
+            starts.append(at)
+            at += n
+        results = train_local_batched(
+            [model for model, _ in slots],
+            [method for _, method in slots],
+            x,
+            y,
+            starts,
+            local,
+            [self._generator(job.client_id, job.round_index, job.stream) for job in jobs],
+            self.spec.model.num_classes,
+            contexts,
+            [job.max_steps for job in jobs],
+        )
+        return [
+            self._update(job.client_id, job.weights, model, result)
+            for job, (model, _), result in zip(jobs, slots, results)
+        ]
+
+    def _train_job(self, job: TrainJob) -> ClientUpdate:
+        return self.train(
+            job.client_id, job.round_index, job.weights, job.payload, job.state, job.max_steps, job.stream
+        )
 
     def train(
         self,
@@ -127,27 +198,22 @@ class ClientWorker:
         `stream` keys the client's random numbers when the round alone does not (asynchronous dispatches).
         """
         load_weights(self.model, weights)
-        index = self.client_indices[client_id]
-        if self.on_device is None:
-            x = self.spec.model.images(self.x[index]).to(self.device)  # a copy of this client's share only
-            y = self.y[index].to(self.device)
-        else:
-            x_all, y_all, indices = self.on_device
-            x, y = x_all[indices[client_id]], y_all[indices[client_id]]
-        generator = torch.Generator().manual_seed(
-            client_seed(self.spec.seed, round_index if stream is None else stream, client_id)
-        )
+        x, y = self._client_data(client_id)
+        generator = self._generator(client_id, round_index, stream)
         local = self.spec.local.for_round(round_index)  # the round's learning rate (optimizer.schedule)
         ctx = ClientContext(self.model, client_id, round_index, x, y, local.lr, state or {}, payload or {})
         result = train_local(
             self.model, self.method, x, y, local, generator, self.spec.model.num_classes, ctx, max_steps
         )
-        new = read_weights(self.model)
+        return self._update(client_id, weights, self.model, result)
+
+    def _update(self, client_id: int, weights: Weights, model: torch.nn.Module, result: LocalResult) -> ClientUpdate:
+        new = read_weights(model)
         delta = {k: v - weights[k] for k, v in new.items() if is_float_entry(v)}
         buffers = {k: v for k, v in new.items() if not is_float_entry(v)}
         return ClientUpdate(
             client_id,
-            int(index.numel()),
+            int(self.client_indices[client_id].numel()),
             result.steps,
             delta,
             buffers,

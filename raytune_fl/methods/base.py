@@ -71,12 +71,20 @@ class ClientHook:
     """Required: a unique `name`. Every hook is an optional no-op."""
 
     name: str = "hook"
+    # Client batching (engine/batched.py): attributes holding this client's tensors that `loss` or the gradient
+    # hooks read during the round (set in on_round_start); a batch of clients stacks them along a first dimension.
+    per_client: tuple[str, ...] = ()
+    batchable: bool = True  # False: this hook cannot run on stacked clients (its method trains one at a time)
 
     def on_round_start(self, ctx: ClientContext) -> None:
         """After the global weights are loaded, before the optimiser is built (so it may freeze parameters)."""
 
     def after_backward(self, ctx: ClientContext) -> None:
         """After loss.backward(), before optimizer.step(): may edit gradients."""
+
+    def after_backward_batched(self, hooks: Sequence[ClientHook], grads: Mapping[str, Tensor]) -> None:
+        """`after_backward` for stacked clients: `hooks[k]` is client k's instance, `grads[name][k]` its gradient
+        (edit in place; rows of clients that sit the step out are ignored). Needed by a hook that edits gradients."""
 
     def on_round_end(self, ctx: ClientContext) -> None:
         """After the last local step: may write ctx.new_state[self.name] and ctx.extras[self.name]."""

@@ -57,6 +57,7 @@ class DynamicTerm(LocalTerm):
     """<w, lambda_k> + (1/2)||w - w_t||^2 on the trainable parameters; the loop multiplies it by alpha."""
 
     name = NAME
+    per_client = ("anchors", "linear")
 
     def __init__(self, weight: float, mean_client_size: float | None = None) -> None:
         super().__init__(weight)

@@ -90,6 +90,7 @@ class PersonalClassifier(ClientHook):
     """Loads the client's own classifier, computes FedPAC's statistics and the alignment targets, reports."""
 
     name = NAME
+    per_client = ("targets",)  # read by CentroidAlignment at every step
 
     def __init__(self, num_classes: int) -> None:
         self.num_classes = num_classes

@@ -21,14 +21,19 @@ from raytune_fl.methods.losses import proximal
 
 class ProximalTerm(LocalTerm):
     name = "proximal"
+    per_client = ("anchors",)
 
     def on_round_start(self, ctx: ClientContext) -> None:
-        # w_t: the global weights this round started from, frozen for the whole local run
-        self.anchors = [p.detach().clone() for p in ctx.model.parameters() if p.requires_grad]
+        # w_t: the global weights this round started from, frozen for the whole local run. The trainable ones are
+        # named here, not filtered by requires_grad per step: inside a vectorised step (engine/batched.py) the
+        # parameters are stand-ins that do not carry the flag.
+        self.names = [name for name, p in ctx.model.named_parameters() if p.requires_grad]
+        params = dict(ctx.model.named_parameters())
+        self.anchors = [params[name].detach().clone() for name in self.names]
 
     def loss(self, batch: Batch) -> Tensor:
-        params = [p for p in batch.model.parameters() if p.requires_grad]
-        return proximal(params, self.anchors)
+        params = dict(batch.model.named_parameters())
+        return proximal([params[name] for name in self.names], self.anchors)
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:

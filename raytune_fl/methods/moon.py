@@ -50,6 +50,7 @@ def _frozen_copy(model: nn.Module) -> nn.Module:
 
 
 class ModelContrastiveTerm(LocalTerm):
+    batchable = False  # each step runs the global and the previous model too: whole modules, not stacked tensors
     name = "contrastive"
 
     def __init__(self, weight: float, tau: float) -> None:

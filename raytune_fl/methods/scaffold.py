@@ -50,6 +50,7 @@ class ScaffoldCorrection(ClientHook):
         self.momentum = momentum  # the clients' SGD momentum, for the effective step count
 
     def on_round_start(self, ctx: ClientContext) -> None:
+        self.stacked_correction: dict[str, torch.Tensor] | None = None
         self.params = {name: p for name, p in ctx.model.named_parameters() if p.requires_grad}
         self.start = numpy_copy(self.params)  # w_t
         self.c_i = _or_zeros(ctx.state.get(self.name), self.start)
@@ -65,7 +66,16 @@ class ScaffoldCorrection(ClientHook):
             if p.grad is not None:
                 p.grad.add_(self.correction[name])
 
+    def after_backward_batched(self, hooks: Sequence[ClientHook], grads: Mapping[str, torch.Tensor]) -> None:
+        stacked = self.stacked_correction
+        if stacked is None:  # once a round: every client's c - c_i along the first dimension
+            stacked = {name: torch.stack([h.correction[name] for h in hooks]) for name in grads}  # type: ignore[attr-defined]
+            self.stacked_correction = stacked
+        for name, grad in grads.items():
+            grad.add_(stacked[name])
+
     def on_round_end(self, ctx: ClientContext) -> None:
+        self.stacked_correction = None
         new = client_control_update(
             self.c_i, self.c, self.start, numpy_copy(self.params), ctx.steps, ctx.lr, self.momentum
         )
