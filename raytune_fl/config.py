@@ -98,6 +98,20 @@ class ResourcesConfig(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # convolutions in NHWC: about 0.8x the time per step of a CNN on CPU (bench/README); False = NCHW, as before 0.7
     channels_last: bool = True
+    # clients a worker (an actor, or the trial with actors: 0) trains at once, as one vectorised model: 1 = one
+    # after another (the engine as before, bit for bit); auto = the most that fit client_batch_memory_gb. Methods
+    # that cannot vectorise (README, "Client batching") train one at a time with a notice.
+    client_batch: int | Literal["auto"] = 1
+    # auto's budget per worker, in GiB: each batched client costs its parameters, gradients and momentum plus
+    # its activations at batch_size (estimated from one forward pass of the model)
+    client_batch_memory_gb: float = Field(4.0, gt=0)
+
+    @field_validator("client_batch")
+    @classmethod
+    def _client_batch_positive(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"must be a positive integer or 'auto' (got {value})")
+        return value
 
     @field_validator("cpus_per_actor", "gpus_per_actor", "driver_cpus", "driver_gpus")
     @classmethod

@@ -45,9 +45,44 @@ from raytune_fl.engine.local import (
 from raytune_fl.methods.base import Batch, ClientContext, ClientHook, Method, Phase
 
 
+def client_bytes(model: nn.Module, sample: Tensor, batch_size: int) -> int:
+    """Memory one more client adds to a batch, estimated: its parameters four times (the stacked copy, gradient,
+    momentum, the update's temporaries), its buffers, and twice its activations at `batch_size` (every module's
+    output in one forward pass, kept for the backward, and a gradient of each). `sample`: one input, (C, H, W)."""
+    outputs: list[int] = []
+
+    def count(_module: nn.Module, _inputs: Any, output: Any) -> None:
+        tensors = output if isinstance(output, tuple) else (output,)
+        outputs.append(sum(t.numel() * t.element_size() for t in tensors if isinstance(t, Tensor)))
+
+    leaves = [m for m in model.modules() if not list(m.children())]
+    handles = [m.register_forward_hook(count) for m in leaves]
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(sample.unsqueeze(0))
+    finally:
+        model.train(was_training)
+        for handle in handles:
+            handle.remove()
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    return 4 * params + buffers + 2 * sum(outputs) * batch_size
+
+
+def auto_client_batch(model: nn.Module, sample: Tensor, batch_size: int, memory_gb: float, clients: int) -> int:
+    """`resources.client_batch: auto`: the most clients (at least 1, at most `clients`) whose estimated memory
+    (`client_bytes`) fits `memory_gb` GiB."""
+    fits = int(memory_gb * 2**30 // max(client_bytes(model, sample, batch_size), 1))
+    return max(1, min(fits, clients))
+
+
 def vectorisable(method: Method) -> str:
     """Why `method` cannot train several clients in one step ("" when it can): a hook that edits gradients without
-    a batched form, or one that says it cannot (`ClientHook.batchable`)."""
+    a batched form, or one that says it cannot (`ClientHook.batchable`); asynchronous methods dispatch one by one."""
+    if method.buffer_size is not None:
+        return "asynchronous: clients are dispatched one arrival at a time"
     for hook in method.all_hooks:
         kind = type(hook)
         if not getattr(hook, "batchable", True):
@@ -290,12 +325,13 @@ def _train_phase(
     }
     per_client = {key: value for key, value in per_client.items() if value is not None}
     term_weights: list[Any] = []
-    for t, term in enumerate(terms):
+    for t in range(len(terms)):
         weights = [m.terms[t].weight for m in methods]
         # equal weights stay a Python float, as the sequential loop multiplies by; per-client ones (FedDyn's
         # alpha_k) a vmapped tensor
         dtype = next(iter(params.values())).dtype
-        term_weights.append(weights[0] if len(set(weights)) == 1 else torch.tensor(weights, dtype=dtype, device=x.device))
+        same = len(set(weights)) == 1
+        term_weights.append(weights[0] if same else torch.tensor(weights, dtype=dtype, device=x.device))
     batched_weights = {t: w for t, w in enumerate(term_weights) if isinstance(w, Tensor)}
     step_module = _Step(template, terms, num_classes)
 
@@ -314,7 +350,7 @@ def _train_phase(
         for k, (ctx, generator) in enumerate(zip(contexts, generators))
     ]
     everyone = tuple(range(len(models)))
-    for step, groups in enumerate(_plan(schedules, starts, x.device)):
+    for groups in _plan(schedules, starts, x.device):
         for group in groups:
             whole = group.clients == everyone
             index = None if whole else torch.tensor(group.clients, device=x.device)

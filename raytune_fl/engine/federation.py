@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +22,7 @@ from raytune_fl.aggregators.fedavg import plain_mean_statistics
 from raytune_fl.config import ExperimentConfig
 from raytune_fl.devices import reproducible
 from raytune_fl.engine.augment import AugmentSpec
+from raytune_fl.engine.batched import auto_client_batch
 from raytune_fl.engine.data import FederatedData, prepare_data
 from raytune_fl.engine.evaluation import (
     Evaluator,
@@ -34,7 +36,7 @@ from raytune_fl.engine.schedules import Schedule
 from raytune_fl.engine.synchronous import SynchronousRounds
 from raytune_fl.engine.system import ClientRecord, SystemModel
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
-from raytune_fl.methods import Method, build_method
+from raytune_fl.methods import METHODS, Method, build_method
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
 from raytune_fl.weights import read_weights
 
@@ -77,6 +79,25 @@ def worker_spec(
         device,
         local_statistics=local_statistics,
         deterministic=deterministic,
+        client_batch=client_batch(experiment, data, method, model),
+    )
+
+
+def client_batch(experiment: ExperimentConfig, data: FederatedData, method: str, model: ModelSpec) -> int:
+    """resources.client_batch resolved: `auto` sized to client_batch_memory_gb; 1 for a method that cannot batch
+    (with a one-line notice on stderr)."""
+    resources = experiment.resources
+    if resources.client_batch == 1:
+        return 1
+    reason = METHODS.get(method).sequential
+    if reason:
+        print(f"notice: resources.client_batch: {method} trains its clients one at a time ({reason})", file=sys.stderr)
+        return 1
+    if resources.client_batch != "auto":
+        return int(resources.client_batch)
+    sample = torch.zeros(data.dataset.in_channels, *data.dataset.image_size)
+    return auto_client_batch(
+        model.build(), sample, experiment.batch_size, resources.client_batch_memory_gb, data.num_clients
     )
 
 

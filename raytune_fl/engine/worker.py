@@ -155,8 +155,14 @@ class ClientWorker:
             n = x_k.shape[0]
             contexts.append(
                 ClientContext(
-                    model, job.client_id, job.round_index, x[at : at + n], y[at : at + n], local.lr,
-                    job.state or {}, job.payload or {},
+                    model,
+                    job.client_id,
+                    job.round_index,
+                    x[at : at + n],
+                    y[at : at + n],
+                    local.lr,
+                    job.state or {},
+                    job.payload or {},
                 )  # fmt: skip
             )
             starts.append(at)

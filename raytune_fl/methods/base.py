@@ -297,6 +297,9 @@ class MethodSpec:
     # FedOpt trio declares a limit, tau = server_lr = 1e6); None: no such setting (Freeze never trains its
     # classifier; FedDyn's server step). The conformance suite checks it for every method.
     as_fedavg: Mapping[str, Any] | None = field(default_factory=dict)
+    # why the method trains its clients one at a time even with resources.client_batch > 1 ("" = it vectorises;
+    # tests/test_client_batch.py checks this against the built method's hooks)
+    sequential: str = ""
 
     @property
     def defaults(self) -> dict[str, Any]:

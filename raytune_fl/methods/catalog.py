@@ -69,6 +69,7 @@ register(
         code("fedbuff"),
         summary="asynchronous: apply every K arrivals, w <- w + server_lr * mean_i (1 + tau_i)^-a delta_i",
         as_fedavg=None,  # unweighted mean of a buffer of stale updates: no setting is FedAvg's round
+        sequential="asynchronous: clients are dispatched and aggregated one arrival at a time",
     )
 )
 register(
@@ -172,6 +173,7 @@ register(
         code("moon"),
         summary="model-contrastive term: z near the global model's, away from the client's previous",
         as_fedavg={"mu": 0.0},
+        sequential="each step also runs the global and the client's previous model (whole modules)",
     )
 )
 register(
@@ -235,6 +237,7 @@ register(
         code("fedalign"),
         summary="FedAvg + alignment of a width-reduced final block's Lipschitz estimate to the full block's",
         as_fedavg={"mu": 0.0},
+        sequential="each step also runs a width-reduced copy of the final block",
     )
 )
 register(
@@ -336,6 +339,7 @@ def stacked(base_name: str) -> MethodSpec:
         summary=f"{base_name} + decorrelation of the representation's columns (FedDecorr stacked)",
         derived=base.derived,
         as_fedavg=None if base.as_fedavg is None else {**base.as_fedavg, "beta": 0.0},
+        sequential=base.sequential,
     )
 
 
