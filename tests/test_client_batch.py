@@ -49,13 +49,9 @@ class Float64Model(ModelSpec):
 
 MODEL = Float64Model("simple_cnn", 1, 10, (8, 8))
 SETTINGS = LocalSettings(epochs=1, batch_size=16, lr=0.05, momentum=0.9, weight_decay=1e-4)
-SIZES = (
-    70,
-    53,
-    23,
-    9,
-    1,
-)  # partial last batches (none of 2: BatchNorm on 1x1 maps amplifies rounding ~300x a layer there), a client with one batch, one with none (a batch needs 2 samples)
+# partial last batches (none of 2 samples: BatchNorm on 1x1 maps amplifies rounding ~300x a layer there), a client
+# with one batch, one with none (a batch needs 2 samples)
+SIZES = (70, 53, 23, 9, 1)
 
 
 def _data() -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
