@@ -67,11 +67,11 @@ BATCHABLE = [name for name in METHODS.names() if not METHODS.get(name).sequentia
 
 
 def _rounds(
-    name: str, params: dict, batch: int, settings: LocalSettings, budgets: Any, restart: bool
+    name: str, params: dict, batch: int, settings: LocalSettings, budgets: Any, restart: bool, device: str = "cpu"
 ) -> tuple[Weights, list, dict]:
     """Two rounds of every client through the in-process pool (its client batching); `restart`: the worker, server
     and client states go through a pickle round trip between the rounds, as a checkpoint restore does."""
-    spec = WorkerSpec(MODEL, name, params, settings, seed=0, client_batch=batch)
+    spec = WorkerSpec(MODEL, name, params, settings, seed=0, device=device, client_batch=batch)
     context = spec.method_context(len(SIZES), float(np.mean(SIZES)))
     server = build_method(name, params, context)
     torch.manual_seed(0)
@@ -134,6 +134,12 @@ def test_batched_clients_equal_sequential_ones_through_a_checkpoint(name):
     sequential = _rounds(name, {}, 1, SETTINGS, None, restart=False)
     batched = _rounds(name, {}, 4, SETTINGS, None, restart=True)  # chunks of 4 and 1: a step's clients vary
     _close(sequential, batched, name)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (scripts/gpu_check.py runs it on a lent GPU)")
+@pytest.mark.parametrize("name", ["fedavg", "fedprox", "scaffold", "feddyn", "feduv", "fedpac"])
+def test_batched_clients_equal_sequential_ones_on_cuda(name):
+    _close(_rounds(name, {}, 1, SETTINGS, None, False, "cuda"), _rounds(name, {}, 4, SETTINGS, None, True, "cuda"))
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

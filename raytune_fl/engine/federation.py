@@ -55,6 +55,9 @@ def worker_spec(
         dataset.image_size,
         experiment.resources.channels_last,
     )
+    batch = client_batch(experiment, data, method, model)
+    if batch > 1:  # torch's vmap cannot run channels-last kernels ("NYI: querying is_contiguous inside of vmap")
+        model = dataclasses.replace(model, channels_last=False)
     opt = experiment.optimizer
     augment = AugmentSpec(experiment.augment.crop_padding, experiment.augment.horizontal_flip)
     local = LocalSettings(
@@ -79,7 +82,7 @@ def worker_spec(
         device,
         local_statistics=local_statistics,
         deterministic=deterministic,
-        client_batch=client_batch(experiment, data, method, model),
+        client_batch=batch,
     )
 
 
