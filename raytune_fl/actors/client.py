@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -72,6 +72,18 @@ class ClientActor:
         update = run_job(self.worker, dataclasses.replace(job, weights=weights, payload=payload))
         update.place = self.place
         return update
+
+    def train_many(
+        self, jobs: Sequence[TrainJob], weights: Weights, payload: Mapping[str, Any], attempt: int
+    ) -> list[ClientUpdate]:
+        """A chunk of one round's clients (`client_batch`), trained at once; updates in the order of `jobs`."""
+        if attempt == 0 and any((job.round_index, job.client_id) in self.kills for job in jobs):
+            os._exit(1)  # chaos testing: the whole chunk is lost with the actor, as a real loss would lose it
+        full = [dataclasses.replace(job, weights=weights, payload=payload) for job in jobs]
+        updates = self.worker.train_many(full)
+        for update in updates:
+            update.place = self.place
+        return updates
 
     def ready(self) -> WorkerPlace:
         return self.place

@@ -9,6 +9,13 @@ is retried there, up to `faults.retries` times; after that the client comes back
 round completes without it. Per-client method state lives in the round driver, so nothing is lost with
 an actor. This is the only module that calls ray.wait.
 
+Client batching (`resources.client_batch` > 1): a round's jobs (`submit_all`) are cut into chunks once, from the
+whole round (engine/pool.py's client_batches, with one share per actor), and an idle actor trains a whole chunk at
+once (`train_many`). The chunks never depend on timing, so a run of a seed batches the same clients together
+wherever and whenever they train. A chunk is lost, and retried, as one: every client in it gets a WorkerFailure and
+is retried in the same chunk, or past the retries comes back as `ClientLost`. `submit` (FedBuff's asynchronous
+dispatches) still queues one job, trained alone.
+
 Actors across trials (`keep_actors`, used inside Tune trials, whose process Tune reuses for the next trial):
 a closed pool parks its actors in this process instead of killing them, and the next pool with the same data
 and resources reconfigures them (a fresh model and method on the data they hold) instead of starting new ones
@@ -32,17 +39,29 @@ from raytune_fl.actors import client
 from raytune_fl.actors.client import actor_class, actor_threads, release_parked, resources_key, take_early
 from raytune_fl.config import FaultsConfig, ResourcesConfig
 from raytune_fl.engine.data import FederatedData
-from raytune_fl.engine.pool import ClientLost, Outcome, TrainJob, WorkerFailure
+from raytune_fl.engine.pool import ClientLost, Outcome, TrainJob, WorkerFailure, client_batches
 from raytune_fl.engine.worker import WorkerSpec
+
+# a unit of the queue: its tickets, their jobs (one, or a chunk trained together), its attempt (0 = the first try)
+_Queued = tuple[tuple[int, ...], tuple[TrainJob, ...], int]
 
 
 @dataclasses.dataclass
 class _InFlight:
     slot: int
-    ticket: int
-    job: TrainJob
+    tickets: tuple[int, ...]
+    jobs: tuple[TrainJob, ...]  # one job (ClientActor.train), or a chunk (train_many)
     attempt: int
     deadline: float
+
+
+def _sharing(jobs: Sequence[TrainJob], run: Sequence[int]) -> list[list[int]]:
+    """`run` (positions in `jobs`) split by the weights and payload its jobs start from: a chunk ships one of each.
+    A synchronous round's jobs all share them, so this is `run` itself there."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i in run:
+        groups.setdefault((id(jobs[i].weights), id(jobs[i].payload)), []).append(i)
+    return list(groups.values())
 
 
 def data_key(data: FederatedData) -> str:
@@ -102,7 +121,7 @@ class RayActorPool:
         if keep_actors:
             client.live.extend(self.actors)
         self.idle = list(range(len(self.actors)))
-        self.queue: list[tuple[int, TrainJob, int]] = []  # (ticket, job, attempt)
+        self.queue: list[_Queued] = []
         self.in_flight: dict[ray.ObjectRef, _InFlight] = {}
         self.done: dict[int, Outcome] = {}
         self.failures: list[WorkerFailure] = []
@@ -130,9 +149,22 @@ class RayActorPool:
 
     def submit(self, job: TrainJob) -> int:
         self.next_ticket += 1
-        self.queue.append((self.next_ticket, job, 0))
+        self.queue.append(((self.next_ticket,), (job,), 0))
         self._dispatch()
         return self.next_ticket
+
+    def submit_all(self, jobs: Sequence[TrainJob]) -> list[int]:
+        batch = self.spec.client_batch
+        if batch <= 1:
+            return [self.submit(job) for job in jobs]
+        tickets = [self.next_ticket + 1 + i for i in range(len(jobs))]
+        self.next_ticket += len(jobs)
+        # the chunks are fixed here, from the round's jobs alone (see above)
+        for run in client_batches(jobs, self.sizes, batch, workers=len(self.actors)):
+            for chunk in _sharing(jobs, run):
+                self.queue.append((tuple(tickets[i] for i in chunk), tuple(jobs[i] for i in chunk), 0))
+        self._dispatch()
+        return tickets
 
     def collect(self, tickets: Sequence[int]) -> dict[int, Outcome]:
         while any(t not in self.done for t in tickets):
@@ -145,10 +177,12 @@ class RayActorPool:
             for ref in ready:
                 flight = self.in_flight.pop(ref)
                 try:
-                    self.done[flight.ticket] = ray.get(ref)
-                    self.idle.append(flight.slot)
+                    result = ray.get(ref)
                 except RayActorError as error:
                     self._lost(flight, error.__class__.__name__)
+                    continue
+                self.done.update(zip(flight.tickets, result if len(flight.jobs) > 1 else [result]))
+                self.idle.append(flight.slot)
             now = time.monotonic()
             for ref, flight in list(self.in_flight.items()):
                 if now >= flight.deadline:  # a hang: the actor is replaced like a dead one
@@ -175,14 +209,19 @@ class RayActorPool:
         self.actors, self.idle, self.in_flight, self.refs = [], [], {}, {}
 
     def _dispatch(self) -> None:
-        # largest client first: a shorter round tail when clients outnumber actors
-        self.queue.sort(key=lambda item: (-self.sizes[item[1].client_id], item[0]))
+        # largest client first (a chunk: its largest): a shorter round tail when clients outnumber actors
+        self.queue.sort(key=lambda item: (-max(self.sizes[job.client_id] for job in item[1]), min(item[0])))
         while self.idle and self.queue:
             slot = self.idle.pop()
-            ticket, job, attempt = self.queue.pop(0)
-            bare = dataclasses.replace(job, weights={}, payload={})  # the big parts travel as shared refs
-            ref = self.actors[slot].train.remote(bare, self._ref(job.weights), self._ref(job.payload), attempt)
-            self.in_flight[ref] = _InFlight(slot, ticket, job, attempt, time.monotonic() + self.timeout_s)
+            tickets, jobs, attempt = self.queue.pop(0)
+            # the big parts travel as shared refs: a chunk's jobs share them (_sharing)
+            weights, payload = self._ref(jobs[0].weights), self._ref(jobs[0].payload)
+            bare = [dataclasses.replace(job, weights={}, payload={}) for job in jobs]
+            if len(jobs) == 1:
+                ref = self.actors[slot].train.remote(bare[0], weights, payload, attempt)
+            else:
+                ref = self.actors[slot].train_many.remote(bare, weights, payload, attempt)
+            self.in_flight[ref] = _InFlight(slot, tickets, jobs, attempt, time.monotonic() + self.timeout_s)
 
     def _ref(self, value: object) -> ray.ObjectRef:
         """The global weights go into the object store once per version, however many clients read them."""
@@ -192,19 +231,22 @@ class RayActorPool:
         return self.refs[key][1]
 
     def _forget_unused_refs(self) -> None:
-        jobs = [job for _, job, _ in self.queue] + [f.job for f in self.in_flight.values()]
+        jobs = [job for _, queued, _ in self.queue for job in queued]
+        jobs += [job for flight in self.in_flight.values() for job in flight.jobs]
         used = {id(job.weights) for job in jobs} | {id(job.payload) for job in jobs}
         self.refs = {k: v for k, v in self.refs.items() if k in used}
 
     def _lost(self, flight: _InFlight, error: str) -> None:
-        job = flight.job
-        self.failures.append(WorkerFailure(job.round_index, job.client_id, flight.attempt, error))
+        """The actor died (or hung) with a job or a chunk: every client of it failed, and is retried as before."""
+        for job in flight.jobs:
+            self.failures.append(WorkerFailure(job.round_index, job.client_id, flight.attempt, error))
         self._replace(flight.slot)
         self.idle.append(flight.slot)
         if flight.attempt < self.retries:
-            self.queue.append((flight.ticket, job, flight.attempt + 1))
+            self.queue.append((flight.tickets, flight.jobs, flight.attempt + 1))
         else:
-            self.done[flight.ticket] = ClientLost(job.client_id, flight.attempt + 1, error)
+            for ticket, job in zip(flight.tickets, flight.jobs):
+                self.done[ticket] = ClientLost(job.client_id, flight.attempt + 1, error)
 
     def _replace(self, slot: int) -> None:
         ray.kill(self.actors[slot])  # a hung actor must not keep its bundle

@@ -8,25 +8,12 @@ back as `ClientLost`: the round driver decides what a lost client means.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from raytune_fl.engine.worker import ClientWorker
-from raytune_fl.types import ClientUpdate, Weights
-
-
-@dataclass(frozen=True)
-class TrainJob:
-    """One client's local round."""
-
-    client_id: int
-    round_index: int  # the round the update is for (methods see it)
-    weights: Weights  # the global model the client starts from
-    payload: Mapping[str, Any]  # what the server broadcasts with the weights (SCAFFOLD's c, ...)
-    state: Any = None  # this client's method state from its last round
-    max_steps: int | None = None  # a step budget instead of local_epochs (system heterogeneity)
-    stream: int | None = None  # random-number stream key when the round is not unique (asynchronous dispatches)
+from raytune_fl.engine.worker import ClientWorker, TrainJob  # TrainJob: re-exported, where it was
+from raytune_fl.types import ClientUpdate
 
 
 @dataclass(frozen=True)
@@ -56,6 +43,11 @@ class ClientPool(Protocol):
 
     def submit(self, job: TrainJob) -> int:
         """Queue a job; returns its ticket. Training may start at once, in the background."""
+        ...
+
+    def submit_all(self, jobs: Sequence[TrainJob]) -> list[int]:
+        """Queue a round's jobs together; their tickets, in the order of `jobs`. A pool that trains clients in
+        batches (`client_batch`) forms them here, from the whole round, so that they never depend on timing."""
         ...
 
     def collect(self, tickets: Sequence[int]) -> dict[int, Outcome]:
@@ -109,6 +101,9 @@ class InProcessPool:
         self.next_ticket += 1
         self.jobs[self.next_ticket] = job
         return self.next_ticket
+
+    def submit_all(self, jobs: Sequence[TrainJob]) -> list[int]:
+        return [self.submit(job) for job in jobs]  # batches are formed when collected (all jobs run then)
 
     def collect(self, tickets: Sequence[int]) -> dict[int, Outcome]:
         batch = self.worker.spec.client_batch

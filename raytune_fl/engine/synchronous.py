@@ -91,7 +91,8 @@ class SynchronousRounds:
             for p in plans
             if p.trains
         ]
-        return _SubmittedRound(round_index, plans, [pool.submit(job) for job in jobs])
+        tickets = pool.submit_all(jobs)
+        return _SubmittedRound(round_index, plans, tickets)
 
     def round_metrics(self, updates: Sequence[ClientUpdate]) -> dict[str, Any]:
         return {"sim_time": self.sim_time} if self.report_clock else {}

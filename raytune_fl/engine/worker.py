@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,9 +20,6 @@ from raytune_fl.methods.base import ClientContext, ClientHook, Method, MethodCon
 from raytune_fl.models import build_model
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
 from raytune_fl.weights import as_tensor, load_weights, read_weights
-
-if TYPE_CHECKING:
-    from raytune_fl.engine.pool import TrainJob
 
 
 @dataclass(frozen=True)
@@ -60,6 +57,19 @@ class WorkerSpec:
         return MethodContext(
             self.model.num_classes, local.lr, local.momentum, num_clients, mean_client_size, local.schedule.kind
         )
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """One client's local round."""
+
+    client_id: int
+    round_index: int  # the round the update is for (methods see it)
+    weights: Weights  # the global model the client starts from
+    payload: Mapping[str, Any]  # what the server broadcasts with the weights (SCAFFOLD's c, ...)
+    state: Any = None  # this client's method state from its last round
+    max_steps: int | None = None  # a step budget instead of local_epochs (system heterogeneity)
+    stream: int | None = None  # random-number stream key when the round is not unique (asynchronous dispatches)
 
 
 class KeepStatisticsLocal(ClientHook):
