@@ -20,6 +20,8 @@ from raytune_fl.weights import read_weights
 
 from .test_engine import _learning
 
+pytestmark = pytest.mark.slow  # a Ray cluster and four federations: the slow tier (CI runs it)
+
 METHOD = "scaffold"  # a payload (the server's control variate) and per-client state both travel with a chunk
 EXPERIMENT = ExperimentConfig.model_validate(
     {
