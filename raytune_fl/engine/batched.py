@@ -366,9 +366,10 @@ def _train_phase(
 
             xb = x[group.rows.reshape(-1)]
             if settings.augment.active:
+                none = torch.empty(2, 0, dtype=torch.long, device=x.device)  # a switched-off part: never read
                 draws = AugmentDraws(
-                    group.offsets if group.offsets is not None else torch.empty(2, 0, dtype=torch.long),
-                    group.flips if group.flips is not None else torch.empty(0, dtype=torch.bool),
+                    group.offsets if group.offsets is not None else none,
+                    group.flips if group.flips is not None else none[0].bool(),
                     (0,),
                 )
                 xb = draws.apply(xb, settings.augment, 0)

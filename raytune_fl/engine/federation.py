@@ -98,7 +98,7 @@ def client_batch(experiment: ExperimentConfig, data: FederatedData, method: str,
         return 1
     if resources.client_batch != "auto":
         return int(resources.client_batch)
-    sample = torch.zeros(data.dataset.in_channels, *data.dataset.image_size)
+    sample = torch.zeros(data.dataset.in_channels, *data.dataset.image_size, device="cpu")  # estimated on the CPU
     return auto_client_batch(
         model.build(), sample, experiment.batch_size, resources.client_batch_memory_gb, data.num_clients
     )
