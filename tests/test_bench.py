@@ -43,3 +43,36 @@ def test_a_tiny_benchmark_runs_every_listed_method():
     assert all(t.median > 0 for t in timings)
     assert 0.0 <= timings[1].personal_val_acc <= 1.0 and math.isnan(timings[0].personal_val_acc)
     assert all(0.0 <= t.aggregate_share < 1.0 for t in timings)
+
+
+def test_client_batch_flags_reach_the_children_and_the_configs():
+    from raytune_fl.bench import methods, workload
+
+    assert workload.parse_client_batches("1, 2,5,10,2") == [1, 2, 5, 10] and workload.parse_client_batches("auto")
+    for bad in ("0", "x", ""):
+        with pytest.raises(ValueError, match="--client-batch"):
+            workload.parse_client_batches(bad)
+    assert workload.main(["--client-batch", "0"]) == 2
+    command = workload.child_command("engine_batched", 6, 2, 2, "cpu", 5)
+    assert (
+        command[command.index("--client-batch") + 1] == "5"
+        and command[command.index("--child") + 1] == "engine_batched"
+    )
+    assert "--client-batch" not in workload.child_command("engine_inprocess", 6, 2, 2, "cpu", 5)
+    assert workload.way_label("engine_batched", 5) == "engine_batched K=5"
+    assert workload.way_label("engine_inprocess", 5) == "engine_inprocess"
+    assert workload.workload_config(client_batch=5).resources.client_batch == 5
+    assert workload.workload_config().resources.client_batch == 1
+    assert methods.client_batch_arg("4") == 4 and methods.client_batch_arg("auto") == "auto"
+    with pytest.raises(Exception, match="positive integer"):
+        methods.client_batch_arg("0")
+
+    # the peak GPU memory column: "-" where the child has none (CPU, or actors)
+    mib = 1024 * 1024
+    results = [
+        workload.WayResult("reference", 1, [9.0, 2.0, 2.0], 20.0, 100 * mib, 0.78),
+        workload.WayResult("engine_batched K=5", 1, [9.0, 1.0, 1.0], 15.0, 150 * mib, 0.77, 812.4),
+    ]
+    table = workload.format_table(workload.summarise(results)).splitlines()
+    assert table[2].endswith("| 0.780 | - |") and table[3].endswith("| 0.770 | 812 MiB |")
+    assert "| engine_batched K=5 | 1.000 s | 0.50 | 15.0 s | 0.75 | 150 MiB | nan |" in table[3]

@@ -43,9 +43,16 @@ def test_the_plain_loop_on_cuda_refuses_without_cuda(capsys):
 
 def test_an_unknown_part_is_refused(capsys):
     assert gpu.main(["--only", "workload,flops"]) == 2
-    assert "--only: unknown flops; known: tests, workload, resnet, study" in capsys.readouterr().err
+    known = "tests, workload, workload_batched, resnet, resnet_batched, study"
+    assert f"--only: unknown flops; known: {known}" in capsys.readouterr().err
     assert gpu.parse_only("study,workload", skip_tests=False) == ["workload", "study"]  # always in run order
-    assert gpu.parse_only(None, skip_tests=True) == ["workload", "resnet", "study"]
+    assert gpu.parse_only(None, skip_tests=True) == [
+        "workload",
+        "workload_batched",
+        "resnet",
+        "resnet_batched",
+        "study",
+    ]
 
 
 def test_rows_ratios_and_targets_by_hand(tmp_path):
@@ -89,15 +96,25 @@ def test_rows_ratios_and_targets_by_hand(tmp_path):
     assert unjudged["result"] == "n/a"  # no plain loop to divide by: neither PASS nor MISS
 
     table = gpu.format_table([loop, inproc, actors, resnet, one, four, broken]).splitlines()
-    assert table[2] == "| workload | plain loop (CUDA) | NVIDIA H200 | 0.400 s | — | — | — | — | 9.0 s | — |  |  |"
+    assert table[2] == "| workload | plain loop (CUDA) | NVIDIA H200 | 0.400 s | — | — | — | — | 9.0 s | — | — |  |  |"
     assert "| engine in-process | NVIDIA H200 | 0.430 s | 1.07x |" in table[3] and table[3].endswith(
         "| x plain ≤ 1.05 | MISS |"
     )
-    assert table[4].endswith("| 1.05x | — | — | — | 20.0 s | — | x plain ≤ 1.10 | PASS |")
-    assert table[5].endswith("| 2.200 s | — | 1.600 s | 0.400 s | 25.0 % | 30.0 s | — | eval/train ≤ 20 % | MISS |")
-    assert table[6].endswith("| 90.0 s | — |  |  |")
-    assert table[7].endswith("| 40.0 s | 2.25x | speed-up ≥ 2.0x | PASS |")
-    assert table[8].endswith("| 4.0 s | — |  | FAIL |")
+    assert table[4].endswith("| 1.05x | — | — | — | 20.0 s | — | — | x plain ≤ 1.10 | PASS |")
+    assert table[5].endswith("| 2.200 s | — | 1.600 s | 0.400 s | 25.0 % | 30.0 s | — | — | eval/train ≤ 20 % | MISS |")
+    assert table[6].endswith("| 90.0 s | — | — |  |  |")
+    assert table[7].endswith("| 40.0 s | — | 2.25x | speed-up ≥ 2.0x | PASS |")
+    assert table[8].endswith("| 4.0 s | — | — |  | FAIL |")
+
+    # client batching: K = 10 at 0.19 s/round is 0.475x the plain loop (PASS against 0.5) and 2x K = 1's 0.38 s
+    batched = {"round_times": [4.0, 0.19, 0.20, 0.18], "test_acc": [0.7], "peak_gpu_mib": 812.4, "client_batch": 10}
+    k10 = gpu.workload_row("engine in-process, K=10", machine, batched, 11.0, reference_s, "workload_batched", 0.38)
+    gpu.set_target(k10, "ratio", "<=", gpu.BATCHED_MAX)
+    assert k10["ratio"] == pytest.approx(0.475) and k10["speedup"] == pytest.approx(2.0) and k10["result"] == "PASS"
+    line = gpu.format_table([k10]).splitlines()[2]
+    assert line.endswith("| 0.190 s | 0.47x | — | — | — | 11.0 s | 812 MiB | 2.00x | x plain ≤ 0.50 | PASS |")
+    assert k10["part"] == "workload_batched" and k10["client_batch"] == 10
+    assert gpu.resnet_row("resnet18 in-process, K=10", machine, report, 9.0, "resnet_batched", 4.4)["speedup"] == 2.0
 
     recorder = gpu.Recorder(str(tmp_path / "rows.json"))
     recorder.add(loop)
@@ -131,6 +148,11 @@ def test_the_benchmark_configs_validate():
             experiment = ExperimentConfig.model_validate(gpu.resnet_experiment(sizes, actors, device))
             assert experiment.model == "resnet18" and experiment.dataset == "synthetic"
             assert experiment.synthetic.samples == sizes.resnet_samples and experiment.resources.actors == actors
+        for k in sizes.resnet_client_batches:  # resnet_batched: in-process, the whole GPU
+            experiment = ExperimentConfig.model_validate(gpu.resnet_experiment(sizes, 0, device, k))
+            assert experiment.resources.actors == 0 and experiment.resources.client_batch == k
+            assert experiment.resources.gpus_per_actor == (1.0 if device == "cuda" else 0.0)
+        assert 1 in sizes.client_batches and 1 in sizes.resnet_client_batches  # the speed-ups' baseline
         for concurrent in (1, sizes.study_concurrent):
             space = SearchSpace.model_validate(gpu.study_space(sizes, concurrent, device))
             assert space.tune.max_concurrent == concurrent and space.tune.scheduler.asha is None

@@ -7,14 +7,20 @@ and a timeout; a failed one prints its error tail and the others still run):
 - workload: ../shared/WORKLOAD.md per round on the plain loop on CUDA (bench/reference.py --device cuda), the
   engine in-process on CUDA, and the engine with 1, 2, 4 client actors sharing the GPU (1/actors each; the driver
   evaluates on the same GPU). Ratios divide by the plain loop of this same run.
+- workload_batched: the engine in-process on CUDA with client batching (resources.client_batch K = 1, 2, 5, 10:
+  K clients trained at once as one vectorised model), beside the plain loop of this run (run here when the
+  workload part did not); the speed-up column is over K = 1.
 - resnet: ResNet-18 on synthetic CIFAR-10-shaped data (20,000 samples, 10 clients, 3 rounds) with 1 and 4 actors
   sharing the GPU; a round's training (local training and transport) and evaluation apart.
+- resnet_batched: the same ResNet-18 run in-process on the whole GPU with client_batch K = 1 and 10 (speed-up
+  over K = 1).
 - study: 8 trials x 4 rounds of WORKLOAD.md through scripts/tune.py, each trial training in its own process on a
   quarter of the GPU (actors 0, gpus_per_actor 0.25), 4 trials at once against 1 at a time (wall time).
 
-Single runs: one run per way, medians over its rounds 2..N (round 1 is warm-up). Every finished row goes to
-`--json` at once, so a run cut off by a time limit keeps what it measured. Exit 0 when every row was measured
-(whether or not it met its target), 1 when a row or the tests failed, 2 without CUDA.
+Peak GPU memory (torch.cuda.max_memory_allocated of the child) where one process trains every client: the plain
+loop and the in-process runs. Single runs: one run per way, medians over its rounds 2..N (round 1 is warm-up).
+Every finished row goes to `--json` at once, so a run cut off by a time limit keeps what it measured. Exit 0 when
+every row was measured (whether or not it met its target), 1 when a row or the tests failed, 2 without CUDA.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from raytune_fl.bench.proc import last_json
 
 REPO = Path(__file__).resolve().parents[2]
 TUNE_SCRIPT = REPO / "scripts" / "tune.py"
-PARTS = ("tests", "workload", "resnet", "study")
+PARTS = ("tests", "workload", "workload_batched", "resnet", "resnet_batched", "study")
 GPU_TESTS = ("tests/test_gpu.py", "tests/test_gpu_methods.py")  # those present run
 
 
@@ -51,11 +57,13 @@ class Sizes:
     workload_rounds: int = 6
     workload_threads: int = 2  # torch threads of the plain loop and the in-process engine (as bench_workload.py)
     workload_actors: tuple[int, ...] = (1, 2, 4)
+    client_batches: tuple[int, ...] = (1, 2, 5, 10)  # workload_batched: resources.client_batch K, in-process
     resnet_shape: tuple[int, int, int] = (3, 32, 32)
     resnet_samples: int = 20_000
     resnet_clients: int = 10
     resnet_rounds: int = 3
     resnet_actors: tuple[int, ...] = (1, 4)
+    resnet_client_batches: tuple[int, ...] = (1, 10)  # resnet_batched
     study_trials: int = 8
     study_rounds: int = 4
     study_concurrent: int = 4
@@ -63,7 +71,7 @@ class Sizes:
     workload_timeout_s: float = 75.0
     resnet_timeout_s: float = 120.0
     study_timeout_s: float = 150.0
-    budget_s: float = 350.0  # the whole command: a row that cannot start in time is skipped, the table printed
+    budget_s: float = 480.0  # the whole command: a row that cannot start in time is skipped, the table printed
 
 
 FULL = Sizes()
@@ -72,10 +80,12 @@ TINY = Sizes(
     workload_rounds=2,
     workload_threads=1,  # a loaded 2-core machine: 2 threads each would fight the other processes
     workload_actors=(1, 2),
+    client_batches=(1, 10),
     resnet_shape=(3, 8, 8),
     resnet_samples=300,
     resnet_rounds=2,
     resnet_actors=(1, 2),
+    resnet_client_batches=(1, 10),
     study_trials=2,
     study_rounds=2,
     study_concurrent=2,
@@ -91,6 +101,7 @@ IN_PROCESS_MAX = 1.05  # the engine in-process on CUDA, per round, x the plain C
 ACTORS_MAX = 1.10  # the engine on the most actors (4) sharing the GPU, x the plain CUDA loop
 EVAL_SHARE_MAX = 0.20  # ResNet-18: a round's evaluation / its training
 STUDY_SPEEDUP_MIN = 2.0  # the study, 4 trials at once against 1 at a time
+BATCHED_MAX = 0.5  # the engine in-process with the largest client_batch (10), per round, x the plain CUDA loop
 
 # ------------------------------------------------------------------------------------------------ rows
 
@@ -126,14 +137,27 @@ def failed_row(part: str, name: str, machine: str, error: str, wall_s: float = m
     return _row(part, name, machine, wall_s=wall_s, error=error, result=result)
 
 
+def _speedup(per_round: float, baseline_s: float | None) -> float | None:
+    if not baseline_s or not math.isfinite(baseline_s) or not math.isfinite(per_round) or per_round <= 0:
+        return None
+    return baseline_s / per_round
+
+
 def workload_row(
-    name: str, machine: str, report: dict[str, Any], wall_s: float, reference_s: float | None
+    name: str,
+    machine: str,
+    report: dict[str, Any],
+    wall_s: float,
+    reference_s: float | None,
+    part: str = "workload",
+    baseline_s: float | None = None,
 ) -> dict[str, Any]:
-    """A WORKLOAD.md way: its median s/round and the ratio to the plain CUDA loop's of this run."""
+    """A WORKLOAD.md way: its median s/round and the ratio to the plain CUDA loop's of this run; `baseline_s`
+    (client batching: K = 1's s/round) gives the speed-up over it."""
     per_round = median_after_warmup(report["round_times"])
     ratio = per_round / reference_s if reference_s and math.isfinite(reference_s) else math.nan
     return _row(
-        "workload",
+        part,
         name,
         machine,
         s_per_round=per_round,
@@ -142,20 +166,32 @@ def workload_row(
         final_acc=report["test_acc"][-1],
         round_times=report["round_times"],
         placed=report.get("placed"),
+        peak_gpu_mib=report.get("peak_gpu_mib"),
+        client_batch=report.get("client_batch"),
+        speedup=_speedup(per_round, baseline_s),
     )
 
 
-def resnet_row(name: str, machine: str, report: dict[str, Any], wall_s: float) -> dict[str, Any]:
+def resnet_row(
+    name: str,
+    machine: str,
+    report: dict[str, Any],
+    wall_s: float,
+    part: str = "resnet",
+    baseline_s: float | None = None,
+) -> dict[str, Any]:
     """A ResNet-18 run: per round, the training (local training and transport: the round's time less the
-    driver's evaluation and aggregation) and the evaluation apart; medians over rounds 2..N."""
+    driver's evaluation and aggregation) and the evaluation apart; medians over rounds 2..N. `baseline_s`
+    (client batching: K = 1's s/round) gives the speed-up over it."""
     evaluate, aggregate, rounds = report["evaluate_s"], report["aggregate_s"], report["round_time_s"]
     train = [r - e - (a if a is not None and math.isfinite(a) else 0.0) for r, e, a in zip(rounds, evaluate, aggregate)]
     shares = [e / t if t > 0 else math.nan for e, t in zip(evaluate, train)]
+    per_round = median_after_warmup(report["round_times"])
     return _row(
-        "resnet",
+        part,
         name,
         machine,
-        s_per_round=median_after_warmup(report["round_times"]),
+        s_per_round=per_round,
         train_s=median_after_warmup(train),
         eval_s=median_after_warmup(evaluate),
         eval_share=median_after_warmup(shares),
@@ -163,6 +199,9 @@ def resnet_row(name: str, machine: str, report: dict[str, Any], wall_s: float) -
         final_acc=report["test_acc"][-1],
         round_times=report["round_times"],
         placed=report.get("placed"),
+        peak_gpu_mib=report.get("peak_gpu_mib"),
+        client_batch=report.get("client_batch"),
+        speedup=_speedup(per_round, baseline_s),
     )
 
 
@@ -201,8 +240,8 @@ def _num(value: Any, spec: str, suffix: str = "") -> str:
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = [
         "| part | measurement | machine | s/round (median r2-N) | x plain loop | train s/round | eval s/round "
-        "| eval/train | wall | speed-up | target | result |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| eval/train | wall | peak GPU mem | speed-up | target | result |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         share = row.get("eval_share")
@@ -216,6 +255,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
             _num(row.get("eval_s"), ".3f", " s"),
             _num(None if share is None else 100 * share, ".1f", " %"),
             _num(row.get("wall_s"), ".1f", " s"),
+            _num(row.get("peak_gpu_mib"), ".0f", " MiB"),
             _num(row.get("speedup"), ".2f", "x"),
             target_text(row),
             row.get("result") or "",
@@ -342,12 +382,13 @@ def python_module(module: str, *args: str) -> list[str]:
 # ------------------------------------------------------------------------------------------------ experiments
 
 
-def resnet_experiment(sizes: Sizes, actors: int, device: str) -> dict[str, Any]:
+def resnet_experiment(sizes: Sizes, actors: int, device: str, client_batch: int = 1) -> dict[str, Any]:
     """ResNet-18 on synthetic CIFAR-10-shaped data, IID over the clients (equal work per client), diagnostics off
-    (they are not the evaluation being timed). Each actor 1/actors of the GPU; the driver evaluates on it too."""
-    resources: dict[str, Any] = {"actors": actors, "cpus_per_actor": 1, "device": device}
+    (they are not the evaluation being timed). Each actor 1/actors of the GPU; the driver evaluates on it too.
+    actors 0: in-process on the whole GPU. `client_batch`: resources.client_batch (clients trained at once)."""
+    resources: dict[str, Any] = {"actors": actors, "cpus_per_actor": 1, "device": device, "client_batch": client_batch}
     if device == "cuda":
-        resources["gpus_per_actor"] = round(1 / actors, 4)
+        resources["gpus_per_actor"] = round(1 / actors, 4) if actors else 1.0
     return {
         "dataset": "synthetic",
         "synthetic": {"shape": list(sizes.resnet_shape), "classes": 10, "samples": sizes.resnet_samples},
@@ -377,16 +418,16 @@ def study_space(sizes: Sizes, concurrent: int, device: str) -> dict[str, Any]:
     return space
 
 
-def resnet_child(sizes: Sizes, actors: int, device: str, threads: int) -> dict[str, Any]:
+def resnet_child(sizes: Sizes, actors: int, device: str, threads: int, client_batch: int = 1) -> dict[str, Any]:
     """In the child process: one ResNet-18 run through the engine (bench/workload.py's timed_run)."""
     import torch
 
-    from raytune_fl.bench.workload import timed_run
+    from raytune_fl.bench.workload import peak_gpu_mib, timed_run
     from raytune_fl.config import ExperimentConfig
     from raytune_fl.engine.report_keys import CLIENT_LOG_KEY
 
     torch.set_num_threads(threads)
-    experiment = ExperimentConfig.model_validate(resnet_experiment(sizes, actors, device))
+    experiment = ExperimentConfig.model_validate(resnet_experiment(sizes, actors, device, client_batch))
     rows, times = timed_run(experiment)
     missing = [key for key in ("evaluate_s", "aggregate_s") if key not in rows[-1]]
     if missing:
@@ -398,7 +439,23 @@ def resnet_child(sizes: Sizes, actors: int, device: str, threads: int) -> dict[s
         "aggregate_s": [row["aggregate_s"] for row in rows],
         "test_acc": [row["test_acc"] for row in rows],
         "placed": sorted({(r["device"], r["gpus"]) for row in rows for r in row[CLIENT_LOG_KEY]}),
+        "client_batch": client_batch,
+        "peak_gpu_mib": peak_gpu_mib(device) if not actors else None,  # the actors' memory is not this process's
     }
+
+
+def plain_child(rounds: int, device: str, threads: int) -> dict[str, Any]:
+    """In the child process: the plain loop (bench/reference.py, as `python -m raytune_fl.bench.reference`),
+    its report with this process's peak GPU memory added."""
+    import torch
+
+    from raytune_fl.bench import reference
+    from raytune_fl.bench.workload import peak_gpu_mib
+
+    torch.set_num_threads(threads)
+    report = reference.run(rounds, 0, device)
+    report["peak_gpu_mib"] = peak_gpu_mib(device)
+    return report
 
 
 # ------------------------------------------------------------------------------------------------ the command
@@ -411,6 +468,7 @@ class Check:
         self.sizes, self.device, self.tiny, self.machine, self.recorder = sizes, device, tiny, machine, recorder
         self.started = time.perf_counter()
         self.deadline = self.started + sizes.budget_s
+        self.plain_s: float | None = None  # the plain loop's s/round in this run: every workload ratio divides by it
 
     def say(self, text: str) -> None:
         print(f"[{time.perf_counter() - self.started:6.1f} s] {text}", flush=True)
@@ -457,12 +515,39 @@ class Check:
             self.say(f"tests: {summary} ({child.wall_s:.1f} s)")
         self.recorder.add(row)
 
+    def workload_common(self) -> list[str]:
+        return ["--rounds", str(self.sizes.workload_rounds), "--threads", str(self.sizes.workload_threads)]
+
+    def loop_name(self) -> str:
+        return f"plain loop ({self.device.upper() if self.device == 'cuda' else self.device})"
+
+    def plain_loop(self) -> None:
+        """The plain loop's row: the yardstick of every workload ratio (`plain_s`)."""
+        name = self.loop_name()
+        args = ("--child", "plain", *self.workload_common(), "--device", self.device)
+        command = python_module("raytune_fl.bench.gpu", *args)
+        child = self.child("workload", name, command, self.sizes.workload_timeout_s)
+        if child is None:
+            return
+        try:
+            report = child.report()
+        except ChildError as error:
+            self.fail("workload", name, str(error), child.wall_s)
+            return
+        row = workload_row(name, self.machine, report, child.wall_s, None)
+        row["ratio"] = 1.0
+        self.plain_s = row["s_per_round"]
+        self.recorder.add(row)
+        self.say(
+            f"workload: {name}: {row['s_per_round']:.3f} s/round, whole run {child.wall_s:.1f} s, "
+            f"final test acc {row['final_acc']:.3f}{_gpu_text(row)}"
+        )
+
     def workload(self) -> None:
         sizes, device = self.sizes, self.device
-        common = ["--rounds", str(sizes.workload_rounds), "--threads", str(sizes.workload_threads)]
-        loop = f"plain loop ({device.upper() if device == 'cuda' else device})"
+        common = self.workload_common()
+        self.plain_loop()
         ways: list[tuple[str, list[str]]] = [
-            (loop, python_module("raytune_fl.bench.reference", *common, "--device", device)),
             (
                 "engine in-process",
                 python_module("raytune_fl.bench.workload", "--child", "engine_inprocess", *common, "--device", device),
@@ -471,7 +556,6 @@ class Check:
         for actors in sizes.workload_actors:
             args = ("--child", "engine_actors", *common, "--actors", str(actors), "--device", device)
             ways.append((f"engine, {_actors(actors)}", python_module("raytune_fl.bench.workload", *args)))
-        reference_s: float | None = None
         for name, command in ways:
             child = self.child("workload", name, command, sizes.workload_timeout_s)
             if child is None:
@@ -481,18 +565,73 @@ class Check:
             except ChildError as error:
                 self.fail("workload", name, str(error), child.wall_s)
                 continue
-            row = workload_row(name, self.machine, report, child.wall_s, reference_s)
-            if name == loop:
-                reference_s = row["s_per_round"]
-                row["ratio"] = 1.0
-            elif name == "engine in-process":
+            row = workload_row(name, self.machine, report, child.wall_s, self.plain_s)
+            if name == "engine in-process":
                 set_target(row, "ratio", "<=", IN_PROCESS_MAX)
             elif name == f"engine, {_actors(max(sizes.workload_actors))}":
                 set_target(row, "ratio", "<=", ACTORS_MAX)
             self.recorder.add(row)
             self.say(
                 f"workload: {name}: {row['s_per_round']:.3f} s/round, x{row['ratio']:.2f} the plain loop, "
-                f"whole run {child.wall_s:.1f} s, final test acc {row['final_acc']:.3f} {row['result']}"
+                f"whole run {child.wall_s:.1f} s, final test acc {row['final_acc']:.3f}{_gpu_text(row)} "
+                f"{row['result']}"
+            )
+
+    def workload_batched(self) -> None:
+        """The engine in-process with client_batch K, beside this run's plain loop (run first when the workload
+        part did not run it); the largest K against BATCHED_MAX, every K's speed-up over K = 1."""
+        sizes, part = self.sizes, "workload_batched"
+        if self.plain_s is None:
+            self.plain_loop()
+        baseline: float | None = None
+        for k in sizes.client_batches:
+            name = f"engine in-process, K={k}"
+            args = ("--child", "engine_batched", *self.workload_common(), "--client-batch", str(k))
+            command = python_module("raytune_fl.bench.workload", *args, "--device", self.device)
+            child = self.child(part, name, command, sizes.workload_timeout_s)
+            if child is None:
+                continue
+            try:
+                report = child.report()
+            except ChildError as error:
+                self.fail(part, name, str(error), child.wall_s)
+                continue
+            row = workload_row(name, self.machine, report, child.wall_s, self.plain_s, part, baseline)
+            if k == 1:
+                baseline = row["s_per_round"]
+            if k == max(sizes.client_batches):
+                set_target(row, "ratio", "<=", BATCHED_MAX)
+            self.recorder.add(row)
+            speedup = f", {row['speedup']:.2f}x faster than K=1" if row.get("speedup") else ""
+            self.say(
+                f"{part}: {name}: {row['s_per_round']:.3f} s/round, x{row['ratio']:.2f} the plain loop{speedup}, "
+                f"whole run {child.wall_s:.1f} s, final test acc {row['final_acc']:.3f}{_gpu_text(row)} "
+                f"{row['result']}"
+            )
+
+    def resnet_batched(self) -> None:
+        """ResNet-18 in-process on the whole GPU with client_batch K; every K's speed-up over K = 1."""
+        part = "resnet_batched"
+        baseline: float | None = None
+        for k in self.sizes.resnet_client_batches:
+            name = f"resnet18 in-process, K={k}"
+            args = ("--child", "resnet", "--actors", "0", "--client-batch", str(k), "--device", self.device)
+            command = python_module("raytune_fl.bench.gpu", *args, *self.tiny_args())
+            child = self.child(part, name, command, self.sizes.resnet_timeout_s)
+            if child is None:
+                continue
+            try:
+                row = resnet_row(name, self.machine, child.report(), child.wall_s, part, baseline)
+            except ChildError as error:
+                self.fail(part, name, str(error), child.wall_s)
+                continue
+            if k == 1:
+                baseline = row["s_per_round"]
+            self.recorder.add(row)
+            speedup = f", {row['speedup']:.2f}x faster than K=1" if row.get("speedup") else ""
+            self.say(
+                f"{part}: {name}: {row['s_per_round']:.3f} s/round{speedup}, train {row['train_s']:.3f} s, "
+                f"eval {row['eval_s']:.3f} s, whole run {child.wall_s:.1f} s{_gpu_text(row)}"
             )
 
     def resnet(self) -> None:
@@ -576,6 +715,11 @@ def _actors(count: int) -> str:
     return f"{count} actor{'s' if count != 1 else ''}"
 
 
+def _gpu_text(row: dict[str, Any]) -> str:
+    peak = row.get("peak_gpu_mib")
+    return "" if peak is None else f", peak GPU memory {peak:.0f} MiB"
+
+
 def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.strip().splitlines())
 
@@ -618,18 +762,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--budget-s",
         type=float,
-        help="seconds for the whole command (default 350; rows that cannot start in time are skipped)",
+        help=f"seconds for the whole command (default {FULL.budget_s:.0f}; rows that cannot start in time are skipped)",
     )
     # a rehearsal without a GPU: every row for real on the CPU, small (not a measurement)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help=argparse.SUPPRESS)
     parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
-    # in a child process: one ResNet-18 run, its JSON report on stdout
-    parser.add_argument("--child", choices=("resnet",), help=argparse.SUPPRESS)
+    # in a child process: one ResNet-18 run or the plain loop, its JSON report on stdout
+    parser.add_argument("--child", choices=("resnet", "plain"), help=argparse.SUPPRESS)
     parser.add_argument("--actors", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--client-batch", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=6, help=argparse.SUPPRESS)  # --child plain
+    parser.add_argument("--threads", type=int, default=2, help=argparse.SUPPRESS)  # --child plain
     args = parser.parse_args(argv)
     sizes = TINY if args.tiny else FULL
+    if args.child == "plain":
+        print(json.dumps(plain_child(args.rounds, args.device, args.threads)))
+        return 0
     if args.child:
-        print(json.dumps(resnet_child(sizes, args.actors, args.device, sizes.workload_threads)))
+        report = resnet_child(sizes, args.actors, args.device, sizes.workload_threads, args.client_batch)
+        print(json.dumps(report))
         return 0
     try:
         parts = parse_only(args.only, args.skip_tests)
@@ -666,8 +817,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"\nGPU check on {machine} ({args.device}), total {time.perf_counter() - check.started:.0f} s. Single runs: "
         f"one run per way, medians over rounds 2..N of that run (WORKLOAD.md {sizes.workload_rounds} rounds, "
-        f"ResNet-18 {sizes.resnet_rounds}). Ratios to the plain loop and the speed-up are measured side by side in "
-        "this run; train = a round's time less the driver's evaluation and aggregation."
+        f"ResNet-18 {sizes.resnet_rounds}). Ratios to the plain loop and the speed-ups (studies: over 1 trial at a "
+        "time; client batching K: over K=1, per round) are measured side by side in this run; train = a round's time "
+        "less the driver's evaluation and aggregation; peak GPU memory: torch's, of the one process that trains "
+        "every client."
     )
     print(format_table(recorder.rows), flush=True)
     failed = recorder.failed

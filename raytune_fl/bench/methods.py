@@ -137,6 +137,19 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def client_batch_arg(text: str) -> int | str:
+    """`--client-batch`: a positive integer or `auto`."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer or 'auto'")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6, help="rounds per run (default %(default)s)")
@@ -144,6 +157,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=2, help="interleaved repetitions (default %(default)s)")
     parser.add_argument("--methods", help=f"comma-separated subset of: {', '.join(DEFAULT_METHODS)}")
     parser.add_argument("--actors", type=int, default=2, help="Ray client actors, 1 CPU each; 0 = in-process")
+    parser.add_argument(
+        "--client-batch",
+        type=client_batch_arg,
+        default=1,
+        metavar="K",
+        help="resources.client_batch: clients a worker trains at once, a positive integer or auto (default "
+        "%(default)s: one after another); a method that cannot batch trains one at a time with a notice",
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a workload field")
     args = parser.parse_args(argv)
     variants = DEFAULT_METHODS
@@ -161,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config: dict[str, Any] = {
         **WORKLOAD,
         "rounds": args.rounds,
-        "resources": {"actors": args.actors, "cpus_per_actor": 1},
+        "resources": {"actors": args.actors, "cpus_per_actor": 1, "client_batch": args.client_batch},
     }
     for item in args.set:
         key, _, text = item.partition("=")
@@ -188,8 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     timings = benchmark(experiment, variants, args.reps, args.warmup, pool_factory)
     print(
-        f"\n{len(variants)} methods x {args.reps} reps x {args.rounds} rounds, {args.actors} actors: "
-        f"{time.perf_counter() - started:.0f}s"
+        f"\n{len(variants)} methods x {args.reps} reps x {args.rounds} rounds, {args.actors} actors, "
+        f"client_batch {experiment.resources.client_batch}: {time.perf_counter() - started:.0f}s"
     )
     print(format_table(ratio_table(timings)))
     return 0
