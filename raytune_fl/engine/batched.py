@@ -298,6 +298,17 @@ def _train_phase(
     sums: Tensor,
     counts: list[list[int]],
 ) -> None:
+    budget_epochs = settings.epochs if phase.epochs is None else phase.epochs
+    schedules = [
+        _client_schedule(
+            ctx.x.shape[0], settings, generator, budget_epochs, max_steps[k] if phase.epochs is None else None
+        )
+        for k, (ctx, generator) in enumerate(zip(contexts, generators))
+    ]
+    # stacked with the most steps first: the clients still training at a step are then a leading run of rows (a
+    # view of the stacked tensors, updated in place) rather than scattered ones (gathered and written back)
+    order = sorted(range(len(models)), key=lambda k: -len(schedules[k]))
+    models, methods = [models[k] for k in order], [methods[k] for k in order]
     template = models[0]
     frozen = [_freeze_outside(model, phase.trains) for model in models]
     _set_modes(template, phase, settings)
@@ -342,24 +353,19 @@ def _train_phase(
             return functional_call(step_module, merged, (xb, yb, weights))
 
     batched_loss = vmap(client_loss, randomness="error")
-    budget_epochs = settings.epochs if phase.epochs is None else phase.epochs
-    schedules = [
-        _client_schedule(
-            ctx.x.shape[0], settings, generator, budget_epochs, max_steps[k] if phase.epochs is None else None
-        )
-        for k, (ctx, generator) in enumerate(zip(contexts, generators))
-    ]
-    everyone = tuple(range(len(models)))
-    for groups in _plan(schedules, starts, x.device):
+    ids = torch.tensor(order, device=x.device)  # stacked row -> the caller's client index (sums, counts)
+    for groups in _plan([schedules[k] for k in order], [starts[k] for k in order], x.device):
         for group in groups:
-            whole = group.clients == everyone
-            index = None if whole else torch.tensor(group.clients, device=x.device)
+            first, last = group.clients[0], group.clients[-1]
+            run = group.clients == tuple(range(first, last + 1))
+            index = None if run else torch.tensor(group.clients, device=x.device)
 
-            def pick(value: Any, index: Tensor | None = index) -> Any:
-                if index is None or value is None:
+            def pick(value: Any, first: int = first, last: int = last, index: Tensor | None = index) -> Any:
+                """The group's rows: a view when they are consecutive, else a gathered copy (written back)."""
+                if value is None:
                     return value
                 if isinstance(value, Tensor):
-                    return value.index_select(0, index)
+                    return value[first : last + 1] if index is None else value.index_select(0, index)
                 if isinstance(value, list):
                     return [pick(v) for v in value]
                 return {key: pick(v) for key, v in value.items()}
@@ -409,7 +415,7 @@ def _train_phase(
                     grad_scale=None,
                     found_inf=None,
                 )
-                if index is not None:  # a subset stepped on copies: write its rows back
+                if index is not None:  # scattered rows stepped on copies: write them back
                     for name, value in zip(stepped, current):
                         params[name].index_copy_(0, index, value)
                     for name, value in zip(stepped, buffers_now):
@@ -418,12 +424,9 @@ def _train_phase(
                         buffers[name].index_copy_(0, index, value)
                 for name in stepped:
                     params[name].grad = None
-                rows = values.detach().double()
-                if index is None:
-                    sums[:, :width] += rows
-                else:
-                    sums[:, :width].index_add_(0, index, rows)
-            for client in group.clients:
+                sums[:, :width].index_add_(0, pick(ids), values.detach().double())
+            for row in group.clients:
+                client = order[row]
                 counts[client][:width] = [c + 1 for c in counts[client][:width]]
                 contexts[client].steps += 1
     with torch.no_grad():  # the trained clients back into their own modules (their hooks read them at round end)
