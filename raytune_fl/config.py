@@ -99,8 +99,8 @@ class ResourcesConfig(_Strict):
     # convolutions in NHWC: about 0.8x the time per step of a CNN on CPU (bench/README); False = NCHW, as before 0.7
     channels_last: bool = True
     # clients a worker (an actor, or the trial with actors: 0) trains at once, as one vectorised model: 1 = one
-    # after another (the engine as before, bit for bit); auto = the most that fit client_batch_memory_gb. Methods
-    # that cannot vectorise (README, "Client batching") train one at a time with a notice.
+    # after another (the engine as before, bit for bit); auto = on a GPU the most that fit client_batch_memory_gb,
+    # on the CPU 1 (slower there). Methods that cannot vectorise (README, "Client batching") train one at a time.
     client_batch: int | Literal["auto"] = 1
     # auto's budget per worker, in GiB: each batched client costs its parameters, gradients and momentum plus
     # its activations at batch_size (estimated from one forward pass of the model)

@@ -205,6 +205,17 @@ def test_auto_client_batch_fits_the_memory_budget():
     assert auto_client_batch(_Pair(), torch.zeros(4), 10, memory_gb=1e-9, clients=3) == 1
 
 
+def test_auto_batches_only_where_the_clients_train_on_a_gpu():
+    data = prepare_data(ExperimentConfig(dataset="digits"))
+    model = ModelSpec("simple_cnn", 1, 10, (8, 8))
+    on_cpu = ExperimentConfig(dataset="digits", resources={"actors": 0, "client_batch": "auto"})
+    on_gpu = ExperimentConfig(
+        dataset="digits", resources={"actors": 0, "gpus_per_actor": 1, "client_batch": "auto", "device": "cuda"}
+    )
+    assert client_batch(on_cpu, data, "fedavg", model) == 1
+    assert client_batch(on_gpu, data, "fedavg", model) == data.num_clients  # 8x8 digits: all fit in 4 GiB
+
+
 def test_client_batch_must_be_positive_or_auto():
     assert ResourcesConfig(client_batch="auto").client_batch == "auto"
     with pytest.raises(ValidationError, match="client_batch"):

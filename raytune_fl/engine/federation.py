@@ -87,7 +87,8 @@ def worker_spec(
 
 
 def client_batch(experiment: ExperimentConfig, data: FederatedData, method: str, model: ModelSpec) -> int:
-    """resources.client_batch resolved: `auto` sized to client_batch_memory_gb; 1 for a method that cannot batch
+    """resources.client_batch resolved: `auto` sized to client_batch_memory_gb where the clients train on a GPU and
+    1 on the CPU (where batching measured slower: README, "Client batching"); 1 for a method that cannot batch
     (with a one-line notice on stderr)."""
     resources = experiment.resources
     if resources.client_batch == 1:
@@ -98,6 +99,8 @@ def client_batch(experiment: ExperimentConfig, data: FederatedData, method: str,
         return 1
     if resources.client_batch != "auto":
         return int(resources.client_batch)
+    if resources.device == "cpu" or not resources.gpus_per_actor:  # the clients train on the CPU
+        return 1
     sample = torch.zeros(data.dataset.in_channels, *data.dataset.image_size, device="cpu")  # estimated on the CPU
     return auto_client_batch(
         model.build(), sample, experiment.batch_size, resources.client_batch_memory_gb, data.num_clients
