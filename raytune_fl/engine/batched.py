@@ -30,18 +30,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
-from torch.optim.sgd import sgd
 
 from raytune_fl.engine.augment import AugmentDraws
 from raytune_fl.engine.local import (
     LocalResult,
     LocalSettings,
     NonFiniteLossError,
-    _classifier,
     _finite,
     _freeze_outside,
     pass_batches,
+    set_phase_modes,
 )
+from raytune_fl.engine.sgd import sgd_step
 from raytune_fl.methods.base import Batch, ClientContext, ClientHook, Method, Phase
 
 
@@ -258,9 +258,9 @@ def train_local_batched(
     names = ["loss", "ce"] + [f"term_{term.name}" for term in template.terms]
     sums = torch.zeros(k_count, len(names), dtype=torch.float64, device=x.device)
     counts = [[0] * len(names) for _ in range(k_count)]
-    for phase_index, phase in enumerate(template.phases):
-        _train_phase(models, methods, phase_index, phase, x, y, starts, settings, generators, num_classes,
-                     contexts, max_steps, sums, counts)  # fmt: skip
+    for phase in template.phases:
+        _train_phase(models, methods, phase, x, y, starts, settings, generators, num_classes, contexts,
+                     max_steps, sums, counts)  # fmt: skip
     results = []
     for row, count, method, ctx in zip(sums.tolist(), counts, methods, contexts):
         means = [total / max(c, 1) for total, c in zip(row, count)]
@@ -272,20 +272,9 @@ def train_local_batched(
     return results
 
 
-def _set_modes(model: nn.Module, phase: Phase, settings: LocalSettings) -> None:
-    if phase.body_eval:
-        model.eval()
-        _classifier(model).train()
-    if settings.bn_running:
-        for module in model.modules():
-            if isinstance(module, nn.modules.batchnorm._BatchNorm):
-                module.eval()
-
-
 def _train_phase(
     models: Sequence[nn.Module],
     methods: Sequence[Method],
-    phase_index: int,
     phase: Phase,
     x: Tensor,
     y: Tensor,
@@ -311,7 +300,7 @@ def _train_phase(
     models, methods = [models[k] for k in order], [methods[k] for k in order]
     template = models[0]
     frozen = [_freeze_outside(model, phase.trains) for model in models]
-    _set_modes(template, phase, settings)
+    set_phase_modes(template, phase, settings)
     # the clients' parameters and buffers with a leading client dimension; a parameter frozen by the phase or a
     # hook (requires_grad False on every client's module) is a constant, as the sequential optimiser leaves it out
     named = [dict(model.named_parameters()) for model in models]
@@ -399,22 +388,8 @@ def _train_phase(
                 stepped = list(grads)
                 current = [pick(params[name]) for name in stepped]
                 buffers_now = [pick(momentum[name]) for name in stepped] if momentum else []
-                sgd(
-                    current,
-                    [pick(grads[name]) for name in stepped],
-                    buffers_now,  # zeros before a client's first step: buf = 0 * m + g = g, torch's first step
-                    weight_decay=settings.weight_decay,
-                    momentum=settings.momentum,
-                    lr=lr,
-                    dampening=0.0,
-                    nesterov=False,
-                    maximize=False,
-                    has_sparse_grad=False,
-                    foreach=None,
-                    fused=None,
-                    grad_scale=None,
-                    found_inf=None,
-                )
+                # momentum buffers start at zeros: buf = 0 * m + g = g, torch's first step
+                sgd_step(current, [pick(grads[name]) for name in stepped], buffers_now, lr, settings)
                 if index is not None:  # scattered rows stepped on copies: write them back
                     for name, value in zip(stepped, current):
                         params[name].index_copy_(0, index, value)

@@ -95,13 +95,7 @@ def _train_phase(
     counts: list[int],
 ) -> None:
     frozen = _freeze_outside(model, phase.trains)
-    if phase.body_eval:
-        model.eval()
-        _classifier(model).train()
-    if settings.bn_running:
-        for module in model.modules():
-            if isinstance(module, nn.modules.batchnorm._BatchNorm):
-                module.eval()
+    set_phase_modes(model, phase, settings)
     # a fresh optimiser every phase: momentum does not leak across rounds, clients or phases. Built after the
     # hooks so a frozen parameter (requires_grad=False) is left out and never decayed.
     optimizer = PlainSGD(
@@ -154,6 +148,18 @@ def _train_phase(
     for p in frozen:
         p.requires_grad_(True)
     model.train()
+
+
+def set_phase_modes(model: nn.Module, phase: Phase, settings: LocalSettings) -> None:
+    """Train/eval modes for a phase: the body's BatchNorm in eval mode (FedPAC's classifier phase), or every
+    BatchNorm's (batchnorm.local_training: running); the loop puts the model back in train mode after the phase."""
+    if phase.body_eval:
+        model.eval()
+        _classifier(model).train()
+    if settings.bn_running:
+        for module in model.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                module.eval()
 
 
 def pass_batches(n: int, settings: LocalSettings, remaining: int | None = None) -> list[tuple[int, int]]:

@@ -11,6 +11,7 @@ differentiable steps: the loop uses none.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -34,21 +35,32 @@ class PlainSGD:
         stepped = [i for i, p in enumerate(self.params) if p.grad is not None]
         params = [self.params[i] for i in stepped]
         buffers = [self.momentum_buffers.get(i) for i in stepped] if self.momentum != 0 else []
-        sgd(
-            params,
-            [p.grad for p in params],
-            buffers,
-            weight_decay=self.weight_decay,
-            momentum=self.momentum,
-            lr=self.lr,
-            dampening=0.0,
-            nesterov=False,
-            maximize=False,
-            has_sparse_grad=False,
-            foreach=None,
-            fused=None,
-            grad_scale=None,
-            found_inf=None,
-        )
+        sgd_step(params, [p.grad for p in params], buffers, self.lr, self)
         if self.momentum != 0:  # sgd() put each new buffer into the list
             self.momentum_buffers.update(zip(stepped, buffers))
+
+
+class _Hyper(Protocol):
+    momentum: float
+    weight_decay: float
+
+
+def sgd_step(params: list[Tensor], grads: list[Tensor], buffers: list, lr: float, hyper: _Hyper) -> None:
+    """torch.optim.SGD's update as SGD.step calls it (dampening 0, no Nesterov), in place on `params` and the
+    momentum `buffers` (a None entry is created, as torch's first step does; empty list without momentum)."""
+    sgd(
+        params,
+        grads,
+        buffers,
+        weight_decay=hyper.weight_decay,
+        momentum=hyper.momentum,
+        lr=lr,
+        dampening=0.0,
+        nesterov=False,
+        maximize=False,
+        has_sparse_grad=False,
+        foreach=None,
+        fused=None,
+        grad_scale=None,
+        found_inf=None,
+    )
