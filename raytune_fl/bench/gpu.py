@@ -143,6 +143,20 @@ def _speedup(per_round: float, baseline_s: float | None) -> float | None:
     return baseline_s / per_round
 
 
+def _run_fields(report: dict[str, Any], per_round: float, wall_s: float, baseline_s: float | None) -> dict[str, Any]:
+    """The columns every engine run reports (WORKLOAD.md's and ResNet-18's rows)."""
+    return {
+        "s_per_round": per_round,
+        "wall_s": wall_s,
+        "final_acc": report["test_acc"][-1],
+        "round_times": report["round_times"],
+        "placed": report.get("placed"),
+        "peak_gpu_mib": report.get("peak_gpu_mib"),
+        "client_batch": report.get("client_batch"),
+        "speedup": _speedup(per_round, baseline_s),
+    }
+
+
 def workload_row(
     name: str,
     machine: str,
@@ -156,20 +170,7 @@ def workload_row(
     (client batching: K = 1's s/round) gives the speed-up over it."""
     per_round = median_after_warmup(report["round_times"])
     ratio = per_round / reference_s if reference_s and math.isfinite(reference_s) else math.nan
-    return _row(
-        part,
-        name,
-        machine,
-        s_per_round=per_round,
-        ratio=ratio,
-        wall_s=wall_s,
-        final_acc=report["test_acc"][-1],
-        round_times=report["round_times"],
-        placed=report.get("placed"),
-        peak_gpu_mib=report.get("peak_gpu_mib"),
-        client_batch=report.get("client_batch"),
-        speedup=_speedup(per_round, baseline_s),
-    )
+    return _row(part, name, machine, ratio=ratio, **_run_fields(report, per_round, wall_s, baseline_s))
 
 
 def resnet_row(
@@ -191,17 +192,10 @@ def resnet_row(
         part,
         name,
         machine,
-        s_per_round=per_round,
         train_s=median_after_warmup(train),
         eval_s=median_after_warmup(evaluate),
         eval_share=median_after_warmup(shares),
-        wall_s=wall_s,
-        final_acc=report["test_acc"][-1],
-        round_times=report["round_times"],
-        placed=report.get("placed"),
-        peak_gpu_mib=report.get("peak_gpu_mib"),
-        client_batch=report.get("client_batch"),
-        speedup=_speedup(per_round, baseline_s),
+        **_run_fields(report, per_round, wall_s, baseline_s),
     )
 
 
