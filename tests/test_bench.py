@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -76,3 +77,18 @@ def test_client_batch_flags_reach_the_children_and_the_configs():
     table = workload.format_table(workload.summarise(results)).splitlines()
     assert table[2].endswith("| 0.780 | - |") and table[3].endswith("| 0.770 | 812 MiB |")
     assert "| engine_batched K=5 | 1.000 s | 0.50 | 15.0 s | 0.75 | 150 MiB | nan |" in table[3]
+
+
+def test_the_client_batch_ceiling_benchmark_times_both_ways(tmp_path, capsys):
+    from raytune_fl.bench import batched
+
+    out = tmp_path / "ceiling.json"
+    argv = ["--clients", "2", "--steps", "2", "--batch-size", "4", "--image", "8", "--reps", "1", "--json", str(out)]
+    assert batched.main(argv) == 0
+    result = json.loads(out.read_text())
+    assert result["speedup"] == pytest.approx(result["sequential_s"] / result["batched_s"])
+    assert result["ms_per_stacked_step"] == pytest.approx(1000 * result["batched_s"] / 2)
+    assert "2 equal clients x 2 steps" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        batched.main(["--clients", "0"])
+    assert "--clients: must be at least 1 (got 0)" in capsys.readouterr().err
