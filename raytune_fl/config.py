@@ -45,10 +45,13 @@ class PartitionConfig(_Strict):
     val_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # each client's held-out share; tuning selects on it
 
 
+ScheduleKind = Literal["constant", "cosine", "step", "exponential"]  # the formulas: engine/lr_schedule.py
+
+
 class ScheduleConfig(_Strict):
     """The clients' learning rate per round (engine/lr_schedule.py has the formulas), stepped once per round."""
 
-    kind: Literal["constant", "cosine", "step", "exponential"] = "constant"  # no decay, as before these knobs existed
+    kind: ScheduleKind = "constant"  # no decay, as before these knobs existed
     t_max: int | None = Field(None, ge=1)  # cosine: rounds to reach eta_min; unset = the run's rounds (FedUV's code)
     eta_min: float = Field(0.0, ge=0)  # cosine: the floor (torch's CosineAnnealingLR default)
     step_size: int = Field(10, ge=1)  # step: rounds between decays
@@ -61,13 +64,6 @@ class ScheduleConfig(_Strict):
         if self.kind == "exponential" and self.gamma is None:
             raise ValueError("gamma: an exponential schedule needs its factor per round (e.g. 0.95)")
         return self
-
-    def resolve(self, rounds: int) -> Any:
-        """The engine's schedule (engine/lr_schedule.LrSchedule) for a run of `rounds` rounds."""
-        from raytune_fl.engine.lr_schedule import LrSchedule
-
-        gamma = self.gamma if self.gamma is not None else (0.1 if self.kind == "step" else 1.0)
-        return LrSchedule(self.kind, self.t_max or rounds, self.eta_min, self.step_size, gamma)
 
 
 class OptimizerConfig(_Strict):
@@ -337,7 +333,7 @@ class VariantConfig(_Strict):
 class AshaConfig(_Strict):
     # rounds before a trial may be stopped; None: 80 % of the rounds. Early FL curves cross: on WORKLOAD.md
     # (UniVarFL, 10 rounds) val_acc at rounds 2-5 ranks 50 grid runs against their final order (Spearman -0.46
-    # to -0.04), at round 8 with it (0.60): scripts/bench_search.py's "ASHA's bet"
+    # to -0.04), at round 8 with it (0.60): benchmarks/search.py's "ASHA's bet"
     grace_period: int | None = Field(None, ge=1)
     reduction_factor: float = Field(2.0, gt=1)
 
@@ -387,12 +383,12 @@ class SearchSpace(_Strict):
 
     @model_validator(mode="after")
     def _asynchronous_has_no_deadline(self) -> SearchSpace:
-        from raytune_fl.methods import build_method
+        from raytune_fl.methods import METHODS
 
         if self.base.system.deadline is None:
             return self
         for name, variant in self.variants.items():
-            if build_method(variant.method, variant.fixed, 10).buffer_size is not None:
+            if METHODS.get(variant.method).asynchronous:  # the spec says so: nothing built, no torch imported
                 raise ValueError(
                     f"base.system.deadline: variant {name!r} uses FedBuff, which has no round deadline "
                     "(late updates are applied stale, their staleness recorded); unset the deadline"

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+from raytune_fl.ablation.plan import NO_SETTING, make_plan, parse_grid, settings, variant_source
+from raytune_fl.ablation.run import latest_per_cell, plan_order
+from raytune_fl.ablation.table import format_cell
 from raytune_fl.cli.ablate import main as ablate
 from raytune_fl.config import ConfigError, parse_space
-from raytune_fl.report.table import format_cell
 from raytune_fl.tracking.store import StudyRecord, ablation_results
-from raytune_fl.tune.ablation import NO_SETTING, make_plan, parse_grid, settings, variant_source
-from raytune_fl.tune.ablation_run import latest_per_cell, plan_order
 from tests.conftest import tiny_space
 
 
@@ -280,8 +280,8 @@ def test_both_stages_use_the_same_param_and_metric_names(logged):
 
 
 def test_a_tune_trial_and_an_ablation_cell_of_one_configuration_log_the_same_params():
+    from raytune_fl.ablation.plan import cell_run
     from raytune_fl.methods import METHODS
-    from raytune_fl.tune.ablation import cell_run
     from raytune_fl.tune.study import trial_params
 
     s = parse_space(

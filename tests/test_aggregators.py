@@ -18,8 +18,8 @@ from raytune_fl.engine.local import LocalSettings
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import build_method
 from raytune_fl.methods.base import ClientContext, MethodContext
-from raytune_fl.methods.qffl import GlobalLoss
-from raytune_fl.methods.scaffold import ScaffoldCorrection, ScaffoldServer
+from raytune_fl.methods.impl.qffl import GlobalLoss
+from raytune_fl.methods.impl.scaffold import ScaffoldCorrection, ScaffoldServer
 from raytune_fl.types import ClientUpdate
 from raytune_fl.weights import read_weights
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from raytune_fl.cli import main
-from raytune_fl.tune import cluster
+from raytune_fl.runtime import cluster
 
 from .conftest import DELETE, changed_space, tiny_space
 

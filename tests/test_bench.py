@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from raytune_fl.bench.methods import DEFAULT_METHODS, Timing, benchmark, format_table, ratio_table
+from benchmarks.methods import DEFAULT_METHODS, Timing, benchmark, format_table, ratio_table
 from raytune_fl.config import ExperimentConfig
 
 
@@ -47,7 +47,7 @@ def test_a_tiny_benchmark_runs_every_listed_method():
 
 
 def test_client_batch_flags_reach_the_children_and_the_configs():
-    from raytune_fl.bench import methods, workload
+    from benchmarks import methods, workload
 
     assert workload.parse_client_batches("1, 2,5,10,2") == [1, 2, 5, 10] and workload.parse_client_batches("auto")
     for bad in ("0", "x", ""):
@@ -80,7 +80,7 @@ def test_client_batch_flags_reach_the_children_and_the_configs():
 
 
 def test_the_client_batch_ceiling_benchmark_times_both_ways(tmp_path, capsys):
-    from raytune_fl.bench import batched
+    from benchmarks import client_batch as batched
 
     out = tmp_path / "ceiling.json"
     argv = ["--clients", "2", "--steps", "2", "--batch-size", "4", "--image", "8", "--reps", "1", "--json", str(out)]

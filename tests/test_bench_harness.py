@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from raytune_fl.bench import proc, scaling, study, workload
-from raytune_fl.bench.reference import Net, load_data
+from benchmarks import proc, scaling, study, workload
+from benchmarks.reference import Net, load_data
 from raytune_fl.config import SearchSpace
 from raytune_fl.engine.data import prepare_data
 from raytune_fl.models import build_model
@@ -34,7 +34,7 @@ def test_the_reference_loop_and_the_engine_run_the_same_workload():
 
 def test_the_reference_loop_trains_one_round_like_workload_md():
     # WORKLOAD.md: test accuracy 0.084 before training and 0.102 after round 1, whatever the thread count
-    from raytune_fl.bench.reference import run
+    from benchmarks.reference import run
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -90,7 +90,7 @@ def test_workload_ratios_divide_by_the_reference_of_the_same_repetition():
 
 @pytest.mark.slow  # the workload trained in one process, then in two worker processes: ~17 s
 def test_the_reference_loop_in_two_worker_processes_computes_what_one_process_does():
-    from raytune_fl.bench.reference import run
+    from benchmarks.reference import run
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # the workers train with 1 thread: the same sums in the same order
@@ -178,7 +178,8 @@ def test_bench_workload_on_cuda_without_a_gpu_says_so_instead_of_waiting():
     from .conftest import REPO
 
     done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "bench_workload.py"), "--device", "cuda"],
+        [sys.executable, "-m", "benchmarks.workload", "--device", "cuda"],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,4 +1,4 @@
-"""scripts/bench_search.py: the grid's axes and the summary by hand; the landscape section on logged grid runs; a
+"""benchmarks/search.py: the grid's axes and the summary by hand; the landscape section on logged grid runs; a
 tiny end-to-end run through tune.py (slow)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from raytune_fl.bench import search
-from raytune_fl.bench.search import axis, format_summary, main, strategy_space, summarise
+from benchmarks import search
+from benchmarks.search import axis, format_summary, main, strategy_space, summarise
 
 
 def test_axes_are_log_spaced_for_loguniform_and_even_for_uniform():

@@ -136,7 +136,7 @@ def test_batched_clients_equal_sequential_ones_through_a_checkpoint(name):
     _close(sequential, batched, name)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (scripts/gpu_check.py runs it on a lent GPU)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (benchmarks/gpu.py runs it on a lent GPU)")
 @pytest.mark.parametrize("name", ["fedavg", "fedprox", "scaffold", "feddyn", "feduv", "fedpac"])
 def test_batched_clients_equal_sequential_ones_on_cuda(name):
     _close(_rounds(name, {}, 1, SETTINGS, None, False, "cuda"), _rounds(name, {}, 4, SETTINGS, None, True, "cuda"))

@@ -19,12 +19,12 @@ from mlflow.tracking import MlflowClient
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from plotly.offline import get_plotlyjs
 
+from raytune_fl.ablation.table import to_html
 from raytune_fl.cli.dashboard import main
 from raytune_fl.config import SearchSpace, load_space
 from raytune_fl.report.dashboard import DashboardReport, build_dashboard
 from raytune_fl.report.figures import band, best_so_far, elapsed_seconds
 from raytune_fl.report.sections import SECTIONS
-from raytune_fl.report.table import to_html
 from raytune_fl.tune.space import parse_param
 
 from .conftest import tiny_space

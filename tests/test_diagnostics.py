@@ -95,7 +95,7 @@ def test_fedbn_is_also_scored_with_each_clients_own_batchnorm():
     import torch
 
     from raytune_fl.engine.evaluation import predict
-    from raytune_fl.methods.fedbn import with_own_batchnorm
+    from raytune_fl.methods.impl.fedbn import with_own_batchnorm
     from raytune_fl.weights import load_weights
 
     rows: list[dict] = []

@@ -14,8 +14,8 @@ from raytune_fl.engine.local import LocalSettings
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import METHODS, build_method
 from raytune_fl.methods.base import Batch, ClientContext
-from raytune_fl.methods.fedalign import LipschitzAlignment
 from raytune_fl.methods.hooks import GradientClip
+from raytune_fl.methods.impl.fedalign import LipschitzAlignment
 from raytune_fl.models import build_model
 
 SETTINGS = LocalSettings(epochs=1, batch_size=16, lr=0.05, momentum=0.9, weight_decay=1e-4)

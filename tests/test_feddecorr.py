@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from raytune_fl.methods import METHODS, Batch, build_method
-from raytune_fl.methods.feddecorr import Decorrelation
+from raytune_fl.methods.impl.feddecorr import Decorrelation
 from raytune_fl.methods.losses import decorrelation
 
 DT = torch.float64

@@ -13,7 +13,7 @@ from raytune_fl.aggregators.principal import kept_directions, principal_coeffici
 from raytune_fl.engine.local import LocalSettings, train_local
 from raytune_fl.methods import METHODS, build_method
 from raytune_fl.methods.base import Batch, Stateless
-from raytune_fl.methods.fedld import PrincipalGradient
+from raytune_fl.methods.impl.fedld import PrincipalGradient
 from raytune_fl.methods.losses import margin_control, median_sq_distance, rbf_uniformity
 from raytune_fl.models import build_model
 from raytune_fl.types import ClientUpdate

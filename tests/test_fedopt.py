@@ -12,7 +12,7 @@ from raytune_fl.aggregators.fedavg import fedavg
 from raytune_fl.aggregators.fedopt import fedopt, mean_delta, second_moment, step_size
 from raytune_fl.engine.checkpoint import load_state, save_state
 from raytune_fl.methods import METHODS, build_method
-from raytune_fl.methods.catalog import FEDAVG_LIMIT
+from raytune_fl.methods.fedopt import FEDAVG_LIMIT
 from raytune_fl.types import ClientUpdate
 from tests.resume_check import small_federation, straight_and_resumed, untimed
 

@@ -15,7 +15,7 @@ from raytune_fl.engine.local import LocalSettings, train_local
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import METHODS, build_method
 from raytune_fl.methods.base import Batch, LocalTerm, Method, Phase, Stateless
-from raytune_fl.methods.fedpac import (
+from raytune_fl.methods.impl.fedpac import (
     NAME,
     CentroidAlignment,
     Centroids,

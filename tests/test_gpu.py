@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import torch
 
-from raytune_fl.bench.proc import python_module
+from benchmarks.proc import python_module
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -21,7 +21,7 @@ FINAL_ACC_TOLERANCE = 0.05
 
 def _workload(device: str, actors: int) -> dict:
     command = python_module(
-        "raytune_fl.bench.workload", "--child", "engine_actors", "--actors", str(actors), "--device", device
+        "benchmarks.workload", "--child", "engine_actors", "--actors", str(actors), "--device", device
     )
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

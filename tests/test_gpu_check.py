@@ -1,6 +1,6 @@
-"""scripts/gpu_check.py on a machine without a GPU: it refuses clearly, and its table, targets, configs and child
+"""benchmarks/gpu.py on a machine without a GPU: it refuses clearly, and its table, targets, configs and child
 handling are checked by hand here, so a typo fails on the CPU and not in the GPU's few minutes. (The run itself
-is `python scripts/gpu_check.py --device cpu --tiny` by hand: a rehearsal of every row on the CPU, minutes.)"""
+is `python -m benchmarks.gpu --device cpu --tiny` by hand: a rehearsal of every row on the CPU, minutes.)"""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from raytune_fl.bench import gpu, reference
+from benchmarks import gpu, reference
 from raytune_fl.config import ExperimentConfig, SearchSpace
 
 from .conftest import REPO
@@ -24,7 +24,8 @@ no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks machines 
 def test_without_cuda_it_says_so_and_exits_2_before_running_anything(tmp_path):
     out = tmp_path / "rows.json"
     done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "gpu_check.py"), "--json", str(out)],
+        [sys.executable, "-m", "benchmarks.gpu", "--json", str(out)],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCANNED = ("raytune_fl", "scripts", "dashboards")
+SCANNED = ("raytune_fl", "scripts", "dashboards", "benchmarks", "tools")
 
 # ------------------------------------------------------------------------------------------------ the rules
 #
@@ -26,14 +26,19 @@ SCANNED = ("raytune_fl", "scripts", "dashboards")
 #   mlflow   MLflow
 #   plotly   plotly
 LAYERS: dict[str, set[str]] = {
-    "raytune_fl.tune": {"ray", "ray.tune", "optuna"},  # the studies, Tune callbacks, cluster.py (ray.init, queries)
+    "raytune_fl.tune": {"ray", "ray.tune", "optuna"},  # the variant study: Tune, its callbacks, the Optuna searcher
+    "raytune_fl.ablation": {"ray.tune"},  # the ablation stage: cells as Tune trials
+    "raytune_fl.runtime": {"ray", "optuna"},  # cluster.py (ray.init, queries), storage, the Optuna database
+    "raytune_fl.export": {"ray.tune"},  # a trial's model from its Tune checkpoint, logged through tracking
     "raytune_fl.actors": {"ray"},  # the client actors: ray.remote, ray.wait, ray.get
     "raytune_fl.tracking": {"mlflow"},  # the only MLflow package: tag schema, writers, every read
-    "raytune_fl.report": {"plotly"},  # tables, figures, the dashboard; reads MLflow through tracking.store
+    "raytune_fl.report": {"plotly"},  # figures, the dashboard; reads MLflow through tracking.store
     "dashboards": {"plotly"},
-    # not layered by this change (benchmark harnesses): a private local Ray cluster for an engine benchmark
-    # (ray.init/shutdown only, see RAY_TASK_API), and bench/study.py reads its own throwaway MLflow store
-    "raytune_fl.bench": {"ray", "mlflow"},
+    # outside the package (tooling): a private local Ray cluster for an engine benchmark (ray.init/shutdown only,
+    # see RAY_TASK_API), benchmarks/study.py reads its own throwaway MLflow store; tools/ drives a browser and
+    # compares runs of two trees
+    "benchmarks": {"ray", "mlflow"},
+    "tools": {"mlflow"},
     "raytune_fl.engine": set(),  # the core: none of them (methods never import Ray)
     "raytune_fl.methods": set(),
     "raytune_fl.aggregators": set(),
@@ -54,8 +59,27 @@ RAY_TASK_API_LAYERS = {"raytune_fl.actors", "raytune_fl.tune"}
 MLFLOW_READS = {"search_runs", "get_metric_history", "list_artifacts", "download_artifacts"}
 MLFLOW_READERS = {
     "raytune_fl.tracking.store": "every read of results",
-    "raytune_fl.bench.study": "exception: a benchmark reads the round times of its own throwaway store",
+    "benchmarks.study": "exception: a benchmark reads the round times of its own throwaway store",
 }
+
+# The package's layers, lowest first: a module imports its own package or a lower layer, never a higher one or a
+# peer on its own rank (so every arrow of the import graph points down). Outside the package (benchmarks, tools,
+# scripts, dashboards) anything may be imported; the package never imports them.
+RANKS: list[tuple[str, ...]] = [
+    ("raytune_fl",),  # registry, types, weights, devices: plain Python and numpy
+    ("raytune_fl.aggregators", "raytune_fl.models", "raytune_fl.data"),  # the math, the networks, the data sets
+    ("raytune_fl.methods",),  # specs, terms and hooks over aggregators and models
+    ("raytune_fl.config",),  # experiments and search spaces, checked against the registries
+    ("raytune_fl.devices",),  # which device a process trains on, from the resources config
+    ("raytune_fl.engine",),  # one federated run: rounds, local training, evaluation
+    ("raytune_fl.tracking",),  # MLflow: what a run and a study log, every read
+    ("raytune_fl.actors", "raytune_fl.runtime"),  # clients on Ray; the cluster, storage and the Optuna database
+    ("raytune_fl.export",),  # a trial's model to MLflow
+    ("raytune_fl.tune",),  # a variant's study
+    ("raytune_fl.ablation",),  # best configuration x seeds x settings, and its table
+    ("raytune_fl.report",),  # figures and the dashboard from what MLflow holds
+    ("raytune_fl.cli",),  # the commands: console text, argument parsing
+]
 
 
 # ------------------------------------------------------------------------------------------------ the checker
@@ -250,8 +274,8 @@ def test_the_rules_name_packages_modules_and_libraries_that_exist():
             1,
             "raytune_fl.actors may not import ray.tune",
         ),
-        ("raytune_fl/bench/x.py", "import ray\nray.get(ref)\n", 2, "task/actor API is for"),
-        ("raytune_fl/bench/x.py", "from ray import remote\n", 1, "task/actor API is for"),
+        ("benchmarks/x.py", "import ray\nray.get(ref)\n", 2, "task/actor API is for"),
+        ("benchmarks/x.py", "from ray import remote\n", 1, "task/actor API is for"),
         ("raytune_fl/report/x.py", "def f(c):\n    return c.search_runs(['1'])\n", 2, "MLflow reads live in"),
         ("raytune_fl/tune/x.py", "def f(c, r):\n    c.download_artifacts(r, 'a')\n", 2, "MLflow reads live in"),
         ("raytune_fl/newpackage/x.py", "import ray\n", 1, "raytune_fl may not import ray "),  # no layer of its own
@@ -288,7 +312,7 @@ def test_a_module_outside_every_layer_is_reported():
         ("raytune_fl/actors/x.py", "import ray\n@ray.remote\nclass A: ...\nray.get(ray.put(1))\n"),
         ("raytune_fl/tracking/x.py", "from mlflow.tracking import MlflowClient\nimport pandas\n"),
         ("raytune_fl/report/x.py", "import plotly.graph_objects as go\nfrom raytune_fl.tune.space import f\n"),
-        ("raytune_fl/bench/x.py", "import ray\nray.init(address='local')\nray.shutdown()\n"),
+        ("benchmarks/x.py", "import ray\nray.init(address='local')\nray.shutdown()\n"),
         ("raytune_fl/tracking/store.py", "def f(c):\n    return c.search_runs(['1'])\n"),
         ("raytune_fl/engine/x.py", "import torch\nfrom raytune_fl.methods import METHODS\n"),
     ],
@@ -336,6 +360,59 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if start not in state and (found := visit(start, [start])):
             return found
     return None
+
+
+def rank_of(module: str) -> tuple[int, str]:
+    """(rank, layer) of a raytune_fl module: the longest RANKS entry that is its name or a prefix of it."""
+    found = [(i, layer) for i, layers in enumerate(RANKS) for layer in layers
+             if module == layer or module.startswith(layer + ".")]  # fmt: skip
+    return max(found, key=lambda f: len(f[1]))
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module on a higher rank, or on a peer's of the same rank, as 'a -> b (why)'."""
+    out = []
+    for module, targets in sorted(graph.items()):
+        (rank, layer) = rank_of(module)
+        for target in sorted(targets):
+            (to_rank, to_layer) = rank_of(target)
+            if to_rank > rank or (to_rank == rank and to_layer != layer):
+                why = "up" if to_rank > rank else "a peer of the same rank"
+                out.append(f"{module} -> {target} ({why}: {layer} is rank {rank}, {to_layer} rank {to_rank})")
+    return out
+
+
+def test_every_import_of_the_package_points_down():
+    assert not (found := upward_imports(_package_imports())), "imports against RANKS:\n" + "\n".join(found)
+
+
+def test_the_ranks_cover_every_package_once_and_nothing_else():
+    listed = [layer for layers in RANKS for layer in layers]
+    assert len(listed) == len(set(listed))
+    packages = {f"raytune_fl.{p.name}" for p in (REPO / "raytune_fl").iterdir() if any(p.glob("*.py"))}
+    assert packages | {"raytune_fl", "raytune_fl.config", "raytune_fl.devices"} == set(listed)
+
+
+def test_the_package_never_imports_the_tooling_beside_it():
+    for file in (REPO / "raytune_fl").rglob("*.py"):
+        for _, name, statement in _imports(ast.parse(file.read_text()), file.relative_to(REPO).as_posix()):
+            assert name.split(".")[0] not in ("benchmarks", "tools", "tests", "scripts", "dashboards"), (
+                f"{file.relative_to(REPO)}: {statement}"
+            )
+
+
+def test_the_rank_check_finds_an_upward_and_a_sideways_import():
+    graph = {
+        "raytune_fl.config": {"raytune_fl.engine.lr_schedule", "raytune_fl.methods"},
+        "raytune_fl.data.x": {"raytune_fl.models.y", "raytune_fl.registry"},
+        "raytune_fl.cli.tune": {"raytune_fl.tune.study"},
+    }
+    assert upward_imports(graph) == [
+        "raytune_fl.config -> raytune_fl.engine.lr_schedule (up: raytune_fl.config is rank 3, "
+        "raytune_fl.engine rank 5)",
+        "raytune_fl.data.x -> raytune_fl.models.y (a peer of the same rank: raytune_fl.data is rank 1, "
+        "raytune_fl.models rank 1)",
+    ]
 
 
 def test_raytune_fl_has_no_import_cycle():

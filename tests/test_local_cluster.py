@@ -21,8 +21,8 @@ from .conftest import REPO, command_lines, tiny_space
 CHILD = """
 import os, ray
 from ray._private import node, parameter
-from raytune_fl.bench.proc import descendants
-from raytune_fl.tune.cluster import start_local
+from benchmarks.proc import descendants
+from raytune_fl.runtime.cluster import start_local
 start_local(num_cpus=1)
 names = [open(f"/proc/{p}/cmdline").read().replace(chr(0), " ") for p in descendants(os.getpid())[1:]]
 print("RAYLET", any("raylet/raylet" in n for n in names))
@@ -47,8 +47,8 @@ TRIAL_CHILD = """
 import os, sys, time, ray
 from ray import tune
 import raytune_fl.tune.study as study
-from raytune_fl.bench.proc import descendants
-from raytune_fl.tune.cluster import start_local
+from benchmarks.proc import descendants
+from raytune_fl.runtime.cluster import start_local
 
 start_local(num_cpus=2)
 for _ in range(150):  # Ray prestarts an idle worker per CPU once this driver has registered
@@ -79,8 +79,8 @@ def test_a_trial_takes_an_idle_worker_ray_prestarted(tmp_path, runtime_env):
 
 ACTOR_CHILD = """
 import os, sys, time, ray
-from raytune_fl.bench.proc import descendants
-from raytune_fl.tune import cluster
+from benchmarks.proc import descendants
+from raytune_fl.runtime import cluster
 
 if sys.argv[1] == "ours":
     cluster.start_ray("local")  # the command lines' own local cluster
@@ -124,7 +124,7 @@ def test_the_idle_worker_left_waits_for_the_first_trials_client_actors(cluster):
 
 EARLY_CHILD = """
 import time, ray
-from raytune_fl.tune.cluster import RayStart
+from raytune_fl.runtime.cluster import RayStart
 
 start = RayStart(None)
 start.wait()

@@ -23,6 +23,7 @@ from raytune_fl.config import ExperimentConfig, SearchSpace
 from raytune_fl.data import load_dataset
 from raytune_fl.data.identity import data_identity, partition_label
 from raytune_fl.engine.data import data_identity_of, prepare_data
+from raytune_fl.tracking.describe import variant_description
 from raytune_fl.tracking.schema import (
     DATASET_CONTEXT,
     TAG_DESCRIPTION,
@@ -32,7 +33,6 @@ from raytune_fl.tracking.schema import (
     TAG_STAGE,
 )
 from raytune_fl.tracking.tracker import dataset_input
-from raytune_fl.tune.describe import variant_description
 from tests.conftest import tiny_space
 
 

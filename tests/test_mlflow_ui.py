@@ -2,8 +2,8 @@
 
 The slow tests share one module-scoped server and study (`full` searched with 3 trials, `fedavg` fixed: 1 trial),
 made by tune.py's main on the session's private Ray cluster. The browser is driven over the DevTools protocol on
-a pipe (raytune_fl/report/browser.py); what it does on the page is raytune_fl/report/mlflow_ui.py's, which
-scripts/mlflow_ui_screenshots.py runs too. The fast tests: the experiment tag, the URLs, the table's nesting.
+a pipe (tools/browser.py); what it does on the page is tools/mlflow_ui.py's, which
+tools/mlflow_ui.py runs too. The fast tests: the experiment tag, the URLs, the table's nesting.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from raytune_fl.report.browser import CHROMIUM, Browser
-from raytune_fl.report.mlflow_ui import MlflowUI, RunRow, compare_url, nested, runs_url
 from raytune_fl.tracking.schema import EXPERIMENT_KIND_TRAINING, TAG_EXPERIMENT_KIND, TAG_PARENT_RUN
+from raytune_fl.tracking.urls import compare_url, runs_url
+from tools.browser import CHROMIUM, Browser
+from tools.mlflow_ui import MlflowUI, RunRow, nested
 
 from .conftest import REPO, tiny_space
 from .mlflow_servers import start_mlflow_server, stop_mlflow_server
@@ -109,7 +110,7 @@ def test_the_runs_page_shows_each_variant_with_its_trial_runs_nested_under_it(se
 @pytest.mark.slow
 def test_the_screenshot_script_draws_runs_charts_and_parallel_coordinates(served, tmp_path):
     out = tmp_path / "docs"
-    command = [sys.executable, "scripts/mlflow_ui_screenshots.py", "--mlflow-uri", served.url]
+    command = [sys.executable, "tools/mlflow_ui.py", "--mlflow-uri", served.url]
     started = time.time()
     done = subprocess.run(
         [*command, "--experiment", served.name, "--out", str(out)],
@@ -137,7 +138,7 @@ def test_the_screenshot_script_draws_runs_charts_and_parallel_coordinates(served
     )
     assert missing.returncode == 1 and "no experiment 'no_such_study'" in missing.stderr, missing.stderr
     sqlite = subprocess.run(
-        [sys.executable, "scripts/mlflow_ui_screenshots.py", "--mlflow-uri", "sqlite:///m.db", "--experiment", "x"],
+        [sys.executable, "tools/mlflow_ui.py", "--mlflow-uri", "sqlite:///m.db", "--experiment", "x"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -24,9 +24,9 @@ from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.checkpoint import save_state
 from raytune_fl.engine.data import prepare_data
 from raytune_fl.engine.federation import Federation
+from raytune_fl.export.model_helper import ModelExporter, _get_ready
 from raytune_fl.tracking import StudyTracker, models
 from raytune_fl.tracking.schema import TAG_MODEL_ID, TAG_PARENT_RUN, TAG_TRIAL_ID
-from raytune_fl.tune.model_helper import ModelExporter, _get_ready
 
 EXPERIMENT = ExperimentConfig.model_validate(
     {
@@ -165,7 +165,8 @@ def test_no_trial_run_gives_none_and_a_failure_in_the_helper_is_raised_here(trai
 
 
 def test_the_helper_module_imports_only_the_standard_library():
-    code = "import sys, raytune_fl.tune.model_helper;print([m for m in ('torch', 'mlflow', 'ray') if m in sys.modules])"
+    heavy = "('torch', 'mlflow', 'ray')"
+    code = f"import sys, raytune_fl.export.model_helper; print([m for m in {heavy} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path.cwd())
     assert out.stdout.strip() == "[]"
 
@@ -175,7 +176,7 @@ import os
 from pathlib import Path
 with Path({log!r}).open("a") as log:  # each process that runs this script's top level
     log.write(f"{{os.getpid()}}\\n")
-from raytune_fl.tune.model_helper import ModelExporter
+from raytune_fl.export.model_helper import ModelExporter
 if __name__ == "__main__":
     exporter = ModelExporter({uri!r}, "helper")
     print(exporter._process.pid)

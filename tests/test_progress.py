@@ -1,5 +1,6 @@
-"""The live progress of a study or an ablation (tune/progress.py): hand-built events on a fake clock, the exact text;
-then a real small study through `tune.py`, with and without --verbose."""
+"""The live progress of a study or an ablation (cli/progress.py, fed by tune/callbacks.py's TrialEventsCallback):
+hand-built events on a fake clock, the exact text; then a real small study through `tune.py`, with and without
+--verbose."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from raytune_fl.tune.progress import (
-    ProgressCallback,
+from raytune_fl.cli.progress import (
+    ConsoleProgress,
     ProgressDisplay,
     ProgressState,
     ended_line,
@@ -20,6 +21,7 @@ from raytune_fl.tune.progress import (
     started_line,
     status_line,
 )
+from raytune_fl.tune.callbacks import TrialEventsCallback
 
 from .conftest import tiny_space
 
@@ -181,7 +183,7 @@ def _trial(trial_id: str, config: dict, last_result: dict | None = None, status:
 def test_not_a_terminal_whole_lines_a_line_per_trial_and_a_summary_every_30_s():
     clock, stream = Clock(), io.StringIO()
     state = _state(clock, total=2, rounds=2)
-    callback = ProgressCallback(state, ProgressDisplay(state, stream=stream, tty=False))
+    callback = TrialEventsCallback(ConsoleProgress(state, ProgressDisplay(state, stream=stream, tty=False)))
     a = _trial("a", {"mu": 0.1})
     callback.on_step_begin(0, [a])
     callback.on_trial_start(0, [a], a)
@@ -219,7 +221,9 @@ def test_not_a_terminal_whole_lines_a_line_per_trial_and_a_summary_every_30_s():
 def test_verbose_adds_the_starts_and_every_round():
     clock, stream = Clock(), io.StringIO()
     state = _state(clock, total=1, rounds=2, may_stop_early=False)
-    callback = ProgressCallback(state, ProgressDisplay(state, stream=stream, tty=False, verbose=True))
+    callback = TrialEventsCallback(
+        ConsoleProgress(state, ProgressDisplay(state, stream=stream, tty=False, verbose=True))
+    )
     a = _trial("a", {"mu": 0.1})
     callback.on_trial_start(0, [a], a)
     for round_ in (1, 2):
@@ -241,7 +245,7 @@ def test_a_terminal_redraws_one_line_in_place_at_most_twice_a_second():
     clock, stream = Clock(), io.StringIO()
     state = _state(clock, total=1, rounds=2, may_stop_early=False)
     display = ProgressDisplay(state, stream=stream, tty=True, width=200)
-    callback = ProgressCallback(state, display)
+    callback = TrialEventsCallback(ConsoleProgress(state, display))
     a = _trial("a", {"mu": 0.1})
     for t in (0.0, 0.1, 0.2, 0.49):  # one draw: the others come too soon after it
         clock.at(t)
@@ -308,7 +312,7 @@ def test_tty_is_asked_of_the_stream_once():
 def test_a_resumed_run_counts_what_had_ended_and_continues_from_the_checkpoint():
     clock, stream = Clock(), io.StringIO()
     state = _state(clock, total=3, rounds=4)
-    callback = ProgressCallback(state, ProgressDisplay(state, stream=stream, tty=False))
+    callback = TrialEventsCallback(ConsoleProgress(state, ProgressDisplay(state, stream=stream, tty=False)))
     done = _trial("a", {"mu": 0.1}, _result(4, 0.7), status="TERMINATED")
     cut = _trial("b", {"mu": 0.2}, _result(2, 0.6), status="PENDING")  # restored from its checkpoint at round 2
     callback.on_step_begin(0, [done, cut])
@@ -326,9 +330,11 @@ def test_a_resumed_run_counts_what_had_ended_and_continues_from_the_checkpoint()
 def test_the_callback_pickles_without_its_stream():
     """Tune pickles the run's callbacks with the tuner (and restores them on a resume)."""
     state = ProgressState("full", 2, 3)
-    callback = ProgressCallback(state, ProgressDisplay(state, stream=io.TextIOWrapper(io.BytesIO())))
+    callback = TrialEventsCallback(
+        ConsoleProgress(state, ProgressDisplay(state, stream=io.TextIOWrapper(io.BytesIO())))
+    )
     copy = pickle.loads(pickle.dumps(callback))
-    assert copy.display._stream is None and copy.state.total == 2
+    assert copy.events.display._stream is None and copy.events.state.total == 2
 
 
 # ---- a real study ----------------------------------------------------------------------------------------------------

@@ -24,14 +24,14 @@ WORKLOAD_SIZES = [262, 356, 1094, 72, 427, 261, 851, 70, 536, 71]  # WORKLOAD.md
 
 
 def test_cosine_by_hand_at_rounds_1_10_20():
-    cosine = ScheduleConfig(kind="cosine").resolve(rounds=20)  # t_max unset: the run's rounds
+    cosine = LrSchedule.of(ScheduleConfig(kind="cosine"), 20)  # t_max unset: the run's rounds
     assert cosine.t_max == 20 and cosine.eta_min == 0.0
     assert cosine.lr(0.01, 1) == 0.01  # round 1 trains at the base rate
     # 0.01 * (1 + cos(9 pi / 20)) / 2, cos(81 degrees) = 0.156434465
     assert cosine.lr(0.01, 10) == pytest.approx(0.005782172325, rel=1e-9)
     # 0.01 * (1 + cos(19 pi / 20)) / 2, cos(171 degrees) = -0.987688341
     assert cosine.lr(0.01, 20) == pytest.approx(0.0000615582970, rel=1e-8)
-    floor = ScheduleConfig(kind="cosine", t_max=10, eta_min=0.001).resolve(rounds=20)
+    floor = LrSchedule.of(ScheduleConfig(kind="cosine", t_max=10, eta_min=0.001), 20)
     assert floor.lr(0.01, 11) == pytest.approx(0.001, abs=1e-15)  # t_max rounds after round 1: the floor
 
 
@@ -40,7 +40,7 @@ def test_cosine_is_torchs_scheduler_stepped_once_per_round():
     rounds = 20
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.01)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=rounds)
-    ours = ScheduleConfig(kind="cosine").resolve(rounds)
+    ours = LrSchedule.of(ScheduleConfig(kind="cosine"), rounds)
     for round_index in range(1, rounds + 1):
         assert ours.lr(0.01, round_index) == pytest.approx(scheduler.get_last_lr()[0], rel=1e-12, abs=1e-15)
         optimizer.step()
@@ -48,10 +48,10 @@ def test_cosine_is_torchs_scheduler_stepped_once_per_round():
 
 
 def test_step_and_exponential_by_hand():
-    step = ScheduleConfig(kind="step", step_size=5).resolve(rounds=20)
+    step = LrSchedule.of(ScheduleConfig(kind="step", step_size=5), 20)
     assert step.gamma == 0.1  # torch's StepLR default
     assert [step.lr(0.1, r) for r in (1, 5, 6, 10, 11)] == pytest.approx([0.1, 0.1, 0.01, 0.01, 0.001])
-    exponential = ScheduleConfig(kind="exponential", gamma=0.5).resolve(rounds=20)
+    exponential = LrSchedule.of(ScheduleConfig(kind="exponential", gamma=0.5), 20)
     assert [exponential.lr(0.08, r) for r in (1, 2, 3, 4)] == [0.08, 0.04, 0.02, 0.01]
     assert LrSchedule().lr(0.03, 17) == 0.03  # constant
 
@@ -92,7 +92,7 @@ def test_a_client_trains_at_its_rounds_rate():
     scheduled = base.model_copy(
         update={"optimizer": base.optimizer.model_copy(update={"schedule": ScheduleConfig(kind="cosine")})}
     )
-    rate = scheduled.optimizer.schedule.resolve(20).lr(0.01, 10)
+    rate = LrSchedule.of(scheduled.optimizer.schedule, 20).lr(0.01, 10)
     constant = base.model_copy(update={"optimizer": base.optimizer.model_copy(update={"lr": rate})})
     got, want, first = _client_update(scheduled, 10), _client_update(constant, 10), _client_update(base, 10)
     for key, value in want.delta.items():
@@ -212,7 +212,7 @@ def test_batchnorm_local_clients_resume_from_their_own_statistics():
 
 
 def test_a_variant_trains_with_its_own_optimiser_in_both_stages():
-    from raytune_fl.tune.ablation import VariantSource, build_cells
+    from raytune_fl.ablation.plan import VariantSource, build_cells
 
     official = {"lr": 0.01, "momentum": 0.5, "weight_decay": 5e-4}
     space = parse_space(

@@ -9,6 +9,7 @@ import pytest
 from raytune_fl.cli import reproduce
 from raytune_fl.config import load_space
 from raytune_fl.methods import METHODS
+from tools.dashboard_png import screenshot as dashboard_png
 
 from .conftest import REPO
 
@@ -36,7 +37,7 @@ def test_every_paper_table_names_a_space_file_that_loads_and_holds_its_reference
     ],
 )
 def test_bad_options_are_refused_by_name_before_ray_starts(argv, message, capsys, monkeypatch, tmp_path):
-    from raytune_fl.tune import cluster
+    from raytune_fl.runtime import cluster
 
     monkeypatch.setattr(cluster, "start_ray", lambda address: pytest.fail("Ray started"))
     assert reproduce.main([*argv, "--work", str(tmp_path)]) == 2
@@ -59,7 +60,7 @@ def test_each_table_reproduces_end_to_end_with_a_shrunken_round_count(name, ray_
     space = load_space(reproduce.PAPERS[name].space_file(name))
     screenshot = [] if name == "fedld_table2" else ["--no-screenshot"]  # one screenshot is enough to check it
     out, work = tmp_path / "results", tmp_path / "work"
-    code = reproduce.main([name, *SHRUNKEN, *screenshot, "--out", str(out), "--work", str(work)])
+    code = reproduce.main([name, *SHRUNKEN, *screenshot, "--out", str(out), "--work", str(work)], dashboard_png)
     assert code == 0, capsys.readouterr().err[-3000:]
     runs = pd.read_csv(out / name / "runs.csv")
     assert len(runs) == len(space.variants) * 2 * 2  # variants x seeds x alphas

@@ -51,7 +51,7 @@ def test_bit_for_bit_torch_sgd_on_a_model_with_a_frozen_parameter(momentum, weig
 def test_training_a_client_never_imports_torch_dynamo():
     code = (
         "import sys\n"
-        "from raytune_fl.bench.workload import workload_config\n"
+        "from benchmarks.workload import workload_config\n"
         "from raytune_fl.engine.federation import Federation, in_process_pool\n"
         "Federation(workload_config(rounds=1), 'fedavg', {}, pool_factory=in_process_pool).run(lambda m: None)\n"
         "print(sorted(m for m in ('torch._dynamo', 'triton') if m in sys.modules))\n"

@@ -21,9 +21,9 @@ from mlflow.tracking import MlflowClient
 
 from raytune_fl.cli import main
 from raytune_fl.config import ConfigError, parse_space
-from raytune_fl.tune import cluster
+from raytune_fl.runtime import cluster
+from raytune_fl.runtime.storage import resolve_storage
 from raytune_fl.tune.manifest import StudyManifest
-from raytune_fl.tune.storage import resolve_storage
 
 from .conftest import REPO, tiny_space
 from .test_resume import _kill_when, _space, _survivors, _trials

@@ -1,7 +1,7 @@
 """The command lines: common.py (shared options and the checks before Ray starts), one module per command:
 tune.py (`scripts/tune.py`), ablate.py (`scripts/ablate.py`), dashboard.py (`dashboards/build.py`).
 
-`raytune_fl.cli.main` is tune.py's. Ray is started only through `raytune_fl.tune.cluster.start_ray`
+`raytune_fl.cli.main` is tune.py's. Ray is started only through `raytune_fl.runtime.cluster.start_ray`
 (common.join_ray looks it up there at call time, so that a test can replace it).
 """
 

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from raytune_fl.cli import common
+from raytune_fl.cli import common, progress
 from raytune_fl.config import ConfigError
 from raytune_fl.registry import UnknownNameError
 
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from raytune_fl.tune.ablation import make_plan, parse_grid, settings, variant_source
+    from raytune_fl.ablation.plan import make_plan, parse_grid, settings, variant_source
 
     try:  # everything that can be wrong with the command line or the data, before MLflow and Ray
         if args.seeds < 1:
@@ -78,9 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return common.fail(error)
     seeds = [space.base.seed + i for i in range(args.seeds)]
 
+    from raytune_fl.ablation.run import run_ablation
     from raytune_fl.tracking import StudyTracker
     from raytune_fl.tracking.store import find_ablation_parent, latest_study
-    from raytune_fl.tune.ablation_run import run_ablation
 
     uri = common.tracking_uri(args)
     print(f"MLflow tracking URI: {uri}  (experiment {space.name!r})", flush=True)
@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out_dir=out_dir,
         resume=resume,
         log_models=args.log_models,
-        verbose=args.verbose,
+        watch=progress.console(args.verbose),
     )
     files = outcome.files
     print(f"\n=== {space.name}: final-round test accuracy (%), mean ± std over {len(seeds)} seeds ===")

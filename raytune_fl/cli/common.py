@@ -19,7 +19,7 @@ from raytune_fl.config import ConfigError, ExperimentConfig, ResourcesConfig, Se
 
 if TYPE_CHECKING:
     from raytune_fl.engine.data import FederatedData
-    from raytune_fl.tune.cluster import RayStart
+    from raytune_fl.runtime.cluster import RayStart
 
 SPACE_HELP = "search-space YAML file, e.g. search_spaces/univarfl.yaml"
 MLFLOW_URI_HELP = "MLflow tracking URI; default: sqlite:///<cwd>/mlflow.db"
@@ -77,7 +77,7 @@ def exit_now(code: int) -> NoReturn:
     teardown. With torch, Ray and MLflow loaded the teardown takes seconds (3.7 s measured after a study, no Python
     frame running) and writes nothing: everything a command produces is written by then."""
     if "ray" in sys.modules:
-        from raytune_fl.tune.cluster import stop_ray
+        from raytune_fl.runtime.cluster import stop_ray
 
         stop_ray()  # before the exit hooks, one of which is Ray's with its half-second wait
     atexit._run_exitfuncs()
@@ -137,7 +137,7 @@ def resolve_space(args: argparse.Namespace) -> tuple[SearchSpace, list[str]]:
                 f"--address {args.address!r}: expected 'auto', 'local', host:port or ray://host:port "
                 "with a port in 1..65535"
             )
-    from raytune_fl.tune.storage import resolve_storage
+    from raytune_fl.runtime.storage import resolve_storage
 
     # made and write-probed (a wrong bucket or endpoint fails here, not in Ray); from here on a Storage
     args.storage = resolve_storage(args.storage)
@@ -174,7 +174,7 @@ def check_data(base: ExperimentConfig) -> FederatedData:
 def start_ray_early(address: str | None) -> RayStart | None:
     """A private local cluster's start, begun on a thread before the last checks (tune.py's MLflow and Optuna
     stores); None where Ray is joined instead (started in `join_ray`, once everything is checked)."""
-    from raytune_fl.tune import cluster as ray_cluster
+    from raytune_fl.runtime import cluster as ray_cluster
 
     return ray_cluster.RayStart(address) if ray_cluster.starts_private_cluster(address) else None
 
@@ -182,7 +182,7 @@ def start_ray_early(address: str | None) -> RayStart | None:
 def join_ray(address: str | None, resources: ResourcesConfig, started: RayStart | None = None) -> None:
     """Start or join Ray (or wait for the start `started` began), say which cluster it is, and check that one trial
     fits on it."""
-    from raytune_fl.tune import cluster as ray_cluster  # start_ray looked up at call time: tests replace it
+    from raytune_fl.runtime import cluster as ray_cluster  # start_ray looked up at call time: tests replace it
     from raytune_fl.tune.resources import check_fits, check_nodes_fit
 
     try:

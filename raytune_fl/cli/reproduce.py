@@ -15,7 +15,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -97,7 +97,12 @@ def _alphas(text: str) -> list[float]:
     return values
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+Screenshot = Callable[[Path, Path], "Path | None"]  # (dashboard.html, png to write) -> the png, or None
+
+
+def main(argv: Sequence[str] | None = None, screenshot: Screenshot | None = None) -> int:
+    """`screenshot`: how to draw the dashboard as a PNG (scripts/reproduce.py passes tools/dashboard_png.py's,
+    which drives Chromium; the package itself holds no browser tooling). None: the page links the HTML only."""
     args = build_parser().parse_args(argv)
     paper = PAPERS[args.name]
     space_file = paper.space_file(args.name)
@@ -140,7 +145,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     assets = out / args.name
     assets.mkdir(parents=True, exist_ok=True)
-    shot = None if args.no_screenshot else _screenshot(work / "ablation" / "dashboard.html", assets / "dashboard.png")
+    shot = None
+    if not args.no_screenshot:
+        if screenshot is None:
+            print("no dashboard screenshot: run scripts/reproduce.py from a checkout (tools/dashboard_png.py)")
+        else:
+            shot = screenshot(work / "ablation" / "dashboard.html", assets / "dashboard.png")
     commands = _commands(argv, tune_argv, ablate_argv, searched)
     page = write_results(args.name, paper, space_file, uri, results_file, assets, shot, commands, wall)
     print(f"results page: {page}", flush=True)
@@ -164,25 +174,6 @@ def _commands(
         lines.append(f"python scripts/tune.py {_quoted(tune_argv)}")
     lines.append(f"python scripts/ablate.py {_quoted(ablate_argv)}")
     return lines
-
-
-def _screenshot(dashboard: Path, png: Path) -> Path | None:
-    """The dashboard's ablation table and learning curves as a PNG (the HTML itself inlines 4.7 MB of plotly.js)."""
-    from raytune_fl.report.browser import Browser, BrowserError
-
-    if not dashboard.exists():
-        return None
-    try:
-        with Browser() as browser:
-            tab = browser.new_page(1400, 1000)
-            tab.goto(dashboard.resolve().as_uri())
-            tab.wait_for("document.body.dataset.plotsRendered > 0", what="the dashboard's plots drawn")
-            bottom = tab.evaluate("document.getElementById('learning-curves').getBoundingClientRect().bottom")
-            tab.resize(1400, int(bottom) + 20)
-            return tab.screenshot(png, clip={"x": 0, "y": 0, "width": 1400, "height": int(bottom) + 20})
-    except (BrowserError, OSError, TimeoutError) as error:
-        print(f"no dashboard screenshot: {error}", file=sys.stderr)
-        return None
 
 
 def machine() -> str:
@@ -221,8 +212,8 @@ def source_commit() -> str:
 def write_results(name, paper, space_file, uri, results_file, assets, shot, commands, wall) -> Path:
     import pandas as pd
 
+    from raytune_fl.ablation.table import summarise, to_markdown
     from raytune_fl.report import comparison
-    from raytune_fl.report.table import summarise, to_markdown
     from raytune_fl.tracking import StudyTracker
     from raytune_fl.tracking.store import latest_study
 

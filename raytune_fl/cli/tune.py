@@ -7,16 +7,16 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from raytune_fl.cli import common
+from raytune_fl.cli import common, progress
 from raytune_fl.config import ConfigError, SearchSpace
 from raytune_fl.registry import UnknownNameError
 
 if TYPE_CHECKING:
     from raytune_fl.engine.data import FederatedData
+    from raytune_fl.export.model_helper import ModelExporter
+    from raytune_fl.runtime.cluster import RayStart
     from raytune_fl.tracking import StudyTracker
-    from raytune_fl.tune.cluster import RayStart
     from raytune_fl.tune.manifest import StudyManifest
-    from raytune_fl.tune.model_helper import ModelExporter
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return code
 
-    from raytune_fl.tune.model_helper import ModelExporter
+    from raytune_fl.export.model_helper import ModelExporter
 
     # its process starts now (milliseconds) and gets ready on idle CPU time (tune/model_helper.py)
     exporter = None if args.no_models else ModelExporter(uri, space.name)
@@ -139,7 +139,7 @@ def _run_variants(
             on_start=lambda run, name=name: manifest.started(name, run),
             log_model=not args.no_models,
             optuna_storage=optuna_url,
-            verbose=args.verbose,
+            watch=progress.console(args.verbose),
             exporter=exporter,
         )
         manifest.finished(name, outcome)
@@ -170,7 +170,7 @@ def _open_stores(
         raise ConfigError(f"--mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}") from None
     optuna_url = None
     if any(space.variants[name].search for name in variants):  # nothing searched: no Optuna study, no file
-        from raytune_fl.tune import optuna_storage
+        from raytune_fl.runtime import optuna_storage
 
         # an unreachable or read-only storage fails here
         optuna_url = optuna_storage.resolve_url(args.optuna_storage, uri)
@@ -215,7 +215,7 @@ def print_summary(outcomes: list, uri: str, experiment: str, wall_s: float) -> N
 
 def print_next_steps(args: argparse.Namespace, uri: str, experiment: str, experiment_id: str, outcomes: list) -> None:
     """Where to look at what the study made, and what to run next: commands to copy."""
-    from raytune_fl.report.mlflow_ui import runs_url  # standard library only
+    from raytune_fl.tracking.urls import runs_url
 
     space = args.space + (f" --mlflow-uri {uri}" if args.mlflow_uri else "")
     print("\n=== next ===")

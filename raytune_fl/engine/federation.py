@@ -30,6 +30,7 @@ from raytune_fl.engine.evaluation import (
 )
 from raytune_fl.engine.fedbuff import BufferedAsync
 from raytune_fl.engine.local import LocalSettings, NonFiniteLossError
+from raytune_fl.engine.lr_schedule import LrSchedule
 from raytune_fl.engine.pool import ClientPool, InProcessPool, WorkerFailure
 from raytune_fl.engine.report_keys import CLIENT_LOG_KEY
 from raytune_fl.engine.schedules import Schedule
@@ -69,7 +70,7 @@ def worker_spec(
         augment,
         drop_last=experiment.drop_last,
         bn_running=experiment.batchnorm.local_training == "running",
-        schedule=opt.schedule.resolve(experiment.rounds),
+        schedule=LrSchedule.of(opt.schedule, experiment.rounds),
     )
     local_statistics = experiment.batchnorm.aggregate == "local"
     deterministic = experiment.reproducibility.deterministic

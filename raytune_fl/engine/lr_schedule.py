@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import get_args
 
-KINDS = ("constant", "cosine", "step", "exponential")
+from raytune_fl.config import ScheduleConfig, ScheduleKind
+
+KINDS: tuple[str, ...] = get_args(ScheduleKind)
 
 
 @dataclass(frozen=True)
@@ -40,3 +43,10 @@ class LrSchedule:
         if self.kind == "exponential":
             return base_lr * self.gamma**steps
         return base_lr
+
+    @classmethod
+    def of(cls, config: ScheduleConfig, rounds: int) -> LrSchedule:
+        """The schedule a run of `rounds` rounds trains on. Unset factors: step 0.1 (torch's StepLR default);
+        exponential has none (the config refuses it without gamma); constant and cosine do not use one."""
+        gamma = config.gamma if config.gamma is not None else (0.1 if config.kind == "step" else 1.0)
+        return cls(config.kind, config.t_max or rounds, config.eta_min, config.step_size, gamma)

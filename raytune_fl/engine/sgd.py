@@ -4,7 +4,7 @@ The update is torch's own functional `torch.optim.sgd.sgd` called with the argum
 step is bit for bit torch.optim.SGD's (tests/test_engine.py's frozen-engine pin and tests/test_sgd.py). What is
 left out is the Optimizer wrapper: its `step`, `zero_grad` and `add_param_group` import torch._dynamo (and triton
 with it) on first use, about 85 MiB of private memory in every process that trains, client actors included,
-none of which ever compiles anything (scripts/bench_workload.py's peak PSS). No hooks, closures, sparse or
+none of which ever compiles anything (benchmarks/workload.py's peak PSS). No hooks, closures, sparse or
 differentiable steps: the loop uses none.
 """
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 from scipy import stats
 
-from raytune_fl.report.table import COUNTED
+from raytune_fl.ablation.table import COUNTED
 
 ALPHA_LEVEL = 0.05  # the usual two-sided 5 % level; a reader can re-judge from the printed p-values
 

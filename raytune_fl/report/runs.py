@@ -62,7 +62,7 @@ class Store:
     ablation: Run | None  # the latest ablation parent run
     ablation_trials: list[Run]
     all_trials: list[Run]  # every trial run of the experiment, any study or ablation (round times)
-    grid_runs: list[Run] = field(default_factory=list)  # ground-truth grid points (scripts/bench_search.py)
+    grid_runs: list[Run] = field(default_factory=list)  # ground-truth grid points (benchmarks/search.py)
     variants: list[str] = field(default_factory=list)
     colors: dict[str, str] = field(default_factory=dict)
 

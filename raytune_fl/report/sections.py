@@ -14,10 +14,10 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
+from raytune_fl.ablation.table import summarise, to_html
 from raytune_fl.report import figures
 from raytune_fl.report.page import figure_div
 from raytune_fl.report.runs import COMPLETED, Store, final_value, representatives, run_label, tune_metric
-from raytune_fl.report.table import summarise, to_html
 from raytune_fl.tracking.schema import (
     ABLATION_FOLDER,
     ABLATION_RESULTS_FILE,
@@ -296,7 +296,7 @@ def partition_section(store: Store) -> Section:
 def search_landscape_section(store: Store) -> Section:
     section = Section("search-landscape")
     if not store.grid_runs:
-        return section.skip("no grid runs in this experiment: scripts/bench_search.py logs a ground-truth grid")
+        return section.skip("no grid runs in this experiment: benchmarks/search.py logs a ground-truth grid")
     metric = store.space.tune.metric
     rows = [
         {**{k: float(v) for k, v in run.data.params.items()}, "value": final_value(run, metric)}

@@ -1,4 +1,4 @@
-"""Grid points as MLflow runs: the ground truth `scripts/bench_search.py` measures search strategies against.
+"""Grid points as MLflow runs: the ground truth `benchmarks/search.py` measures search strategies against.
 
 A grid run (tag stage = grid) holds one configuration trained under one seed: its searched hyperparameters as
 params, the seed as a tag, and its per-round val/test metrics with step = round. The dashboard's search-landscape

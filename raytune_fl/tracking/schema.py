@@ -63,7 +63,7 @@ MODEL_NAME = "global_model"  # the name a run's logged model has (MLflow's Model
 
 STAGE_TUNE = "tune"
 STAGE_ABLATION = "ablation"
-STAGE_GRID = "grid"  # ground-truth grid points of scripts/bench_search.py (the dashboard's search landscape)
+STAGE_GRID = "grid"  # ground-truth grid points of benchmarks/search.py (the dashboard's search landscape)
 ROLE_PARENT = "parent"
 ROLE_TRIAL = "trial"
 NO_STUDY = "none"  # study_run_id of a cell configured from the YAML

@@ -1,4 +1,5 @@
-"""Ray Tune callbacks (run in the driver): Tune's trial events handed to the MLflow layer (progress: progress.py)."""
+"""Ray Tune callbacks (run in the driver): Tune's trial events handed to the MLflow layer and to a watcher
+(tune/events.py; the CLI's console progress)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from ray import tune
 
 from raytune_fl.tracking import TrialTracker
 from raytune_fl.tracking.background import SerialWriter
+from raytune_fl.tune.events import TrialEvents
 from raytune_fl.tune.selection import beats, candidacy
 
 
@@ -85,3 +87,40 @@ class BestSoFar(tune.Callback):
 
 def print_line(line: str) -> None:
     print(line, file=sys.stdout, flush=True)
+
+
+class TrialEventsCallback(tune.Callback):
+    """Tune's trial events -> a watcher's `TrialEvents`, ticked on each step of Tune's loop."""
+
+    def __init__(self, events: TrialEvents) -> None:
+        self.events = events
+        self._adopted = False
+
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        if not self._adopted:  # a resumed run: what had ended before counts, and keeps its number
+            self._adopted = True
+            for trial in trials:
+                if trial.status in ("TERMINATED", "ERROR"):
+                    self.events.restored(trial.trial_id, trial.config, trial.last_result, trial.status == "ERROR")
+        self.events.tick()
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        self.events.tick()
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.events.started(trial.trial_id, trial.config, int((trial.last_result or {}).get("round") or 0))
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        self.events.reported(trial.trial_id, result)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.events.completed(trial.trial_id, trial.last_result)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.events.errored(trial.trial_id, trial.error_file)
+
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.events.recovered(trial.trial_id)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.events.finish()

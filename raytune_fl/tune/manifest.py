@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from raytune_fl.config import ConfigError, SearchSpace
-from raytune_fl.tune.storage import Storage, resolve_storage
+from raytune_fl.runtime.storage import Storage, resolve_storage
 from raytune_fl.tune.study import VariantOutcome, VariantRun
 
 

@@ -22,8 +22,13 @@ from ray.tune.search.optuna import OptunaSearch
 
 from raytune_fl.config import ExperimentConfig, SearchSpace, TuneSettings, flatten, run_params
 from raytune_fl.engine.data import FederatedData, data_identity_of, prepare_data
+from raytune_fl.export.model_helper import ModelExporter
+from raytune_fl.export.trial_model import log_trial_model
 from raytune_fl.methods import METHODS
+from raytune_fl.runtime import optuna_storage as optuna_db
+from raytune_fl.runtime.storage import Storage, resolve_storage
 from raytune_fl.tracking import ParentRun, StudyTracker
+from raytune_fl.tracking.describe import trial_description, variant_description
 from raytune_fl.tracking.schema import (
     RUN_FAILED,
     RUN_FINISHED,
@@ -40,16 +45,11 @@ from raytune_fl.tracking.schema import (
     TRIAL_FINISHED,
     TRIAL_STOPPED_EARLY,
 )
-from raytune_fl.tune import optuna_storage as optuna_db
-from raytune_fl.tune.callbacks import BestSoFar, MlflowTrialLogger, print_line
-from raytune_fl.tune.describe import trial_description, variant_description
-from raytune_fl.tune.export import log_trial_model
-from raytune_fl.tune.model_helper import ModelExporter
-from raytune_fl.tune.progress import ProgressCallback, ProgressState
+from raytune_fl.tune.callbacks import BestSoFar, MlflowTrialLogger, TrialEventsCallback, print_line
+from raytune_fl.tune.events import Watch, Watcher
 from raytune_fl.tune.resources import placement_group_factory
 from raytune_fl.tune.selection import best_of, candidacy
 from raytune_fl.tune.space import optuna_space
-from raytune_fl.tune.storage import Storage, resolve_storage
 from raytune_fl.tune.trainable import federated_trial
 
 
@@ -115,7 +115,7 @@ def run_variant(
     storage: str | Path | Storage,
     tracker: StudyTracker | None,
     out: Callable[[str], None] = print_line,
-    verbose: bool = False,
+    watch: Watcher | None = None,
     data: FederatedData | None = None,
     resume: VariantRun | None = None,
     on_start: Callable[[VariantRun], None] | None = None,
@@ -129,6 +129,8 @@ def run_variant(
     With `optuna_storage` (a SQLAlchemy URL, tune/optuna_storage.py) a searched variant's Optuna study persists
     there as `<space name>-<variant>` (`-<start time>` appended when a fresh run finds that name taken); a resume
     reopens the study its manifest entry names (the restored searcher's pickled storage points at it).
+
+    `watch`: how the caller follows the trials (the CLI: cli/progress.py's console; None: silently).
 
     With `log_model` the selected trial's model is logged to MLflow, by `exporter`'s helper process if given."""
     started = time.time()
@@ -172,7 +174,7 @@ def run_variant(
         "method": variant.method,
         **variant.fixed,
     }
-    progress = ProgressState(
+    run = Watch(
         variant_name,
         num_samples,
         base.rounds,
@@ -180,8 +182,7 @@ def run_variant(
         settings.mode,
         may_stop_early=isinstance(scheduler, ASHAScheduler),
     )
-    # a live status line on a terminal, a line per trial elsewhere; with `verbose` a line per trial round too
-    callbacks: list[tune.Callback] = [ProgressCallback(progress, verbose=verbose)]
+    callbacks: list[tune.Callback] = [TrialEventsCallback(watch(run))] if watch is not None else []
     storage = resolve_storage(storage)
     fs = storage.filesystem
     restorable = resume is not None and tune.Tuner.can_restore(resume.experiment_path, storage_filesystem=fs)

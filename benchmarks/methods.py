@@ -197,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import ray
 
         from raytune_fl.actors import ray_pool_factory
-        from raytune_fl.tune.cluster import start_local
+        from raytune_fl.runtime.cluster import start_local
 
         if not ray.is_initialized():
             start_local()
@@ -214,3 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(format_table(ratio_table(timings)))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -118,8 +118,8 @@ class ModelExporter:
         link_parent: bool,
     ) -> tuple[str, str] | None:
         """As tune/export.py's log_trial_model, in the helper: (model id, run id), or None (no checkpoint, no run)."""
+        from raytune_fl.export.trial_model import log_checkpoint_model, trial_checkpoint
         from raytune_fl.tracking import StudyTracker
-        from raytune_fl.tune.export import log_checkpoint_model, trial_checkpoint
 
         found = trial_checkpoint(result)
         if found is None:
@@ -211,7 +211,7 @@ def _serve(pipe: Connection, tracking_uri: str, experiment_name: str) -> None:
 
 
 def _log(tracker: Any, message: _Export, link_parent: bool) -> _Logged | None:
-    from raytune_fl.tune.export import log_checkpoint_model
+    from raytune_fl.export.trial_model import log_checkpoint_model
 
     args = (message.parent_run_id, message.trial_id, message.checkpoint, message.experiment, message.method)
     logged = log_checkpoint_model(tracker, *args, message.params, message.data, link_parent)

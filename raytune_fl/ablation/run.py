@@ -12,11 +12,15 @@ from typing import Any
 import pandas as pd
 from ray import tune
 
+from raytune_fl.ablation.plan import AblationCell, AblationPlan, ablation_trial, cell_run
+from raytune_fl.ablation.table import summarise, to_csv, to_markdown
 from raytune_fl.config import flatten
 from raytune_fl.data.identity import DataIdentity
 from raytune_fl.engine.data import FederatedData, data_identity_of
-from raytune_fl.report.table import summarise, to_csv, to_markdown
+from raytune_fl.export.trial_model import log_trial_model
+from raytune_fl.runtime.storage import Storage
 from raytune_fl.tracking import ParentRun, StudyTracker, TrialRun, TrialTracker
+from raytune_fl.tracking.describe import ablation_description, cell_description
 from raytune_fl.tracking.schema import (
     ABLATION_FOLDER,
     ABLATION_RESULTS_FILE,
@@ -35,13 +39,9 @@ from raytune_fl.tracking.schema import (
     setting_folder,
 )
 from raytune_fl.tracking.store import ablation_results, one_run_per_cell
-from raytune_fl.tune.ablation import AblationCell, AblationPlan, ablation_trial, cell_run
-from raytune_fl.tune.callbacks import MlflowTrialLogger, print_line
-from raytune_fl.tune.describe import ablation_description, cell_description
-from raytune_fl.tune.export import log_trial_model
-from raytune_fl.tune.progress import ProgressCallback, ProgressState
+from raytune_fl.tune.callbacks import MlflowTrialLogger, TrialEventsCallback, print_line
+from raytune_fl.tune.events import Watch, Watcher
 from raytune_fl.tune.resources import placement_group_factory
-from raytune_fl.tune.storage import Storage
 from raytune_fl.tune.study import run_config
 
 TABLE_METRIC = "test_acc"  # the papers report final test accuracy; selection already happened on validation
@@ -191,7 +191,7 @@ def run_ablation(
     resume: tuple[str, set[str]] | None = None,
     out: Callable[[str], None] = print_line,
     log_models: bool = False,  # each finished cell's final global model as an MLflow model on its run
-    verbose: bool = False,  # a line per cell start and per cell round too
+    watch: Watcher | None = None,  # how the caller follows the cells (the CLI: its console progress)
 ) -> AblationOutcome:
     """Runs the plan's cells (with `resume`: under that parent, skipping the cells it finished), logs every run to
     MLflow, and writes the results and the table to `out_dir` and to the parent run's `ablation/` artifacts."""
@@ -231,7 +231,7 @@ def run_ablation(
         parent.trials.append(trials)
         # every cell runs every round (FIFO): the time left is an estimate, not a bound; no "best" across cells
         rounds = {cell.key: cell.experiment.rounds for cell in todo}  # a grid may vary them
-        progress = ProgressState(
+        run = Watch(
             "ablation",
             len(todo),
             plan.rounds,
@@ -241,14 +241,14 @@ def run_ablation(
             rounds_of=lambda config: rounds[config["cell"]],
             total_rounds=sum(rounds.values()),
         )
-        printer = ProgressCallback(progress, verbose=verbose)
+        followers = [TrialEventsCallback(watch(run))] if watch is not None else []
         if todo:
             results = run_cells(
                 todo,
                 name=f"{plan.space.name}-ablation-{time.strftime('%Y%m%d-%H%M%S')}",
                 storage=storage,
                 max_concurrent=plan.space.tune.max_concurrent,
-                callbacks=[printer, MlflowTrialLogger(trials)],
+                callbacks=[*followers, MlflowTrialLogger(trials)],
             )
             if log_models:
                 log_cell_models(tracker, parent.run_id, results, by_key, data, out)

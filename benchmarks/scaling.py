@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from raytune_fl.bench.proc import MiB, measure, print_result, python_module
-from raytune_fl.bench.workload import WORKLOAD, timed_run
+from benchmarks.proc import MiB, measure, print_result, python_module
+from benchmarks.workload import WORKLOAD, timed_run
 
 SHARE = 400  # samples per client: WORKLOAD.md's mean client size
 
@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for rep in range(1, args.reps + 1):
         for clients in counts:
             command = python_module(
-                "raytune_fl.bench.scaling",
+                "benchmarks.scaling",
                 *("--child", str(clients), "--participating", str(args.participating), "--rounds", str(args.rounds)),
                 *("--actors", str(args.actors), "--threads", str(args.threads)),
             )

@@ -19,10 +19,10 @@ from typing import Any
 
 import yaml
 
-from raytune_fl.bench.proc import MiB, measure
-from raytune_fl.bench.workload import WORKLOAD
+from benchmarks.proc import MiB, measure
+from benchmarks.workload import WORKLOAD
 
-TUNE_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "tune.py"
+TUNE_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "tune.py"
 
 
 def study_space(trials: int, rounds: int, actors: int) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any
 
 START = time.perf_counter()
 
-from raytune_fl.bench.proc import MiB, measure, print_result, python_module  # noqa: E402
+from benchmarks.proc import MiB, measure, print_result, python_module  # noqa: E402
 
 # ../shared/WORKLOAD.md as an experiment: every client trains on its whole share and the test set is the one
 # evaluated, as in the reference loop (no validation split); diagnostics off (they are not part of the workload)
@@ -73,7 +73,7 @@ def timed_run(experiment, data=None) -> tuple[list[dict[str, Any]], list[float]]
         import ray
 
         from raytune_fl.actors import ray_pool_factory
-        from raytune_fl.tune.cluster import start_local
+        from raytune_fl.runtime.cluster import start_local
 
         start_local(num_cpus=max(2, actors))
         pool_factory = ray_pool_factory(experiment.resources)
@@ -147,11 +147,11 @@ def child_command(
     if way.startswith("reference"):  # always the CPU loop: the yardstick
         processes = str(actors if way == "reference_procs" else 0)
         args = ("--threads", str(threads), "--rounds", str(rounds), "--processes", processes)
-        return python_module("raytune_fl.bench.reference", *args)
+        return python_module("benchmarks.reference", *args)
     args = ["--child", way, "--rounds", str(rounds), "--threads", str(threads), "--actors", str(actors)]
     if way == "engine_batched":
         args += ["--client-batch", str(client_batch)]
-    return python_module("raytune_fl.bench.workload", *args, "--device", device)
+    return python_module("benchmarks.workload", *args, "--device", device)
 
 
 def way_label(way: str, client_batch: int | str) -> str:

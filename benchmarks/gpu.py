@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from raytune_fl.bench.proc import last_json
+from benchmarks.proc import last_json, with_repo_on_path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 TUNE_SCRIPT = REPO / "scripts" / "tune.py"
 PARTS = ("tests", "workload", "workload_batched", "resnet", "resnet_batched", "study")
 GPU_TESTS = ("tests/test_gpu.py", "tests/test_gpu_methods.py")  # those present run
@@ -322,8 +322,7 @@ def _end_group(process: subprocess.Popen) -> None:
 
 
 def child_env() -> dict[str, str]:
-    path = os.environ.get("PYTHONPATH", "")
-    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), path) if p)}
+    return {**with_repo_on_path(), "PYTHONUNBUFFERED": "1"}
 
 
 def run_child(command: Sequence[str], timeout_s: float, echo: Callable[[str], None] | None = None) -> Child:
@@ -401,7 +400,7 @@ def resnet_experiment(sizes: Sizes, actors: int, device: str, client_batch: int 
 def study_space(sizes: Sizes, concurrent: int, device: str) -> dict[str, Any]:
     """bench/study.py's study of WORKLOAD.md (FedProx's mu, no early stopping), every trial training in its own
     process (actors 0) on 1/study_concurrent of the GPU whatever `concurrent` is: only the trials at once differ."""
-    from raytune_fl.bench import study
+    from benchmarks import study
 
     space = study.study_space(sizes.study_trials, sizes.study_rounds, actors=0)
     resources: dict[str, Any] = {"actors": 0, "cpus_per_actor": 1, "device": device}
@@ -416,7 +415,7 @@ def resnet_child(sizes: Sizes, actors: int, device: str, threads: int, client_ba
     """In the child process: one ResNet-18 run through the engine (bench/workload.py's timed_run)."""
     import torch
 
-    from raytune_fl.bench.workload import peak_gpu_mib, timed_run
+    from benchmarks.workload import peak_gpu_mib, timed_run
     from raytune_fl.config import ExperimentConfig
     from raytune_fl.engine.report_keys import CLIENT_LOG_KEY
 
@@ -439,12 +438,12 @@ def resnet_child(sizes: Sizes, actors: int, device: str, threads: int, client_ba
 
 
 def plain_child(rounds: int, device: str, threads: int) -> dict[str, Any]:
-    """In the child process: the plain loop (bench/reference.py, as `python -m raytune_fl.bench.reference`),
+    """In the child process: the plain loop (bench/reference.py, as `python -m benchmarks.reference`),
     its report with this process's peak GPU memory added."""
     import torch
 
-    from raytune_fl.bench import reference
-    from raytune_fl.bench.workload import peak_gpu_mib
+    from benchmarks import reference
+    from benchmarks.workload import peak_gpu_mib
 
     torch.set_num_threads(threads)
     report = reference.run(rounds, 0, device)
@@ -519,7 +518,7 @@ class Check:
         """The plain loop's row: the yardstick of every workload ratio (`plain_s`)."""
         name = self.loop_name()
         args = ("--child", "plain", *self.workload_common(), "--device", self.device)
-        command = python_module("raytune_fl.bench.gpu", *args)
+        command = python_module("benchmarks.gpu", *args)
         child = self.child("workload", name, command, self.sizes.workload_timeout_s)
         if child is None:
             return
@@ -544,12 +543,12 @@ class Check:
         ways: list[tuple[str, list[str]]] = [
             (
                 "engine in-process",
-                python_module("raytune_fl.bench.workload", "--child", "engine_inprocess", *common, "--device", device),
+                python_module("benchmarks.workload", "--child", "engine_inprocess", *common, "--device", device),
             ),
         ]
         for actors in sizes.workload_actors:
             args = ("--child", "engine_actors", *common, "--actors", str(actors), "--device", device)
-            ways.append((f"engine, {_actors(actors)}", python_module("raytune_fl.bench.workload", *args)))
+            ways.append((f"engine, {_actors(actors)}", python_module("benchmarks.workload", *args)))
         for name, command in ways:
             child = self.child("workload", name, command, sizes.workload_timeout_s)
             if child is None:
@@ -581,7 +580,7 @@ class Check:
         for k in sizes.client_batches:
             name = f"engine in-process, K={k}"
             args = ("--child", "engine_batched", *self.workload_common(), "--client-batch", str(k))
-            command = python_module("raytune_fl.bench.workload", *args, "--device", self.device)
+            command = python_module("benchmarks.workload", *args, "--device", self.device)
             child = self.child(part, name, command, sizes.workload_timeout_s)
             if child is None:
                 continue
@@ -610,7 +609,7 @@ class Check:
         for k in self.sizes.resnet_client_batches:
             name = f"resnet18 in-process, K={k}"
             args = ("--child", "resnet", "--actors", "0", "--client-batch", str(k), "--device", self.device)
-            command = python_module("raytune_fl.bench.gpu", *args, *self.tiny_args())
+            command = python_module("benchmarks.gpu", *args, *self.tiny_args())
             child = self.child(part, name, command, self.sizes.resnet_timeout_s)
             if child is None:
                 continue
@@ -632,9 +631,7 @@ class Check:
         for actors in self.sizes.resnet_actors:
             name = f"resnet18, {_actors(actors)}"
             args = ("--child", "resnet", "--actors", str(actors), "--device", self.device, *self.tiny_args())
-            child = self.child(
-                "resnet", name, python_module("raytune_fl.bench.gpu", *args), self.sizes.resnet_timeout_s
-            )
+            child = self.child("resnet", name, python_module("benchmarks.gpu", *args), self.sizes.resnet_timeout_s)
             if child is None:
                 continue
             try:
@@ -700,7 +697,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def _trials(uri: str) -> list[dict[str, float]]:
-    from raytune_fl.bench.study import trial_times
+    from benchmarks.study import trial_times
 
     return trial_times(uri)
 
@@ -748,7 +745,7 @@ def parse_only(text: str | None, skip_tests: bool) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], epilog="See the module docstring of raytune_fl/bench/gpu.py."
+        description=__doc__.splitlines()[0], epilog="See the module docstring of benchmarks/gpu.py."
     )
     parser.add_argument("--json", help="write the rows to this JSON file, each as soon as it is measured")
     parser.add_argument("--skip-tests", action="store_true", help="leave out the GPU test tier")

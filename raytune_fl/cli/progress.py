@@ -9,7 +9,8 @@ Three parts, so that what is shown can be tested without Ray:
   a final one stays; anywhere else (CI, a log file, a pipe) it writes whole lines only: one when a trial ends, a
   summary every `summary_every_s`, the final one. With `verbose`, the start and every round of every trial too.
 
-`ProgressCallback` is the thin `tune.Callback` that feeds the state and ticks the display.
+`ConsoleProgress` takes a run's events (tune/events.py) to the state and the display; `console(verbose)` is the
+watcher the commands hand to a study or an ablation. Tune's callback that feeds it is tune/callbacks.py's.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from ray import tune
-
 from raytune_fl.tracking.schema import TRIAL_DIVERGED, TRIAL_ERROR, TRIAL_FINISHED, TRIAL_STOPPED_EARLY
+from raytune_fl.tune.events import Watch, Watcher
 
 Clock = Callable[[], float]
 ERASE = "\r\x1b[K"  # back to the start of the line, erase it (a terminal only)
@@ -364,50 +364,66 @@ class ProgressDisplay:
         self.stream.flush()
 
 
-class ProgressCallback(tune.Callback):
-    """Tune's trial events -> ProgressState, and the display ticked on each step of Tune's loop (runs in the driver)."""
+class ConsoleProgress:
+    """A Tune run's events (tune/events.py) -> the state, the lines and the status line on the console."""
 
     def __init__(self, state: ProgressState, display: ProgressDisplay | None = None, verbose: bool = False) -> None:
         """`display` (tests: a stream, a tty choice) defaults to stdout's, with `verbose`."""
         self.state = state
         self.display = display or ProgressDisplay(state, verbose=verbose)
-        self._adopted = False
 
-    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
-        if not self._adopted:  # a resumed run: what had ended before counts, and keeps its number
-            self._adopted = True
-            for trial in trials:
-                if trial.status in ("TERMINATED", "ERROR"):
-                    self.state.restored(trial.trial_id, trial.config, trial.last_result, trial.status == "ERROR")
-        self.display.tick()
+    def restored(self, trial_id: str, config: dict[str, Any], last_result: Any, errored: bool) -> None:
+        self.state.restored(trial_id, config, last_result, errored)
 
-    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
-        self.display.tick()
-
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        started = self.state.started(trial.trial_id, trial.config, int((trial.last_result or {}).get("round") or 0))
+    def started(self, trial_id: str, config: dict[str, Any], round: int) -> None:
+        started = self.state.started(trial_id, config, round)
         if self.display.verbose:
             self.display.line(started_line(self.state, started))
         self.display.tick()
 
-    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        reported = self.state.reported(trial.trial_id, result)
+    def reported(self, trial_id: str, result: dict[str, Any]) -> None:
+        reported = self.state.reported(trial_id, result)
         if self.display.verbose:
             self.display.line(round_line(self.state, reported, result))
         self.display.tick()
 
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.display.line(ended_line(self.state, self.state.completed(trial.trial_id, trial.last_result)))
+    def completed(self, trial_id: str, last_result: Any) -> None:
+        self.display.line(ended_line(self.state, self.state.completed(trial_id, last_result)))
 
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.display.line(ended_line(self.state, self.state.errored(trial.trial_id, trial.error_file)))
+    def errored(self, trial_id: str, error_file: str | None) -> None:
+        self.display.line(ended_line(self.state, self.state.errored(trial_id, error_file)))
 
-    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        recovered = self.state.recovered(trial.trial_id)
+    def recovered(self, trial_id: str) -> None:
+        recovered = self.state.recovered(trial_id)
         self.display.line(
             f"[{self.state.label}] {self.state.noun} {recovered.number}/{self.state.total} failed after round "
             f"{recovered.round}: Tune restarts it from its last checkpoint"
         )
 
-    def on_experiment_end(self, trials: list, **info: Any) -> None:
+    def tick(self) -> None:
+        self.display.tick()
+
+    def finish(self) -> None:
         self.display.finish()
+
+
+def console(verbose: bool = False) -> Watcher:
+    """The CLI's watcher: a live status line on a terminal, a line per trial elsewhere; with `verbose` a line per
+    trial start and round too."""
+
+    def watch(run: Watch) -> ConsoleProgress:
+        state = ProgressState(
+            run.label,
+            run.total,
+            run.rounds,
+            run.metric,
+            run.mode,
+            noun=run.noun,
+            may_stop_early=run.may_stop_early,
+            show_best=run.show_best,
+            rounds_of=run.rounds_of,
+            total_rounds=run.total_rounds,
+        )
+        return ConsoleProgress(state, verbose=verbose)
+
+    return watch

@@ -35,10 +35,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from raytune_fl.bench.proc import measure
-from raytune_fl.bench.workload import WORKLOAD
+from benchmarks.proc import measure
+from benchmarks.workload import WORKLOAD
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 TUNE_SCRIPT = REPO / "scripts" / "tune.py"
 EXPERIMENT = "bench-search"
 VARIANT = "full"  # univarfl.yaml's
@@ -354,7 +354,7 @@ def run(args, workdir: Path, scratch: Path) -> dict[str, Any]:
 
     from raytune_fl.actors import ray_pool_factory
     from raytune_fl.engine.federation import in_process_pool
-    from raytune_fl.tune.cluster import start_local
+    from raytune_fl.runtime.cluster import start_local
 
     experiment = ExperimentConfig.model_validate(base)
     pool_factory = in_process_pool

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 MiB = 1024 * 1024
@@ -100,7 +101,9 @@ def measure(command: Sequence[str], interval_s: float = 1.0, env: dict[str, str]
     mappings): sampling every 0.1 s stole half a core from the run it measured. Memory plateaus within
     seconds, so one sample a second finds the peak."""
     started = time.perf_counter()
-    child = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    child = subprocess.Popen(
+        list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=with_repo_on_path(env)
+    )
     peak = 0
     outputs: dict[str, str] = {}
 
@@ -130,6 +133,16 @@ def measure(command: Sequence[str], interval_s: float = 1.0, env: dict[str, str]
     for reader in readers:
         reader.join()
     return Measured(wall, peak, child.returncode, outputs.get("out", ""), outputs.get("err", ""), stamped)
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def with_repo_on_path(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment with the repository first on PYTHONPATH: `python -m benchmarks.x` children run from any cwd."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def python_module(module: str, *args: str) -> list[str]:

@@ -1,11 +1,11 @@
 """The plain reference loop of ../shared/WORKLOAD.md: one process, no Ray, no project code, the simplest correct
 PyTorch. It is the yardstick the engine's times are divided by, and a check that the engine's workload is the same.
 
-`python -m raytune_fl.bench.reference --threads 2` prints one JSON line: per-round times and test accuracies.
+`python -m benchmarks.reference --threads 2` prints one JSON line: per-round times and test accuracies.
 `--processes 2` is the same computation spread over two worker processes (1 thread each, clients dealt round-robin,
 states sent through pipes) with the server in the main process: the yardstick for the engine on 2 actors' memory.
 `--device cuda`: the same loop with the model, the data and every step (training, aggregation, evaluation) on the
-GPU, in one process: the yardstick for the engine on a GPU (scripts/gpu_check.py).
+GPU, in one process: the yardstick for the engine on a GPU (benchmarks/gpu.py).
 """
 
 from __future__ import annotations

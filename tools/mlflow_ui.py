@@ -1,7 +1,7 @@
 """The real MLflow UI (what `mlflow ui` / `mlflow server` serves), driven in headless Chromium: a study's runs table
 with the nested trial runs expanded, the chart view of a metric per round, and the compare view's parallel
-coordinates of one variant's trials. Standard library only (the browser is report/browser.py); used by
-scripts/mlflow_ui_screenshots.py and tests/test_mlflow_ui.py.
+coordinates of one variant's trials. Standard library only (the browser is tools/browser.py); run as
+`python -m tools.mlflow_ui`, tested by tests/test_mlflow_ui.py. The links are raytune_fl/tracking/urls.py's.
 
 Where the UI opens: MLflow 3.10-3.17 open an experiment on the page of the browser's *workflow type*, the
 "GenAI | Model training" switch at the top of the sidebar, stored in the browser (localStorage) and GenAI until
@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from raytune_fl.report.browser import Browser, BrowserError, Page
+from raytune_fl.tracking.urls import compare_url, runs_url
+from tools.browser import Browser, BrowserError, Page
 
-WORKFLOW = ("workflowType", "machine_learning")  # the UI's "Model training" side: opens on the runs table
 DEFAULT_METRIC = "val_acc"
 RUN_COLUMNS = ("best_val_acc", "val_acc", "trial_status")  # added to the runs table (metrics, then a tag)
 
@@ -75,20 +75,6 @@ def nested(rows: Sequence[RunRow]) -> list[tuple[RunRow, list[RunRow]]]:
         elif tree:
             tree[-1][1].append(row)
     return tree
-
-
-def _url(server: str, fragment: str, query: dict[str, str]) -> str:
-    return f"{server.rstrip('/')}/#/{fragment}?{urllib.parse.urlencode({**query, WORKFLOW[0]: WORKFLOW[1]})}"
-
-
-def runs_url(server: str, experiment_id: str, charts: bool = False) -> str:
-    """The experiment's runs table (or its chart view), on the UI's "Model training" side."""
-    return _url(server, f"experiments/{experiment_id}/runs", {"compareRunsMode": "CHART"} if charts else {})
-
-
-def compare_url(server: str, experiment_id: str, run_ids: Sequence[str]) -> str:
-    """The compare view of these runs (parallel coordinates, scatter, box and contour plots, then the tables)."""
-    return _url(server, "compare-runs", {"runs": json.dumps(list(run_ids)), "experiments": json.dumps([experiment_id])})
 
 
 class MlflowUI:
@@ -387,3 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

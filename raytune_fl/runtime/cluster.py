@@ -116,7 +116,7 @@ IDLE_WORKER_KEPT_MS = 10_000
 def start_local(*, log_to_driver: bool = False, **init_kwargs: Any) -> None:
     """`ray.init()` of a private one-node cluster without the head processes such a cluster never uses.
 
-    Left out, each a Python process of 50-65 MiB PSS (scripts/bench_workload.py): the autoscaler's monitor (one
+    Left out, each a Python process of 50-65 MiB PSS (benchmarks/workload.py): the autoscaler's monitor (one
     node that never scales), the API server (it serves the dashboard and job submission, neither used here; Ray
     runs on without it when it fails to start) and, when no worker output is forwarded to this process, the log
     monitor. `ray.init` has no options for them (`ray start` has some: --no-monitor, --include-log-monitor), so

@@ -126,3 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(args.json, "w") as handle:
             json.dump(result, handle, indent=2)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
