@@ -417,7 +417,7 @@ def resnet_child(sizes: Sizes, actors: int, device: str, threads: int, client_ba
 
     from benchmarks.workload import peak_gpu_mib, timed_run
     from raytune_fl.config import ExperimentConfig
-    from raytune_fl.engine.report_keys import CLIENT_LOG_KEY
+    from raytune_fl.engine.report import CLIENT_LOG_KEY
 
     torch.set_num_threads(threads)
     experiment = ExperimentConfig.model_validate(resnet_experiment(sizes, actors, device, client_batch))

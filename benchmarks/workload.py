@@ -98,7 +98,7 @@ def run_engine(
     """The workload through the engine in this process (actors > 0: on Ray actors)."""
     import torch
 
-    from raytune_fl.engine.report_keys import CLIENT_LOG_KEY
+    from raytune_fl.engine.report import CLIENT_LOG_KEY
 
     torch.set_num_threads(threads)
     rows, times = timed_run(workload_config(rounds, actors, device, client_batch))

@@ -105,54 +105,55 @@ def test_ray_actors_give_the_in_process_metrics(ray_cluster, one_thread):
 def test_a_closed_trial_pool_parks_its_actors_and_the_next_trial_reuses_them(ray_cluster, one_thread):
     from ray.exceptions import RayActorError
 
-    from raytune_fl.actors import client as actor_pool
     from raytune_fl.actors import ray_pool_factory
+    from raytune_fl.actors.client import ActorCache
 
-    resources = ResourcesConfig(actors=1)
+    resources, cache = ResourcesConfig(actors=1), ActorCache()
     fresh = _run(EXPERIMENT, "fedprox", {"mu": 0.1}, pool_factory=ray_pool_factory(resources))
-    assert actor_pool.parked is None  # outside a trial a closed pool kills its actors
+    assert cache.parked is None  # without a cache (outside a trial) a closed pool kills its actors
     try:
-        _run(EXPERIMENT, "feduv", {}, pool_factory=ray_pool_factory(resources, keep_actors=True))
-        parked = actor_pool.parked.actors
-        reused = _run(EXPERIMENT, "fedprox", {"mu": 0.1}, pool_factory=ray_pool_factory(resources, keep_actors=True))
-        assert actor_pool.parked.actors == parked  # the same actor trained the second trial
+        _run(EXPERIMENT, "feduv", {}, pool_factory=ray_pool_factory(resources, cache=cache))
+        parked = cache.parked.actors
+        reused = _run(EXPERIMENT, "fedprox", {"mu": 0.1}, pool_factory=ray_pool_factory(resources, cache=cache))
+        assert cache.parked.actors == parked  # the same actor trained the second trial
         assert reused == fresh  # and like a fresh one: nothing but the data carries over between trials
         other_data = EXPERIMENT.model_copy(update={"partition": EXPERIMENT.partition.model_copy(update={"seed": 2})})
-        _run(other_data, "fedavg", {}, pool_factory=ray_pool_factory(resources, keep_actors=True))
-        assert actor_pool.parked.actors != parked
+        _run(other_data, "fedavg", {}, pool_factory=ray_pool_factory(resources, cache=cache))
+        assert cache.parked.actors != parked
         with pytest.raises(RayActorError):  # other data: the parked actor was killed, its bundle freed
             ray.get(parked[0].ready.remote(), timeout=30)
     finally:
-        assert actor_pool.release_parked() == 1
-    assert actor_pool.parked is None
+        assert cache.release_parked() == 1
+    assert cache.parked is None
 
 
 def test_a_trials_first_pool_takes_the_actors_its_trial_started_early(ray_cluster, one_thread):
     from ray.exceptions import RayActorError
 
-    from raytune_fl.actors import client, ray_pool_factory
+    from raytune_fl.actors import ray_pool_factory
+    from raytune_fl.actors.client import ActorCache
 
-    resources = ResourcesConfig(actors=1)
+    resources, cache = ResourcesConfig(actors=1), ActorCache()
     local = _run(EXPERIMENT, "fedprox", {"mu": 0.1})
     try:
-        client.start_early(resources)  # what a trial does first (tune/trainable.py), before it imports torch
-        early = list(client.early.actors)
-        client.start_early(resources)
-        assert client.early.actors == early  # started once
-        rows = _run(EXPERIMENT, "fedprox", {"mu": 0.1}, pool_factory=ray_pool_factory(resources, keep_actors=True))
+        cache.start_early(resources)  # what a trial does first (tune/trainable.py), before it imports torch
+        early = list(cache.early.actors)
+        cache.start_early(resources)
+        assert cache.early.actors == early  # started once
+        rows = _run(EXPERIMENT, "fedprox", {"mu": 0.1}, pool_factory=ray_pool_factory(resources, cache=cache))
         assert rows == local  # loaded and configured after they started: the same run
-        assert client.early is None and client.parked.actors == early  # the pool took them, then parked them
-        client.start_early(resources)
-        assert client.early is None  # actors are parked here: the next trial's pool reuses those
-        client.release_parked()
-        client.start_early(ResourcesConfig(actors=1, device="cpu"))  # started for other resources
-        other = list(client.early.actors)
-        _run(EXPERIMENT, "fedprox", {"mu": 0.1}, pool_factory=ray_pool_factory(resources, keep_actors=True))
-        assert client.early is None and client.parked.actors != other
+        assert cache.early is None and cache.parked.actors == early  # the pool took them, then parked them
+        cache.start_early(resources)
+        assert cache.early is None  # actors are parked here: the next trial's pool reuses those
+        cache.release_parked()
+        cache.start_early(ResourcesConfig(actors=1, device="cpu"))  # started for other resources
+        other = list(cache.early.actors)
+        _run(EXPERIMENT, "fedprox", {"mu": 0.1}, pool_factory=ray_pool_factory(resources, cache=cache))
+        assert cache.early is None and cache.parked.actors != other
         with pytest.raises(RayActorError):  # not taken: killed, their bundles freed
             ray.get(other[0].ready.remote(), timeout=30)
     finally:
-        client.release_parked()
+        cache.release_parked()
 
 
 def _plain_nchw_rounds(experiment: ExperimentConfig, method: str, params: dict) -> list[tuple[float, float, float]]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from mlflow.tracking import MlflowClient
 
+from raytune_fl.engine.report import RoundReport
 from raytune_fl.tracking.schema import TAG_REPLAY_DIFFERED
 from raytune_fl.tracking.trials import TrialRun, TrialTracker, replay_differs
 
@@ -26,8 +27,8 @@ class _Writer:  # the RunWriter a TrialTracker needs, on a real MLflow store
         pass
 
 
-def _round(step: int, acc: float) -> dict[str, Any]:
-    return {"round": step, "val_acc": acc, "val_loss": 1.0 - acc, "round_time_s": 0.1 * step}
+def _round(step: int, acc: float) -> RoundReport:
+    return RoundReport(step, {"val_acc": acc, "val_loss": 1.0 - acc, "round_time_s": 0.1 * step})
 
 
 def test_replay_differs_compares_learning_metrics_only():

@@ -6,10 +6,7 @@ actors' start-up and the trial's own run side by side on the cores instead of on
 two-step actor: `ClientActor(threads, device)` starts a process and imports; `load` hands it the training data and
 `configure` a trial's model and method (again for each trial a parked actor serves).
 
-The process's actors (module state, one trial at a time per process, as Tune runs them):
-- early: started by `start_early`, not yet taken by a pool (no data yet);
-- parked: a closed `keep_actors` pool's actors, kept for the next trial with the same data and resources;
-- live: the actors of the open `keep_actors` pool, killed if that pool is never closed.
+The process's actors across trials: `ActorCache` (early, parked and live actors), owned by the trial that runs.
 """
 
 from __future__ import annotations
@@ -117,40 +114,67 @@ class Early:
     actors: list[Any]
 
 
-parked: Parked | None = None  # this process's idle actors from its last trial (keep_actors)
-early: Early | None = None  # started ahead of this process's first pool
-live: list[Any] = []  # actors of this process's open keep_actors pool: killed if it was never closed
+class ActorCache:
+    """This process's client actors across trials: one trial at a time per process, as Tune runs them. The trial
+    owns it for its run (tune/trainable.py passes it to its pool); only these methods change it.
 
+    - early: started by `start_early`, not yet taken by a pool (no data yet);
+    - parked: a closed pool's actors, kept for the next trial with the same data and resources;
+    - live: the actors of the open pool, killed if that pool is never closed.
+    """
 
-def start_early(resources: ResourcesConfig) -> None:
-    """Start a trial's client actors now, ahead of its federation (see above); its pool takes them. Nothing to do
-    when actors from an earlier trial are parked here (the pool reuses those) or some already started."""
-    global early
-    if parked is not None or early is not None or resources.actors < 1:
-        return
-    remote = actor_class(resources)
-    threads = actor_threads(resources)
-    early = Early(resources_key(resources), [remote.remote(threads, resources.device) for _ in range(resources.actors)])
+    def __init__(self) -> None:
+        self.parked: Parked | None = None
+        self.early: Early | None = None
+        self.live: list[Any] = []
 
+    def start_early(self, resources: ResourcesConfig) -> None:
+        """Start a trial's client actors now, ahead of its federation (see above); its pool takes them. Nothing to
+        do when actors from an earlier trial are parked here (the pool reuses those) or some already started."""
+        if self.parked is not None or self.early is not None or resources.actors < 1:
+            return
+        remote = actor_class(resources)
+        threads = actor_threads(resources)
+        actors = [remote.remote(threads, resources.device) for _ in range(resources.actors)]
+        self.early = Early(resources_key(resources), actors)
 
-def take_early(resources: ResourcesConfig) -> list[Any]:
-    """The actors `start_early` started, if they were started for these resources (else they are killed)."""
-    global early
-    started, early = early, None
-    if started is None:
+    def take_early(self, resources: ResourcesConfig) -> list[Any]:
+        """The actors `start_early` started, if they were started for these resources (else they are killed)."""
+        started, self.early = self.early, None
+        if started is None:
+            return []
+        if started.key == resources_key(resources):
+            return started.actors
+        for actor in started.actors:
+            ray.kill(actor)
         return []
-    if started.key == resources_key(resources):
-        return started.actors
-    for actor in started.actors:
-        ray.kill(actor)
-    return []
+
+    def take_parked(self, key: tuple) -> Parked | None:
+        """The parked actors if they were parked with `key` (the same data and resources); else they are killed
+        (their bundles free up for the new pool's actors) and None."""
+        parked, self.parked = self.parked, None
+        if parked is not None and parked.key == key:
+            return parked
+        self.parked = parked
+        self.release_parked()
+        return None
+
+    def park(self, parked: Parked) -> None:
+        self.parked, self.live = parked, []
+
+    def open(self, actors: Sequence[Any]) -> None:
+        """A new pool's actors: those of a pool that was never closed (its thread was cut short) are killed."""
+        for actor in self.live:
+            ray.kill(actor)
+        self.live = list(actors)
+
+    def release_parked(self) -> int:
+        """Kill the parked actors (their bundles free up); returns how many there were."""
+        actors = self.parked.actors if self.parked is not None else []
+        for actor in actors:
+            ray.kill(actor)
+        self.parked = None
+        return len(actors)
 
 
-def release_parked() -> int:
-    """Kill this process's parked actors (their bundles free up); returns how many there were."""
-    global parked
-    actors = parked.actors if parked is not None else []
-    for actor in actors:
-        ray.kill(actor)
-    parked = None
-    return len(actors)
+PROCESS_ACTORS = ActorCache()  # the trial process's: Tune runs the next trial in the same process (reuse_actors)

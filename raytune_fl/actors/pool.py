@@ -16,7 +16,7 @@ wherever and whenever they train. A chunk is lost, and retried, as one: every cl
 is retried in the same chunk, or past the retries comes back as `ClientLost`. `submit` (FedBuff's asynchronous
 dispatches) still queues one job, trained alone.
 
-Actors across trials (`keep_actors`, used inside Tune trials, whose process Tune reuses for the next trial):
+Actors across trials (an `ActorCache`, used inside Tune trials, whose process Tune reuses for the next trial):
 a closed pool parks its actors in this process instead of killing them, and the next pool with the same data
 and resources reconfigures them (a fresh model and method on the data they hold) instead of starting new ones
 (a new actor imports torch and loads the data: seconds). Parked actors stay in the placement group of the
@@ -35,8 +35,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError
 
-from raytune_fl.actors import client
-from raytune_fl.actors.client import actor_class, actor_threads, release_parked, resources_key, take_early
+from raytune_fl.actors.client import ActorCache, Parked, actor_class, actor_threads, resources_key
 from raytune_fl.config import FaultsConfig, ResourcesConfig
 from raytune_fl.engine.data import FederatedData
 from raytune_fl.engine.pool import ClientLost, Outcome, TrainJob, WorkerFailure, client_batches
@@ -81,7 +80,7 @@ class RayActorPool:
         spec: WorkerSpec,
         resources: ResourcesConfig,
         faults: FaultsConfig | None = None,
-        keep_actors: bool = False,
+        cache: ActorCache | None = None,
     ) -> None:
         self.timeout_s = resources.round_timeout_s
         faults = faults or FaultsConfig()
@@ -90,21 +89,17 @@ class RayActorPool:
         self.remote = actor_class(resources)
         self.threads, self.device = actor_threads(resources), resources.device
         self.spec, self.kills = spec, frozenset(map(tuple, faults.inject_kills))
-        self.keep_actors, self.num_actors = keep_actors, resources.actors
+        self.cache, self.num_actors = cache, resources.actors
         self.key: tuple | None = None  # what parked actors must match; hashed only where actors are kept
         reused: list[Any] = []
         started: list[Any] = []
-        if keep_actors:
+        if cache is not None:
             self.key = (data_key(data), *resources_key(resources))
-            for actor in client.live:  # a trial that ended without closing its pool (its thread was cut short)
-                ray.kill(actor)
-            client.live.clear()
-            if client.parked is not None and client.parked.key == self.key:
-                reused, (x_ref, y_ref) = client.parked.actors, client.parked.data_refs
-                client.parked = None
-            else:  # other data or resources: free the bundles for this trial's actors
-                release_parked()
-                started = take_early(resources)
+            cache.open([])
+            if (parked := cache.take_parked(self.key)) is not None:
+                reused, (x_ref, y_ref) = parked.actors, parked.data_refs
+            else:  # other data or resources: the parked ones were freed, for this trial's actors
+                started = cache.take_early(resources)
         if not reused:
             # the training arrays go into the object store once; every actor (and every restarted one) reads them
             x_ref, y_ref = ray.put(data.dataset.x_train), ray.put(data.dataset.y_train)
@@ -118,8 +113,8 @@ class RayActorPool:
         self.reused = len(reused)
         # each actor's configure answers once it has started (torch imported, data loaded): ready() waits for them
         self.starting = [actor.configure.remote(spec, self.kills) for actor in self.actors]
-        if keep_actors:
-            client.live.extend(self.actors)
+        if cache is not None:
+            cache.open(self.actors)
         self.idle = list(range(len(self.actors)))
         self.queue: list[_Queued] = []
         self.in_flight: dict[ray.ObjectRef, _InFlight] = {}
@@ -200,9 +195,8 @@ class RayActorPool:
         pending: list[ray.ObjectRef] = []
         if self.in_flight:  # a trial stopped while its next round was training: let it finish, briefly
             _, pending = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=1.0)
-        if self.key is not None and not pending and len(self.actors) == self.num_actors:
-            client.parked = client.Parked(self.key, self.actors, self.data_refs)
-            client.live.clear()
+        if self.cache is not None and self.key is not None and not pending and len(self.actors) == self.num_actors:
+            self.cache.park(Parked(self.key, self.actors, self.data_refs))
         else:
             for actor in self.actors:
                 ray.kill(actor)
@@ -254,14 +248,14 @@ class RayActorPool:
         actor.load.remote(*self.data_args)
         actor.configure.remote(self.spec, self.kills)  # Ray runs one caller's calls to an actor in order
         self.actors[slot] = actor
-        if self.keep_actors:
-            client.live.append(actor)
+        if self.cache is not None:
+            self.cache.live.append(actor)
 
 
-def ray_pool_factory(resources: ResourcesConfig, faults: FaultsConfig | None = None, keep_actors: bool = False):
-    """`keep_actors`: park the actors in this process when the pool closes, for the next trial (see above)."""
+def ray_pool_factory(resources: ResourcesConfig, faults: FaultsConfig | None = None, cache: ActorCache | None = None):
+    """`cache`: take actors from it and park them there when the pool closes, for the next trial (see above)."""
 
     def make(data: FederatedData, spec: WorkerSpec) -> RayActorPool:
-        return RayActorPool(data, spec, resources, faults, keep_actors)
+        return RayActorPool(data, spec, resources, faults, cache)
 
     return make

@@ -20,7 +20,7 @@ from raytune_fl.engine.diagnostics import (
     per_client_accuracy,
     spectrum_summary,
 )
-from raytune_fl.engine.report_keys import CLIENT_ACC_KEY, SPECTRUM_KEY
+from raytune_fl.engine.report import CLIENT_ACC_KEY, SPECTRUM_KEY
 from raytune_fl.types import ClientUpdate, Weights
 from raytune_fl.weights import load_weights
 

@@ -32,7 +32,7 @@ from raytune_fl.engine.fedbuff import BufferedAsync
 from raytune_fl.engine.local import LocalSettings, NonFiniteLossError
 from raytune_fl.engine.lr_schedule import LrSchedule
 from raytune_fl.engine.pool import ClientPool, InProcessPool, WorkerFailure
-from raytune_fl.engine.report_keys import CLIENT_LOG_KEY
+from raytune_fl.engine.report import CLIENT_LOG_KEY, RoundReport
 from raytune_fl.engine.schedules import Schedule
 from raytune_fl.engine.synchronous import SynchronousRounds
 from raytune_fl.engine.system import ClientRecord, SystemModel
@@ -41,7 +41,7 @@ from raytune_fl.methods import METHODS, Method, build_method
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
 from raytune_fl.weights import read_weights
 
-RoundCallback = Callable[[dict[str, Any]], None]
+RoundCallback = Callable[[RoundReport], None]
 PoolFactory = Callable[[FederatedData, WorkerSpec], ClientPool]
 
 
@@ -179,16 +179,16 @@ class Federation:
 
     # ---- the run ---------------------------------------------------------------------------------
 
-    def run(self, on_round: RoundCallback) -> dict[str, Any]:
+    def run(self, on_round: RoundCallback) -> RoundReport | None:
         """Rounds `self.round + 1 .. rounds` (a restored federation continues where its checkpoint was taken).
 
-        Each round's metrics go to `on_round`. A NaN/Inf loss or model ends the run with one last report
-        carrying `diverged = 1` and the worst score (val_acc 0, val_loss inf), so a study moves on.
+        Each round's report goes to `on_round` (the last one is returned; None: no round ran). A NaN/Inf loss or
+        model ends the run with one last report carrying `diverged = 1` and the worst score (val_acc 0, val_loss inf), so a study moves on.
         """
         setup_started = time.perf_counter()
         pool = self.pool_factory(self.data, self.spec)
         self._on_round = on_round
-        self._last: dict[str, Any] = {}
+        self._last: RoundReport | None = None
         self._setup_s: float | None = None
         self._failures_ahead: list[WorkerFailure] = []
         try:
@@ -272,8 +272,8 @@ class Federation:
             evaluated_at += metrics["decomposition_s"]  # timed apart: not part of the next round either
         if self._setup_s is not None:
             metrics["setup_s"], self._setup_s = self._setup_s, None
-        self._last = metrics
-        self._on_round(metrics)
+        self._last = RoundReport.from_result(metrics)
+        self._on_round(self._last)
         return evaluated_at
 
     def _report_divergence(self, reason: str) -> None:
@@ -284,8 +284,8 @@ class Federation:
             "val_loss": float("inf"),
             "divergence": reason,
         }
-        self._last = metrics
-        self._on_round(metrics)
+        self._last = RoundReport.from_result(metrics)
+        self._on_round(self._last)
 
     # ---- checkpoints -----------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from raytune_fl.tracking.tracker import ParentRun, StudyTracker, default_tracking_uri
-    from raytune_fl.tracking.trials import TrialRun, TrialTracker, round_metrics
+    from raytune_fl.tracking.trials import TrialRun, TrialTracker
 
 _HOMES = {
     "ParentRun": "tracker",
@@ -20,9 +20,8 @@ _HOMES = {
     "default_tracking_uri": "tracker",
     "TrialRun": "trials",
     "TrialTracker": "trials",
-    "round_metrics": "trials",
 }
-__all__ = ["ParentRun", "StudyTracker", "TrialRun", "TrialTracker", "default_tracking_uri", "round_metrics"]
+__all__ = ["ParentRun", "StudyTracker", "TrialRun", "TrialTracker", "default_tracking_uri"]
 
 
 def __getattr__(name: str) -> Any:

@@ -22,7 +22,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from raytune_fl.data.identity import DataIdentity
-from raytune_fl.engine.report_keys import CLIENT_ACC_KEY, CLIENT_LOG_KEY, SPECTRUM_KEY
+from raytune_fl.engine.report import CLIENT_ACC_KEY, CLIENT_LOG_KEY, SPECTRUM_KEY, RoundReport
 from raytune_fl.tracking import store
 from raytune_fl.tracking.schema import (
     CLIENT_ACCURACY_FILE,
@@ -65,32 +65,6 @@ class RunWriter(Protocol):
     def describe(self, run_id: str, text: str) -> None: ...
 
 
-# the trial runner's (Ray Tune's) own bookkeeping keys in a result: not our metrics
-_RUNNER_KEYS = {
-    "training_iteration",
-    "time_this_iter_s",
-    "time_total_s",
-    "timestamp",
-    "pid",
-    "hostname",
-    "node_ip",
-    "done",
-    "time_since_restore",
-    "iterations_since_restore",
-    "checkpoint_dir_name",
-    "should_checkpoint",
-}
-
-
-def round_metrics(result: dict[str, Any]) -> dict[str, float]:
-    """The numeric metrics a trial reported, without the runner's bookkeeping."""
-    return {
-        k: float(v)
-        for k, v in result.items()
-        if k not in _RUNNER_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool) and k != "round"
-    }
-
-
 def replay_differs(logged: dict[str, Any], replayed: dict[str, float]) -> bool:
     """Whether a replayed round's learning metrics differ from the ones logged for it (timings always differ)."""
     for key, value in replayed.items():
@@ -99,11 +73,6 @@ def replay_differs(logged: dict[str, Any], replayed: dict[str, float]) -> bool:
         if float(logged[key]) != value:
             return True
     return False
-
-
-def result_round(result: dict[str, Any]) -> int:
-    """The round a result reports (the runner's iteration count where it names none)."""
-    return int(result.get("round", result.get("training_iteration", 0)))
 
 
 @dataclass(frozen=True)
@@ -203,12 +172,12 @@ class TrialTracker:
         self.lists[trial_id] = {key: [] for key in _ROUND_LISTS}
         return run_id
 
-    def log_round(self, trial_id: str, config: dict[str, Any], result: dict[str, Any]) -> None:
-        """A round's result: its metrics (step = round), its per-round lists, whether the trial diverged."""
+    def log_round(self, trial_id: str, config: dict[str, Any], report: RoundReport) -> None:
+        """A round's report: its metrics (step = round), its per-round lists, whether the trial diverged."""
         run_id = self.open(trial_id, config)
-        step = result_round(result)
+        step = report.round
         history = self.history[trial_id]
-        metrics = round_metrics(result)
+        metrics = report.metrics()
         if history and step <= history[-1]["round"]:  # replayed after a resume from an earlier checkpoint
             row = next((r for r in history if r["round"] == step), None)
             if row is None or not replay_differs(row, metrics):
@@ -224,11 +193,10 @@ class TrialTracker:
         now = int(time.time() * 1000)
         batch = [Metric(k, v, now, step) for k, v in metrics.items() if math.isfinite(v)]
         self.client.log_batch(run_id, metrics=batch)
-        for key, (_, _, rows_of) in _ROUND_LISTS.items():
-            if isinstance(result.get(key), list):
-                self.lists[trial_id][key].extend(rows_of(step, result[key]))
-        if result.get("diverged"):
-            self.diverged[trial_id] = str(result.get("divergence", "non-finite loss"))
+        for key, values in report.lists().items():
+            self.lists[trial_id][key].extend(_ROUND_LISTS[key][2](step, values))
+        if report.diverged:
+            self.diverged[trial_id] = report.divergence or "non-finite loss"
 
     def complete(self, trial_id: str) -> None:
         self.close(trial_id, RUN_FINISHED, TRIAL_FINISHED)

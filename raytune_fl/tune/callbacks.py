@@ -9,10 +9,40 @@ from typing import Any
 
 from ray import tune
 
+from raytune_fl.engine.report import RoundReport
 from raytune_fl.tracking import TrialTracker
 from raytune_fl.tracking.background import SerialWriter
 from raytune_fl.tune.events import TrialEvents
 from raytune_fl.tune.selection import beats, candidacy
+
+# Ray Tune's own bookkeeping keys in a trial's result: not the round's report
+TUNE_RESULT_KEYS = frozenset(
+    {
+        "training_iteration",
+        "time_this_iter_s",
+        "time_total_s",
+        "timestamp",
+        "pid",
+        "hostname",
+        "node_ip",
+        "done",
+        "time_since_restore",
+        "iterations_since_restore",
+        "checkpoint_dir_name",
+        "should_checkpoint",
+        "config",
+        "trial_id",
+        "date",
+        "experiment_tag",
+    }
+)
+
+
+def round_report(result: dict[str, Any]) -> RoundReport:
+    """The round's report a trial sent (tune/trainable.py), from the result Tune hands the driver."""
+    if "round" not in result:  # not one of ours (a runner's own report): Tune's iteration count is its round
+        result = {**result, "round": result.get("training_iteration", 0)}
+    return RoundReport.from_result({k: v for k, v in result.items() if k not in TUNE_RESULT_KEYS})
 
 
 class MlflowTrialLogger(tune.Callback):
@@ -42,7 +72,7 @@ class MlflowTrialLogger(tune.Callback):
         self.writer.submit(self.trials.open, trial.trial_id, dict(trial.config))
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        self.writer.submit(self.trials.log_round, trial.trial_id, dict(trial.config), dict(result))
+        self.writer.submit(self.trials.log_round, trial.trial_id, dict(trial.config), round_report(result))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.writer.submit(self.trials.complete, trial.trial_id)

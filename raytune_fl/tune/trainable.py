@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray import tune
 
-from raytune_fl.actors.client import start_early
+from raytune_fl.actors.client import PROCESS_ACTORS
 from raytune_fl.config import ExperimentConfig
+
+if TYPE_CHECKING:
+    from raytune_fl.engine.report import RoundReport
 
 
 def federated_trial(
@@ -22,7 +25,9 @@ def federated_trial(
 ) -> None:
     resources = experiment.resources
     if resources.actors > 0:
-        start_early(resources)  # before the imports below: the actors import torch meanwhile, in their processes
+        PROCESS_ACTORS.start_early(
+            resources
+        )  # before the imports below: the actors import torch meanwhile, in their processes
     import torch
 
     from raytune_fl.actors import ray_pool_factory
@@ -39,7 +44,7 @@ def federated_trial(
     # evaluation; each actor picks its own device from its bundle
     device = choose_device(resources.device, bool(ray.get_gpu_ids()))
     # Tune runs the next trial in this same process (reuse_actors): the client actors wait here for it
-    pool = ray_pool_factory(resources, experiment.faults, keep_actors=True) if resources.actors > 0 else in_process_pool
+    pool = ray_pool_factory(resources, experiment.faults, PROCESS_ACTORS) if resources.actors > 0 else in_process_pool
     federation = Federation(experiment, method, {**fixed, **config}, pool_factory=pool, device=device)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:  # a resumed trial (Tuner.restore): continue after the last checkpointed round
@@ -47,13 +52,11 @@ def federated_trial(
             federation.load_state_dict(load_state(directory))
     every = experiment.checkpoint_every
 
-    def report(metrics: dict[str, Any]) -> None:
+    def report(round_report: RoundReport) -> None:
         # every report carries the tuned metric (val_acc / val_loss); a checkpoint goes with it every `every`
         # rounds, the last one included, so a resumed trial never repeats more than `every - 1` rounds
-        round_index = int(metrics["round"])
-        due = (
-            every > 0 and not metrics.get("diverged") and (round_index % every == 0 or round_index == experiment.rounds)
-        )
+        round_index, metrics = round_report.round, round_report.to_result()
+        due = every > 0 and not round_report.diverged and (round_index % every == 0 or round_index == experiment.rounds)
         if not due:
             tune.report(metrics)
             return

@@ -1,0 +1,78 @@
+"""A round's report: what the engine tells its caller after each round. Plain Python (no torch): the driver's
+MLflow logging reads it and never trains.
+
+`RoundReport` is typed where its parts differ: the scalar metrics (logged per round), the per-client log, the
+classifier spectrum and the per-client accuracies (filed as tables), and why a run diverged. It reads as the flat
+mapping Tune carries (`to_result`, and `report["val_acc"]`), and is rebuilt from one (`from_result`) where Tune
+hands a result back to the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+SPECTRUM_KEY = "classifier_spectrum"  # the full spectrum, a list; the summary metrics are sv_*
+CLIENT_ACC_KEY = "client_accuracy"  # each client's validation accuracy under the global model, a list
+CLIENT_LOG_KEY = "client_log"  # per-client rows of the round (status, steps, simulated time), a list
+DIVERGENCE_KEY = "divergence"  # why a run diverged (a diverged round reports `diverged` = 1 and the worst scores)
+LIST_KEYS = (SPECTRUM_KEY, CLIENT_ACC_KEY, CLIENT_LOG_KEY)
+
+
+@dataclass(frozen=True)
+class RoundReport(Mapping[str, Any]):
+    round: int
+    scalars: dict[str, Any]  # every metric but the lists, in the order reported (timings end in _s)
+    client_log: list[dict[str, Any]] | None = None  # one row per sampled client: status, steps, simulated time
+    spectrum: list[float] | None = None  # the classifier's singular values (rounds with diagnostics)
+    client_accuracy: list[float] | None = None  # each client's validation accuracy (rounds with diagnostics)
+    divergence: str | None = None
+    _flat: dict[str, Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        flat: dict[str, Any] = {"round": self.round, **self.scalars}
+        for key, values in zip(LIST_KEYS, (self.spectrum, self.client_accuracy, self.client_log), strict=True):
+            if values is not None:
+                flat[key] = values
+        if self.divergence is not None:
+            flat[DIVERGENCE_KEY] = self.divergence
+        object.__setattr__(self, "_flat", flat)
+
+    @classmethod
+    def from_result(cls, result: Mapping[str, Any]) -> RoundReport:
+        """A report from its flat form (what the engine assembles, what Tune carries back)."""
+        scalars = {k: v for k, v in result.items() if k not in (*LIST_KEYS, DIVERGENCE_KEY, "round")}
+        return cls(
+            int(result["round"]),
+            scalars,
+            client_log=result.get(CLIENT_LOG_KEY),
+            spectrum=result.get(SPECTRUM_KEY),
+            client_accuracy=result.get(CLIENT_ACC_KEY),
+            divergence=result.get(DIVERGENCE_KEY),
+        )
+
+    @property
+    def diverged(self) -> bool:
+        return bool(self.scalars.get("diverged"))
+
+    def metrics(self) -> dict[str, float]:
+        """The numeric scalars, as floats: what is logged per round (flags such as booleans left out)."""
+        return {k: float(v) for k, v in self.scalars.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+    def lists(self) -> dict[str, list]:
+        """The per-round lists this round carries, by key."""
+        return {k: self._flat[k] for k in LIST_KEYS if k in self._flat}
+
+    def to_result(self) -> dict[str, Any]:
+        """The flat mapping Tune reports (a copy)."""
+        return dict(self._flat)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._flat[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._flat)
+
+    def __len__(self) -> int:
+        return len(self._flat)
