@@ -8,6 +8,8 @@ from __future__ import annotations
 import builtins
 import math
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -486,13 +488,44 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def run_params(experiment: ExperimentConfig, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The MLflow params of one trial, the same in both stages: the flattened experiment, the method's name and
-    every hyperparameter resolved (defaults filled in; a data-derived default shown as its rule, e.g. "D/4")."""
-    from raytune_fl.methods import METHODS
+@dataclass(frozen=True)
+class TrialSpec:
+    """One trial, resolved once: the experiment it runs, the method, and every hyperparameter (the variant's fixed
+    values, then the searched ones, checked, defaults filled in). What the trainable builds its federation from,
+    what MLflow logs as the run's params and what the model export rebuilds the model from: the same object."""
 
-    spec = METHODS.get(method)
-    # the synthetic data's settings only where they are the data
-    exclude = None if experiment.dataset == "synthetic" else {"synthetic"}
-    flat = flatten(experiment.model_dump(mode="json", exclude=exclude))
-    return {**flat, "method": method, **spec.describe(spec.resolve(params))}
+    experiment: ExperimentConfig
+    method: str
+    params: dict[str, Any]  # resolved: every hyperparameter of the method (None where derived from the data)
+
+    @classmethod
+    def resolve(
+        cls,
+        experiment: ExperimentConfig,
+        method: str,
+        fixed: Mapping[str, Any],
+        searched: Mapping[str, Any] | None = None,
+    ) -> TrialSpec:
+        """`searched` (a Tune trial's config) over the variant's `fixed` values: the one place they merge."""
+        from raytune_fl.methods import METHODS
+
+        return cls(experiment, method, METHODS.get(method).resolve({**fixed, **(searched or {})}))
+
+    @property
+    def placement(self) -> ResourcesConfig:
+        """Where its clients and evaluation run (actors, CPUs and GPU shares per bundle)."""
+        return self.experiment.resources
+
+    def described(self) -> dict[str, Any]:
+        """The hyperparameters for display: a data-derived default shown as its rule (e.g. "D/4")."""
+        from raytune_fl.methods import METHODS
+
+        return METHODS.get(self.method).describe(self.params)
+
+    def mlflow_params(self) -> dict[str, Any]:
+        """The MLflow params of the trial, the same in both stages: the flattened experiment, the method's name and
+        every hyperparameter as `described`."""
+        # the synthetic data's settings only where they are the data
+        exclude = None if self.experiment.dataset == "synthetic" else {"synthetic"}
+        flat = flatten(self.experiment.model_dump(mode="json", exclude=exclude))
+        return {**flat, "method": self.method, **self.described()}

@@ -11,6 +11,7 @@ Each check runs real local training through `ClientWorker` (the path actors take
 
 from __future__ import annotations
 
+import importlib
 import pickle
 import re
 from pathlib import Path
@@ -23,8 +24,8 @@ import torch
 import raytune_fl.methods as methods_package
 from raytune_fl.engine.local import LocalSettings
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
-from raytune_fl.methods import METHODS, Method, build_method
-from raytune_fl.methods.base import Param
+from raytune_fl.methods import METHODS, Method, MethodSpec, build_method
+from raytune_fl.methods.base import Param, hyperparameters
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
 from raytune_fl.weights import read_weights
 
@@ -164,6 +165,10 @@ class TestMethodConformance:
         assert spec.resolve({}) == spec.defaults
         assert spec.resolve(dict(spec.as_fedavg or {})) == {**spec.defaults, **(spec.as_fedavg or {})}
 
+    def test_the_asynchronous_flag_says_whether_the_built_method_buffers_arrivals(self, name):
+        # config.py reads the flag (no build, no torch) to refuse a round deadline for an asynchronous method
+        assert METHODS.get(name).asynchronous == (build_method(name, {}, 10).buffer_size is not None)
+
     def test_resolve_refuses_an_out_of_bounds_value_and_an_unknown_name_naming_them(self, name):
         spec = METHODS.get(name)
         with pytest.raises(ValueError, match=r"no hyperparameter bogus; its hyperparameters"):
@@ -192,13 +197,53 @@ def _outside(params: dict[str, Param]) -> dict[str, Any]:
     return out
 
 
-def test_every_method_module_with_a_build_is_named_by_a_spec_in_the_catalog():
-    """A method module whose `build` no spec names would never be built (the catalog is the only registration)."""
-    folder = Path(methods_package.__file__).parent
-    with_build = {
-        f"raytune_fl.methods.{path.stem}"
-        for path in folder.glob("*.py")
-        if re.search(r"^def build\(", path.read_text(encoding="utf-8"), re.MULTILINE)
+METHODS_FOLDER = Path(methods_package.__file__).parent
+
+
+def test_every_registered_method_is_the_spec_its_own_module_defines():
+    """`METHODS` declares each name with its module, raytune_fl/methods/<name>.py; that module's SPEC is the spec
+    registered, under the same name."""
+    for name in METHODS.names():
+        module = importlib.import_module(f"raytune_fl.methods.{name}")
+        assert isinstance(module.SPEC, MethodSpec) and module.SPEC.name == name, name
+        assert METHODS.get(name) is module.SPEC, name
+
+
+def test_every_method_module_is_registered_and_every_impl_module_belongs_to_one():
+    """A module with a SPEC or a build but no declared name would never be built; an impl/<name>.py goes with the
+    method (or family: fedopt.py) module <name>.py that builds from it."""
+    with_code = {
+        path.stem
+        for path in METHODS_FOLDER.glob("*.py")
+        if re.search(r"^(def build\(|SPEC = )", path.read_text(encoding="utf-8"), re.MULTILINE)
     }
-    named = {METHODS.get(name).build.module for name in METHODS}
-    assert with_build == named
+    assert with_code == set(METHODS.names())
+    impl = {path.stem for path in (METHODS_FOLDER / "impl").glob("*.py")} - {"__init__"}
+    assert impl <= {path.stem for path in METHODS_FOLDER.glob("*.py")}, "impl/<name>.py without a <name>.py"
+
+
+def test_no_method_reads_a_hyperparameter_by_a_bare_name():
+    """A hyperparameter's name is written once, in its Param; code reads the value through it (`MU.of(params)`)."""
+    bare = re.compile(r"""params(\.get)?[\[(]\s*["']""")
+    found = [
+        f"{path.relative_to(METHODS_FOLDER)}:{number}: {line.strip()}"
+        for path in sorted(METHODS_FOLDER.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if bare.search(line)
+    ]
+    assert found == []
+
+
+def test_a_param_reads_its_value_under_its_declared_name_typed():
+    mu = Param(float, 0.01, "weight", name="mu", ge=0)
+    assert mu.of({"mu": 2}) == 2.0 and isinstance(mu.of({"mu": 2}), float)  # YAML writes 2 for 2.0
+    assert mu.get({}, 0.5) == 0.5 and mu.get({"mu": 1.5}, 0.5) == 1.5
+    sigma = Param(float, "median", "width", name="sigma", gt=0, special=("median",))
+    assert sigma.of({"sigma": "median"}) == "median"  # a special value comes back as it is
+    flag = Param(bool, False, "switch", name="flag")
+    assert flag.of({"flag": True}) is True
+    assert list(hyperparameters(mu, flag)) == ["mu", "flag"]
+    with pytest.raises(ValueError, match="unique"):
+        hyperparameters(mu, mu)
+    with pytest.raises(ValueError, match="not declared under their own names"):
+        MethodSpec("x", {"nu": mu}, lambda params, context: None)  # type: ignore[arg-type,return-value]

@@ -3,7 +3,7 @@ values, search ranges) against torch-free specs, draws the partition, and runs T
 train. On 2 cores torch's import (~1.5-2 s of CPU) would otherwise delay Ray's start (README, Performance).
 
 Names stay known without their code: the models' registry declares each name's module (imported on the first
-build), and the method catalog declares every method's spec with a `Builder` naming its module.
+build), and the methods' registry declares each method's module (its torch code is imported by `build`).
 """
 
 from __future__ import annotations

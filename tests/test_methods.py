@@ -10,7 +10,7 @@ from raytune_fl.aggregators import fedavg, weighted_mean_delta
 from raytune_fl.engine.local import LocalSettings, train_local
 from raytune_fl.methods import METHODS, build_method
 from raytune_fl.methods.base import ClientContext
-from raytune_fl.methods.fedprox import ProximalTerm
+from raytune_fl.methods.impl.fedprox import ProximalTerm
 from raytune_fl.models import build_model
 from raytune_fl.types import ClientUpdate
 

@@ -15,8 +15,8 @@ from raytune_fl.engine.local import LocalSettings
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import METHODS, build_method
 from raytune_fl.methods.base import Batch, ClientContext, ClientHook, Method, Stateless
-from raytune_fl.methods.fedbn import LocalBatchNorm, batchnorm_keys
-from raytune_fl.methods.moon import ModelContrastiveTerm, model_contrastive
+from raytune_fl.methods.impl.fedbn import LocalBatchNorm, batchnorm_keys
+from raytune_fl.methods.impl.moon import ModelContrastiveTerm, model_contrastive
 from raytune_fl.types import ClientUpdate
 
 MODEL = ModelSpec("simple_cnn", 1, 10, (8, 8))

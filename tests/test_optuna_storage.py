@@ -27,6 +27,7 @@ from ray.tune.search.optuna import OptunaSearch
 from raytune_fl.cli import main
 from raytune_fl.config import ConfigError, parse_space
 from raytune_fl.runtime import cluster
+from raytune_fl.runtime import optuna_storage as osto
 from raytune_fl.tracking import store
 from raytune_fl.tracking.schema import (
     STAGE_TUNE,
@@ -37,7 +38,6 @@ from raytune_fl.tracking.schema import (
     TRIAL_FINISHED,
     TRIAL_STOPPED_EARLY,
 )
-from raytune_fl.tune import optuna_storage as osto
 from raytune_fl.tune.manifest import StudyManifest
 from raytune_fl.tune.study import VariantRun
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from raytune_fl.aggregators.fedavg import fedavg, plain_mean_statistics
-from raytune_fl.config import ConfigError, ExperimentConfig, ScheduleConfig, parse_space, run_params
+from raytune_fl.config import ConfigError, ExperimentConfig, ScheduleConfig, TrialSpec, parse_space
 from raytune_fl.engine.data import prepare_data
 from raytune_fl.engine.federation import CLIENT_LOG_KEY, Federation, worker_spec
 from raytune_fl.engine.lr_schedule import LrSchedule
@@ -72,7 +72,7 @@ def test_schedule_settings_are_checked_and_name_their_field():
 
 def test_the_knobs_are_logged_as_params():
     experiment = ExperimentConfig(drop_last=True, optimizer={"schedule": {"kind": "cosine"}})
-    params = run_params(experiment, "fedavg", {})
+    params = TrialSpec.resolve(experiment, "fedavg", {}).mlflow_params()
     assert params["optimizer.schedule.kind"] == "cosine" and params["drop_last"] is True
     assert params["optimizer.schedule.t_max"] is None  # unset: the run's rounds, as the YAML says it
 
@@ -225,7 +225,8 @@ def test_a_variant_trains_with_its_own_optimiser_in_both_stages():
     assert space.experiment_for("fedavg") is space.base
     fedld = space.experiment_for("fedld")
     assert fedld.optimizer.momentum == 0.5 and fedld.optimizer.weight_decay == 5e-4 and fedld.rounds == 2
-    assert run_params(fedld, "fedld", {})["optimizer.momentum"] == 0.5  # logged as the run's params
+    logged = TrialSpec.resolve(fedld, "fedld", {}).mlflow_params()  # the run's params
+    assert logged["optimizer.momentum"] == 0.5
     sources = {name: VariantSource(name, v.method, {}, None, "") for name, v in space.variants.items()}
     cells = build_cells(sources, {"-": space.base}, [0, 1], {"fedld": fedld.optimizer})
     momenta = {(c.variant, c.seed): c.experiment.optimizer.momentum for c in cells}

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from raytune_fl.config import ConfigError, ExperimentConfig, OptimizerConfig, SearchSpace, override, run_params
+from raytune_fl.config import ConfigError, ExperimentConfig, OptimizerConfig, SearchSpace, TrialSpec, override
 from raytune_fl.methods import METHODS
 from raytune_fl.tracking.schema import (
     NO_STUDY,
@@ -149,6 +149,11 @@ class AblationCell:
     def key(self) -> str:  # the run name: what a person filters and reads in the MLflow UI
         return f"{self.variant}/seed{self.seed}/{self.setting}"
 
+    @property
+    def trial(self) -> TrialSpec:
+        """The cell's trial, resolved as a study's trials are (the same params in both stages)."""
+        return TrialSpec.resolve(self.experiment, self.method, self.params)
+
 
 @dataclass(frozen=True)
 class AblationPlan:
@@ -224,11 +229,11 @@ def ablation_trial(config: dict[str, Any], *, cells: dict[str, AblationCell]) ->
     from raytune_fl.tune.trainable import federated_trial
 
     cell = cells[config["cell"]]
-    federated_trial({}, experiment=cell.experiment, method=cell.method, fixed=cell.params)
+    federated_trial({}, experiment=cell.experiment, method=cell.method, fixed=cell.trial.params)
 
 
 def cell_run(cell: AblationCell) -> tuple[str, dict[str, str], dict[str, Any]]:
-    """Run name, tags and params of a cell's MLflow run. Params are the tune stage's (config.run_params): flattened
+    """Run name, tags and params of a cell's MLflow run. Params are the tune stage's (config.TrialSpec): flattened
     base fields plus every resolved hyperparameter, so runs of both stages line up in the MLflow UI."""
     tags = {
         TAG_STAGE: STAGE_ABLATION,
@@ -240,4 +245,4 @@ def cell_run(cell: AblationCell) -> tuple[str, dict[str, str], dict[str, Any]]:
         TAG_CELL: cell.key,
         TAG_STUDY_RUN_ID: cell.study_run_id or NO_STUDY,
     }
-    return cell.key, tags, run_params(cell.experiment, cell.method, cell.params)
+    return cell.key, tags, cell.trial.mlflow_params()

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from raytune_fl.aggregators.fedavg import plain_mean_statistics
-from raytune_fl.config import ExperimentConfig
+from raytune_fl.config import ExperimentConfig, TrialSpec
 from raytune_fl.devices import reproducible
 from raytune_fl.engine.augment import AugmentSpec
 from raytune_fl.engine.batched import auto_client_batch
@@ -147,6 +147,11 @@ class Federation:
         self.failures_total = 0  # worker deaths survived so far
         self.evaluator = Evaluator(self.data, self.model, exp.eval_batch_size, exp.diagnostics)
 
+    @classmethod
+    def of(cls, trial: TrialSpec, **kwargs: Any) -> Federation:
+        """The federation of a resolved trial (config.TrialSpec); `kwargs` as for the constructor."""
+        return cls(trial.experiment, trial.method, trial.params, **kwargs)
+
     # the held-out data, as tensors (the evaluator's)
     @property
     def val_x(self) -> torch.Tensor:
@@ -183,7 +188,8 @@ class Federation:
         """Rounds `self.round + 1 .. rounds` (a restored federation continues where its checkpoint was taken).
 
         Each round's report goes to `on_round` (the last one is returned; None: no round ran). A NaN/Inf loss or
-        model ends the run with one last report carrying `diverged = 1` and the worst score (val_acc 0, val_loss inf), so a study moves on.
+        model ends the run with one last report carrying `diverged = 1` and the worst score (val_acc 0, val_loss
+        inf), so a study moves on.
         """
         setup_started = time.perf_counter()
         pool = self.pool_factory(self.data, self.spec)

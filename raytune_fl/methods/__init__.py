@@ -1,12 +1,23 @@
 """Methods by name, and the interface a method implements. Light to import: no torch.
 
-`METHODS` (methods/catalog.py) holds every method's spec; a method's own module (its terms, hooks and `build`)
-is imported when the method is first built.
+Layout, one rule for every method `<name>`:
+
+- `raytune_fl/methods/<name>.py`: the method's `SPEC` (a `MethodSpec`, registered into `METHODS` under `<name>`),
+  its hyperparameters (`Param`s declared once, at module level, read back in `build` as `MU.of(params)`) and its
+  `build(params, context)`. Torch-free: reading a spec (the config checks, before any trial) imports no torch.
+- `raytune_fl/methods/impl/<name>.py`: the code `build` assembles (local terms, client hooks, server aggregator
+  glue), imported inside `build`, when the method is first built. A method whose `build` only picks existing parts
+  (FedAvg's, FedNova's, FedBuff's) has none.
+
+A family shares one torch-free module beside its methods' own: `fedopt.py` (with `impl/fedopt.py`) declares what
+`fedadagrad.py`, `fedadam.py` and `fedyogi.py` have in common; `feddecorr.py` stacks its term on another method for
+`fedprox_decorr.py`, `fedavgm_decorr.py` and `moon_decorr.py`. `registry.py` declares every name with its module
+(`METHODS` knows them all without importing one); `base.py` is the interface; `losses.py`, `hooks.py` and
+`lipschitz.py` are torch code that several methods share (imported inside `build` or by impl/).
 """
 
 from raytune_fl.methods.base import (
     Batch,
-    Builder,
     ClientContext,
     ClientHook,
     LocalTerm,
@@ -17,12 +28,11 @@ from raytune_fl.methods.base import (
     ServerAggregator,
     Stateless,
 )
-from raytune_fl.methods.catalog import METHODS, build_method
+from raytune_fl.methods.registry import METHODS, build_method
 
 __all__ = [
     "METHODS",
     "Batch",
-    "Builder",
     "ClientContext",
     "ClientHook",
     "LocalTerm",

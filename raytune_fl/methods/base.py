@@ -9,16 +9,15 @@ worker: a hook writes it to `ctx.new_state[hook.name]`, the server keeps it with
 hands it back as `ctx.state[hook.name]` the next time that client trains, whichever worker runs it.
 
 Light to import (torch only for type hints): `MethodSpec` and `Param` are read by the config checks, which run
-before any trial and never import torch (methods/catalog.py declares every method's spec).
+before any trial and never import torch (each method's module declares its spec, see raytune_fl.methods).
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from raytune_fl.types import ClientUpdate, Weights
 
@@ -199,21 +198,29 @@ class Method:
 
 _TYPE_WORDS = {float: "a number", int: "an integer", str: "a string", bool: "true or false"}
 
+PAPER_OR_OFFICIAL = ("paper", "official")  # `fidelity`: follow the paper or the official code where they differ
+OFFICIAL_OR_PAPER = ("official", "paper")  # `form`: the official code's scale first (the default)
+
+T = TypeVar("T")
+
 
 def _number(value: Any) -> str:
     return repr(int(value)) if isinstance(value, float) and value.is_integer() else repr(value)
 
 
 @dataclass(frozen=True)
-class Param:
-    """One hyperparameter: its type, default, allowed values and a one-line meaning.
+class Param(Generic[T]):
+    """One hyperparameter: its name, type, default, allowed values and a one-line meaning.
 
     Bounds: `ge`/`gt` below, `le`/`lt` above (closed or open ends). `choices`: the only values allowed.
     `special`: named values allowed besides numbers (FedUV's sigma "median"). A default of None means
     "derived from the data" (the spec's `derived` says how); None is then accepted as a value too.
+
+    Declared once, at module level in the method's module, and read back through the declaration, never through
+    its name as a string: `MU = Param(float, 0.01, "proximal weight", name="mu", ge=0)`, then `MU.of(params)`.
     """
 
-    type: type  # float, int, str or bool; a float parameter accepts ints too (YAML writes 1 for 1.0)
+    type: type[T]  # float, int, str or bool; a float parameter accepts ints too (YAML writes 1 for 1.0)
     default: Any
     meaning: str = ""
     ge: float | None = None
@@ -222,6 +229,20 @@ class Param:
     lt: float | None = None
     choices: tuple[Any, ...] | None = None
     special: tuple[str, ...] = ()
+    name: str = field(default="", kw_only=True)  # the hyperparameter's name in search-space files and MLflow
+
+    def of(self, params: Mapping[str, Any]) -> T:
+        """This hyperparameter's value in resolved `params` (a float parameter's int as a float). A special value
+        (sigma "median") and a derived default's None come back as they are."""
+        value = params[self.name]
+        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)  # type: ignore[return-value]
+        return value
+
+    def get(self, params: Mapping[str, Any], fallback: Any) -> T:
+        """`of`, or `fallback` where `params` lacks this hyperparameter (a method of a family that does not have
+        it: FedAdagrad's beta2)."""
+        return self.of(params) if self.name in params else fallback
 
     def allowed(self) -> str:
         """What the values may be, as an error message says it: "a number in [0, 1)", "one of 'a', 'b'"."""
@@ -267,20 +288,14 @@ class Param:
         raise ValueError(f"{name}: must be {allowed} (got {value!r})")
 
 
-@dataclass(frozen=True)
-class Builder:
-    """A method's `build`, named by module and imported on the first call: `module.function(*args, params, context)`.
-
-    A spec names its code instead of holding it, so that reading the specs imports no torch.
-    """
-
-    module: str  # e.g. "raytune_fl.methods.fedprox"
-    function: str = "build"
-    args: tuple[Any, ...] = ()  # leading arguments: fedopt's rule, the base method a stacked FedDecorr extends
-
-    def __call__(self, params: dict[str, Any], context: MethodContext) -> Method:
-        build = getattr(importlib.import_module(self.module), self.function)
-        return build(*self.args, params, context)
+def hyperparameters(*params: Param) -> dict[str, Param]:
+    """A spec's hyperparameters by their declared names, in declaration order (the order errors list them in)."""
+    named: dict[str, Param] = {}
+    for param in params:
+        if not param.name or param.name in named:
+            raise ValueError(f"hyperparameter names must be given and unique; got {[p.name for p in params]}")
+        named[param.name] = param
+    return named
 
 
 @dataclass(frozen=True)
@@ -288,8 +303,8 @@ class MethodSpec:
     """A registered method: its typed hyperparameters, and how to build it."""
 
     name: str
-    params: Mapping[str, Param]  # declared once: type, default, bounds, meaning
-    # (resolved hyperparameters, context) -> Method; a Builder in the catalog, any callable in a test
+    params: Mapping[str, Param]  # by name (`hyperparameters(...)`), each declared once: type, default, bounds, meaning
+    # (resolved hyperparameters, context) -> Method: the method module's `build`, which imports its torch code
     build: Callable[[dict[str, Any], MethodContext], Method]
     summary: str = ""
     derived: Mapping[str, str] = field(default_factory=dict)  # e.g. {"lambda": "D/4"}: how a None default resolves
@@ -300,6 +315,14 @@ class MethodSpec:
     # why the method trains its clients one at a time even with resources.client_batch > 1 ("" = it vectorises;
     # tests/test_client_batch.py checks this against the built method's hooks)
     sequential: str = ""
+    # asynchronous buffered aggregation (FedBuff): its built Method has a `buffer_size`, and a run has no round
+    # deadline. Declared here so that the config checks know it without building the method (torch)
+    asynchronous: bool = False
+
+    def __post_init__(self) -> None:
+        wrong = [key for key, param in self.params.items() if param.name != key]
+        if wrong:  # `Param.of` reads a value under the declared name
+            raise ValueError(f"method {self.name!r}: hyperparameters {wrong} are not declared under their own names")
 
     @property
     def defaults(self) -> dict[str, Any]:

@@ -27,67 +27,51 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch.nn.functional as F
-from torch import Tensor
-
-from raytune_fl.aggregators import fedavg
 from raytune_fl.methods.base import (
-    Batch,
-    ClientContext,
     ClientHook,
-    LocalTerm,
     Method,
     MethodContext,
+    MethodSpec,
+    Param,
     Stateless,
     active,
+    hyperparameters,
 )
-from raytune_fl.methods.hooks import GradientClip
-from raytune_fl.methods.lipschitz import lipschitz_gap, top_singular_value, transmitting_matrix
-from raytune_fl.models.final_block import FinalBlock, reduced_channels
+from raytune_fl.methods.registry import register
 
-NAME = "fedalign"
-EPS = 1e-8  # guards the official scale's division by L_lip
-
-
-class LipschitzAlignment(LocalTerm):
-    batchable = False  # runs a width-reduced copy of the model each step
-    name = "lipschitz"  # logged unweighted as term_lipschitz
-
-    def __init__(self, weight: float, width: float, scale: str) -> None:
-        super().__init__(weight)
-        self.width, self.scale = width, scale
-        self.block: FinalBlock | None = None
-
-    def on_round_start(self, ctx: ClientContext) -> None:
-        if self.block is not None:  # a round that ended in an error left its hooks on
-            self.block.detach()
-        self.block = FinalBlock.of(ctx.model)
-        self.block.attach()
-
-    def loss(self, batch: Batch) -> Tensor:
-        assert self.block is not None and self.block.inputs is not None and self.block.outputs is not None
-        a, b = self.block.inputs.detach(), self.block.outputs.detach()
-        reduced_in = a[:, : reduced_channels(self.block.in_channels, self.width)]
-        b_reduced = self.block.sliced(reduced_in, self.width)
-        sigma_full = top_singular_value(transmitting_matrix(a, b))
-        sigma_reduced = top_singular_value(transmitting_matrix(reduced_in, b_reduced))
-        gap = lipschitz_gap(sigma_reduced, sigma_full)
-        if self.scale == "none":
-            return gap
-        factor = F.cross_entropy(batch.logits.detach(), batch.y) / (gap.detach() + EPS)
-        # value: L_lip (what is logged); gradient: factor * grad L_lip (the official scaling)
-        scaled = factor * gap
-        return scaled - scaled.detach() + gap.detach()
-
-    def on_round_end(self, ctx: ClientContext) -> None:
-        if self.block is not None:
-            self.block.detach()
-        self.block = None
+MU = Param(float, 0.45, "weight of the final block's Lipschitz alignment (official scale: mu * CE)", name="mu", ge=0)
+WIDTH = Param(float, 0.25, "channel fraction of the reduced final block", name="width", gt=0, le=1)
+SCALE = Param(
+    str,
+    "official",
+    "official: gradient scaled by CE / L_lip; none: mu * L_lip",
+    name="scale",
+    choices=("official", "none"),
+)
+CLIP_GRAD_NORM = Param(
+    float, 0.0, "clip the gradients' 2-norm at this (0: off; official: 10)", name="clip_grad_norm", ge=0
+)
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
+    from raytune_fl.aggregators import fedavg
+    from raytune_fl.methods.hooks import GradientClip
+    from raytune_fl.methods.impl.fedalign import LipschitzAlignment
+
     hooks: tuple[ClientHook, ...] = ()
-    if params["clip_grad_norm"] > 0:
-        hooks = (GradientClip(params["clip_grad_norm"]),)
-    terms = [LipschitzAlignment(params["mu"], params["width"], params["scale"])]
-    return Method(NAME, active(terms), Stateless(fedavg), hooks=hooks)
+    if CLIP_GRAD_NORM.of(params) > 0:
+        hooks = (GradientClip(CLIP_GRAD_NORM.of(params)),)
+    terms = [LipschitzAlignment(MU.of(params), WIDTH.of(params), SCALE.of(params))]
+    return Method(SPEC.name, active(terms), Stateless(fedavg), hooks=hooks)
+
+
+SPEC = register(
+    MethodSpec(
+        "fedalign",
+        hyperparameters(MU, WIDTH, SCALE, CLIP_GRAD_NORM),
+        build,
+        summary="FedAvg + alignment of a width-reduced final block's Lipschitz estimate to the full block's",
+        as_fedavg={MU.name: 0.0},
+        sequential="each step also runs a width-reduced copy of the final block",
+    )
+)

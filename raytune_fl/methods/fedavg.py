@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from raytune_fl.aggregators import fedavg
-from raytune_fl.methods.base import Method, MethodContext, Stateless
+from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Stateless
+from raytune_fl.methods.registry import register
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
-    return Method("fedavg", (), Stateless(fedavg))
+    from raytune_fl.aggregators import fedavg
+
+    return Method(SPEC.name, (), Stateless(fedavg))
+
+
+SPEC = register(MethodSpec("fedavg", {}, build, "cross-entropy only"))

@@ -8,32 +8,27 @@ state_dict); server_momentum = 0 with server_lr = 1 is FedAvg.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
+from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Param, hyperparameters
+from raytune_fl.methods.registry import register
 
-from raytune_fl.aggregators.fedavgm import fedavgm
-from raytune_fl.methods.base import Method, MethodContext, ServerAggregator
-from raytune_fl.types import ClientUpdate, Weights
-
-
-class ServerMomentum(ServerAggregator):
-    def __init__(self, server_momentum: float, server_lr: float) -> None:
-        self.server_momentum = float(server_momentum)
-        self.server_lr = float(server_lr)
-        self.velocity: Weights = {}  # empty: zeros
-
-    def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
-        new, self.velocity = fedavgm(global_weights, updates, self.velocity, self.server_momentum, self.server_lr)
-        return new
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"velocity": {key: value.copy() for key, value in self.velocity.items()}}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.velocity = {key: np.array(value, copy=True) for key, value in state.get("velocity", {}).items()}
+SERVER_MOMENTUM = Param(float, 0.9, "beta: the server velocity's decay (0: FedAvg)", name="server_momentum", ge=0, lt=1)
+SERVER_LR = Param(float, 1.0, "server step size on the velocity", name="server_lr", gt=0)
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
-    return Method("fedavgm", (), ServerMomentum(params["server_momentum"], params["server_lr"]))
+    from raytune_fl.methods.impl.fedavgm import ServerMomentum
+
+    return Method(SPEC.name, (), ServerMomentum(SERVER_MOMENTUM.of(params), SERVER_LR.of(params)))
+
+
+SPEC = register(
+    MethodSpec(
+        "fedavgm",
+        hyperparameters(SERVER_MOMENTUM, SERVER_LR),
+        build,
+        summary="server momentum on FedAvg's mean delta: v <- beta v + delta, w <- w + server_lr v",
+        as_fedavg={SERVER_MOMENTUM.name: 0.0},
+    )
+)

@@ -19,42 +19,77 @@ one sample are skipped by the local loop (the term would be 0).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
-from torch import Tensor
-
-from raytune_fl.aggregators import fedavg
 from raytune_fl.methods.base import (
-    Batch,
+    OFFICIAL_OR_PAPER,
     LocalTerm,
     Method,
     MethodContext,
+    MethodSpec,
+    Param,
     Stateless,
     active,
+    hyperparameters,
 )
-from raytune_fl.methods.catalog import METHODS
-from raytune_fl.methods.losses import decorrelation
+from raytune_fl.methods.registry import register
+
+BETA = Param(float, 0.1, "weight of the decorrelation term on z", name="beta", ge=0)
+FORM = Param(
+    str,
+    "official",
+    "official code's scale or the paper's normalisation",
+    name="form",
+    choices=OFFICIAL_OR_PAPER,
+)
+EPS = Param(float, 1e-8, "added to each column's variance before the square root", name="eps", gt=0)
+DECORRELATION = (BETA, FORM, EPS)  # the term's hyperparameters, on its own and stacked on another method
 
 
-class Decorrelation(LocalTerm):
-    name = "decorr"  # logged unweighted as term_decorr
+def _term(params: dict[str, Any]) -> LocalTerm:
+    from raytune_fl.methods.impl.feddecorr import Decorrelation
 
-    def __init__(self, weight: float, form: str, eps: float) -> None:
-        super().__init__(weight)
-        self.form, self.eps = form, eps
-
-    def loss(self, batch: Batch) -> Tensor:
-        return decorrelation(batch.z, self.form, self.eps)
+    return Decorrelation(BETA.of(params), FORM.of(params), EPS.of(params))
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
-    terms = [Decorrelation(params["beta"], params["form"], params["eps"])]
-    return Method("feddecorr", active(terms), Stateless(fedavg))
+    from raytune_fl.aggregators import fedavg
+
+    return Method(SPEC.name, active([_term(params)]), Stateless(fedavg))
 
 
-def build_stacked(base_name: str, params: dict[str, Any], context: MethodContext) -> Method:
-    """`<base>_decorr` (the catalog's stacked specs): the base method with the decorrelation term added."""
-    base = METHODS.get(base_name)
-    method = base.build({k: params[k] for k in base.params}, context)
-    term = Decorrelation(params["beta"], params["form"], params["eps"])
-    return dataclasses.replace(method, name=f"{base_name}_decorr", terms=(*method.terms, *active([term])))
+def build_stacked(base: MethodSpec, params: dict[str, Any], context: MethodContext) -> Method:
+    """`<base>_decorr`: the base method built from its own hyperparameters, with the decorrelation term added."""
+    method = base.build({name: value for name, value in params.items() if name in base.params}, context)
+    return dataclasses.replace(method, name=f"{base.name}_decorr", terms=(*method.terms, *active([_term(params)])))
+
+
+def stacked(base: MethodSpec) -> MethodSpec:
+    """The spec of `<base>_decorr` (registered by its own module, e.g. fedprox_decorr.py): the base method's
+    hyperparameters and the term's, the base's flags, and beta = 0 added to its FedAvg setting."""
+    name = f"{base.name}_decorr"
+    clash = sorted(set(base.params) & {param.name for param in DECORRELATION})
+    if clash:
+        raise ValueError(f"{name}: {base.name} already has hyperparameters named {', '.join(clash)}")
+    return MethodSpec(
+        name,
+        hyperparameters(*base.params.values(), *DECORRELATION),
+        functools.partial(build_stacked, base),
+        summary=f"{base.name} + decorrelation of the representation's columns (FedDecorr stacked)",
+        derived=base.derived,
+        as_fedavg=None if base.as_fedavg is None else {**base.as_fedavg, BETA.name: 0.0},
+        sequential=base.sequential,
+        asynchronous=base.asynchronous,
+    )
+
+
+SPEC = register(
+    MethodSpec(
+        "feddecorr",
+        hyperparameters(*DECORRELATION),
+        build,
+        summary="FedAvg + decorrelation of the representation's columns",
+        as_fedavg={BETA.name: 0.0},
+    )
+)

@@ -14,34 +14,36 @@ Both in raytune_fl.aggregators.fedgh.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
+from raytune_fl.methods.base import (
+    PAPER_OR_OFFICIAL,
+    Method,
+    MethodContext,
+    MethodSpec,
+    Param,
+    Stateless,
+    hyperparameters,
+)
+from raytune_fl.methods.registry import register
 
-from raytune_fl.aggregators.fedgh import fedgh, fedgh_official
-from raytune_fl.methods.base import Method, MethodContext, ServerAggregator, Stateless
-from raytune_fl.types import ClientUpdate, Weights
-
-
-class OfficialHarmonization(ServerAggregator):
-    """The official variant's server: the EMA history of past steps per tensor (empty: the first round)."""
-
-    def __init__(self, num_clients: int) -> None:
-        self.num_clients = int(num_clients)
-        self.history: Weights = {}
-
-    def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
-        new, self.history = fedgh_official(global_weights, updates, self.history, self.num_clients)
-        return new
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"history": {key: value.copy() for key, value in self.history.items()}}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.history = {key: np.array(value, np.float64, copy=True) for key, value in state.get("history", {}).items()}
+FIDELITY = Param(str, "paper", "follow the paper or FedLD's code", name="fidelity", choices=PAPER_OR_OFFICIAL)
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
-    official = params["fidelity"] == "official"
-    return Method("fedgh", (), OfficialHarmonization(context.num_clients) if official else Stateless(fedgh))
+    from raytune_fl.aggregators.fedgh import fedgh
+    from raytune_fl.methods.impl.fedgh import OfficialHarmonization
+
+    official = FIDELITY.of(params) == "official"
+    return Method(SPEC.name, (), OfficialHarmonization(context.num_clients) if official else Stateless(fedgh))
+
+
+SPEC = register(
+    MethodSpec(
+        "fedgh",
+        hyperparameters(FIDELITY),
+        build,
+        summary="pairwise projection of conflicting client deltas, then the weighted mean",
+        as_fedavg=None,
+    )
+)

@@ -9,59 +9,37 @@ ablation none / margin / principal / both.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from torch import Tensor
+from raytune_fl.aggregators.principal import FIDELITIES as PRINCIPAL_FIDELITIES
+from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Param, Stateless, active, hyperparameters
+from raytune_fl.methods.registry import register
 
-from raytune_fl.aggregators.fedavg import fedavg
-from raytune_fl.aggregators.principal import Fidelity, principal_gradient
-from raytune_fl.methods.base import (
-    Batch,
-    LocalTerm,
-    Method,
-    MethodContext,
-    ServerAggregator,
-    Stateless,
-    active,
+LAMBDA = Param(float, 0.03, "weight of the logit margin-control term", name="lambda", ge=0)
+PRINCIPAL = Param(bool, True, "principal-gradient aggregation (false: FedAvg's mean)", name="principal")
+FRACTION = Param(
+    float, 0.8, "share of the gradient spectrum the principal directions keep", name="fraction", gt=0, le=1
 )
-from raytune_fl.methods.losses import margin_control
-from raytune_fl.types import ClientUpdate, Weights
-
-
-class MarginControl(LocalTerm):
-    name = "margin"
-
-    def __init__(self, weight: float, fidelity: Fidelity = "paper") -> None:
-        super().__init__(weight)
-        self.fidelity = fidelity
-
-    def loss(self, batch: Batch) -> Tensor:
-        return margin_control(batch.logits, self.fidelity)
-
-
-class PrincipalGradient(ServerAggregator):
-    """The principal-gradient aggregator; it counts its rounds (the official variant plain-averages the first)."""
-
-    def __init__(self, fraction: float = 0.8, fidelity: Fidelity = "paper") -> None:
-        self.fraction, self.fidelity = fraction, fidelity
-        self.rounds = 0
-
-    def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
-        new = principal_gradient(
-            global_weights, updates, fraction=self.fraction, fidelity=self.fidelity, first_round=self.rounds == 0
-        )
-        self.rounds += 1
-        return new
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"rounds": self.rounds}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.rounds = int(state["rounds"])
+FIDELITY = Param(
+    str, "paper", "follow the paper or the official code", name="fidelity", choices=tuple(PRINCIPAL_FIDELITIES)
+)
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
-    fraction = params["fraction"]
-    aggregator = PrincipalGradient(fraction, params["fidelity"]) if params["principal"] else Stateless(fedavg)
-    return Method("fedld", active([MarginControl(params["lambda"], params["fidelity"])]), aggregator)
+    from raytune_fl.aggregators.fedavg import fedavg
+    from raytune_fl.methods.impl.fedld import MarginControl, PrincipalGradient
+
+    fidelity = FIDELITY.of(params)
+    aggregator = PrincipalGradient(FRACTION.of(params), fidelity) if PRINCIPAL.of(params) else Stateless(fedavg)
+    return Method(SPEC.name, active([MarginControl(LAMBDA.of(params), fidelity)]), aggregator)
+
+
+SPEC = register(
+    MethodSpec(
+        "fedld",
+        hyperparameters(LAMBDA, PRINCIPAL, FRACTION, FIDELITY),
+        build,
+        summary="logit margin control + principal-gradient aggregation",
+        as_fedavg={LAMBDA.name: 0.0, PRINCIPAL.name: False},
+    )
+)

@@ -11,10 +11,23 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from raytune_fl.aggregators.fednova import effective_steps, fednova
-from raytune_fl.methods.base import Method, MethodContext, Stateless
+from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Stateless
+from raytune_fl.methods.registry import register
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
+    from raytune_fl.aggregators.fednova import effective_steps, fednova
+
     effective_steps(0, context.momentum)  # refuses a momentum outside [0, 1) before any training
-    return Method("fednova", (), Stateless(partial(fednova, momentum=context.momentum)))
+    return Method(SPEC.name, (), Stateless(partial(fednova, momentum=context.momentum)))
+
+
+SPEC = register(
+    MethodSpec(
+        "fednova",
+        {},
+        build,
+        summary="deltas normalised by effective local steps (momentum-corrected), rescaled by their mean",
+        as_fedavg=None,  # equals FedAvg only when every client takes the same number of steps (tested apart)
+    )
+)

@@ -13,77 +13,50 @@ server_lr and tau; v starts at 0 (official); no bias correction (paper; "keras" 
 No setting is FedAvg exactly. `as_fedavg` declares the limit beta1 = 0, tau = server_lr = 1e6 with
 sample weighting: FedAvg's round up to a relative error of sqrt(v) / tau, below 1e-7 for |Delta| <= 0.1.
 BatchNorm running statistics always get FedAvg's mean, never the adaptive step.
+
+The family's module: the three methods' hyperparameters and their shared build. Each method is a module of its
+own (fedadagrad.py, fedadam.py, fedyogi.py: its SPEC, its defaults); the server is impl/fedopt.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
 from typing import Any
 
-import numpy as np
+from raytune_fl.aggregators.fedopt import BIAS_CORRECTIONS, WEIGHTINGS, Rule
+from raytune_fl.methods.base import Method, MethodContext, Param
 
-from raytune_fl.aggregators.fedopt import BiasCorrection, Rule, Weighting, fedopt
-from raytune_fl.methods.base import Method, MethodContext, ServerAggregator
-from raytune_fl.types import ClientUpdate, Weights
+# FedAdam's and FedYogi's defaults; FedAdagrad declares its own (`dataclasses.replace`)
+SERVER_LR = Param(float, 0.01, "eta: the server step size", name="server_lr", gt=0)
+BETA1 = Param(float, 0.9, "decay of the first moment m (0: no server momentum)", name="beta1", ge=0, lt=1)
+BETA2 = Param(float, 0.99, "decay of the second moment v", name="beta2", ge=0, lt=1)
+TAU = Param(float, 0.001, "adaptivity: added to sqrt(v) in the step's denominator", name="tau", gt=0)
+WEIGHTING = Param(
+    str,
+    "uniform",
+    "clients' deltas averaged unweighted (paper) or by sample count",
+    name="weighting",
+    choices=WEIGHTINGS,
+)
+_BIAS_CORRECTION = Param(
+    str, "none", "none (paper), keras (official runs), flower (Flower's FedAdam)", name="bias_correction"
+)
 
-
-class AdaptiveServer(ServerAggregator):
-    """The server optimiser's state: first moment m, second moment v (empty: zeros) and t, the steps taken."""
-
-    def __init__(
-        self,
-        rule: Rule,
-        server_lr: float,
-        beta1: float,
-        beta2: float,
-        tau: float,
-        weighting: Weighting = "uniform",
-        bias_correction: BiasCorrection = "none",
-    ) -> None:
-        self.rule = rule
-        self.server_lr = float(server_lr)
-        self.beta1 = float(beta1)
-        self.beta2 = float(beta2)
-        self.tau = float(tau)
-        self.weighting = weighting
-        self.bias_correction = bias_correction
-        self.m: Weights = {}
-        self.v: Weights = {}
-        self.t = 0
-
-    def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
-        new, self.m, self.v = fedopt(
-            global_weights, updates, self.m, self.v, self.t + 1, rule=self.rule, server_lr=self.server_lr,
-            beta1=self.beta1, beta2=self.beta2, tau=self.tau, weighting=self.weighting,
-            bias_correction=self.bias_correction,
-        )  # fmt: skip
-        self.t += 1
-        return new
-
-    def metrics(self) -> dict[str, float]:
-        """The per-coordinate step size eta / (sqrt(v) + tau): its median and maximum over all coordinates."""
-        if not self.v:
-            return {}
-        steps = self.server_lr / (np.sqrt(np.concatenate([v.ravel() for v in self.v.values()])) + self.tau)
-        return {"server_step_median": float(np.median(steps)), "server_step_max": float(steps.max())}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "m": {key: value.copy() for key, value in self.m.items()},
-            "v": {key: value.copy() for key, value in self.v.items()},
-            "t": self.t,
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.m = {key: np.array(value, copy=True) for key, value in state.get("m", {}).items()}
-        self.v = {key: np.array(value, copy=True) for key, value in state.get("v", {}).items()}
-        self.t = int(state.get("t", 0))
+# FedAvg's limit: no momentum, tau far above |Delta|, server_lr = tau (server step 1), sample-weighted mean
+FEDAVG_LIMIT = {BETA1.name: 0.0, SERVER_LR.name: 1e6, TAU.name: 1e6, WEIGHTING.name: "samples"}
 
 
-def build(rule: Rule, params: dict[str, Any], context: MethodContext) -> Method:
-    """FedAdagrad, FedAdam or FedYogi (`rule`; the catalog's specs pass it)."""
+def bias_correction(rule: Rule) -> Param[str]:
+    """The bias corrections `rule` offers (a method with one only, FedAdagrad, declares no choice)."""
+    return dataclasses.replace(_BIAS_CORRECTION, choices=BIAS_CORRECTIONS[rule])
+
+
+def build_server_optimiser(rule: Rule, params: dict[str, Any], context: MethodContext) -> Method:
+    """FedAdagrad, FedAdam or FedYogi (`rule`: each method's `build` passes its own)."""
+    from raytune_fl.methods.impl.fedopt import AdaptiveServer
+
     server = AdaptiveServer(
-        rule, params["server_lr"], params["beta1"], params.get("beta2", 0.0), params["tau"],
-        params["weighting"], params.get("bias_correction", "none"),
+        rule, SERVER_LR.of(params), BETA1.of(params), BETA2.get(params, 0.0), TAU.of(params),
+        WEIGHTING.of(params), _BIAS_CORRECTION.get(params, "none"),
     )  # fmt: skip
     return Method(f"fed{rule}", (), server)

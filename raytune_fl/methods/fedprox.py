@@ -4,38 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import Tensor
+from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Param, Stateless, active, hyperparameters
+from raytune_fl.methods.registry import register
 
-from raytune_fl.aggregators import fedavg
-from raytune_fl.methods.base import (
-    Batch,
-    ClientContext,
-    LocalTerm,
-    Method,
-    MethodContext,
-    Stateless,
-    active,
-)
-from raytune_fl.methods.losses import proximal
-
-
-class ProximalTerm(LocalTerm):
-    name = "proximal"
-    per_client = ("anchors",)
-
-    def on_round_start(self, ctx: ClientContext) -> None:
-        # w_t: the global weights this round started from, frozen for the whole local run. The trainable ones are
-        # named here, not filtered by requires_grad per step: inside a vectorised step (engine/batched.py) the
-        # parameters are stand-ins that do not carry the flag.
-        self.names = [name for name, p in ctx.model.named_parameters() if p.requires_grad]
-        params = dict(ctx.model.named_parameters())
-        self.anchors = [params[name].detach().clone() for name in self.names]
-
-    def loss(self, batch: Batch) -> Tensor:
-        params = dict(batch.model.named_parameters())
-        return proximal([params[name] for name in self.names], self.anchors)
+MU = Param(float, 0.01, "weight of the proximal term (0: FedAvg)", name="mu", ge=0)
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
+    from raytune_fl.aggregators import fedavg
+    from raytune_fl.methods.impl.fedprox import ProximalTerm
+
     # proximal() is already 0.5 * ||w - w_t||^2, so the term weight is mu itself
-    return Method("fedprox", active([ProximalTerm(params["mu"])]), Stateless(fedavg))
+    return Method(SPEC.name, active([ProximalTerm(MU.of(params))]), Stateless(fedavg))
+
+
+SPEC = register(
+    MethodSpec("fedprox", hyperparameters(MU), build, "proximal term (mu/2)||w - w_t||^2", as_fedavg={MU.name: 0.0})
+)

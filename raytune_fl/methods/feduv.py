@@ -10,61 +10,52 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import Tensor
-
-from raytune_fl.aggregators import fedavg
 from raytune_fl.methods.base import (
-    Batch,
-    LocalTerm,
+    PAPER_OR_OFFICIAL,
     Method,
     MethodContext,
+    MethodSpec,
+    Param,
     Stateless,
     active,
+    hyperparameters,
 )
-from raytune_fl.methods.losses import classifier_variance, rbf_uniformity
+from raytune_fl.methods.registry import register
 
+MU = Param(float, 0.5, "weight of the RBF uniformity term", name="mu", ge=0)
+LAMBDA = Param(float, None, "weight of the classifier std hinge (None: derived)", name="lambda", ge=0)
+SIGMA = Param(float, "median", "RBF width ('median': the batch's median)", name="sigma", gt=0, special=("median",))
+FIDELITY = Param(str, "paper", "follow the paper or the official code", name="fidelity", choices=PAPER_OR_OFFICIAL)
 
-class ClassifierVariance(LocalTerm):
-    name = "variance"
-
-    def __init__(self, weight: float, statistic: str) -> None:
-        super().__init__(weight)
-        self.statistic = statistic
-
-    def loss(self, batch: Batch) -> Tensor:
-        return classifier_variance(batch.logits, self.statistic)
-
-
-# rbf_uniformity's options per fidelity (METHODS.md, "Gaussian (RBF) uniformity")
-KERNEL_OPTIONS: dict[str, dict[str, Any]] = {
-    "paper": {},
-    "official": {"scale": 1.0, "detach_median": False, "drop_zero_distances": True},
-}
 OFFICIAL_LAMBDA = 2.5  # the official code's fixed variance weight
 
 
-class RbfUniformity(LocalTerm):
-    name = "uniformity"
-
-    def __init__(self, weight: float, sigma: float | str, fidelity: str = "paper") -> None:
-        super().__init__(weight)
-        self.sigma, self.fidelity = sigma, fidelity
-
-    def loss(self, batch: Batch) -> Tensor:
-        return rbf_uniformity(batch.z, self.sigma, **KERNEL_OPTIONS[self.fidelity])
-
-
-def resolve_lambda(params: dict[str, Any], num_classes: int) -> float:
-    """lambda = None: D/4 (paper), or 2.5 with fidelity "official" (UniVarFL has no fidelity key: paper)."""
-    if params["lambda"] is not None:
-        return params["lambda"]
-    return OFFICIAL_LAMBDA if params.get("fidelity", "paper") == "official" else num_classes / 4.0
+def variance_weight(params: dict[str, Any], num_classes: int) -> float:
+    """lambda = None: D/4 (paper), or 2.5 with fidelity "official"."""
+    given = LAMBDA.of(params)
+    if given is not None:
+        return given
+    return OFFICIAL_LAMBDA if FIDELITY.of(params) == "official" else num_classes / 4.0
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
-    params = {**params, "lambda": resolve_lambda(params, context.num_classes)}
+    from raytune_fl.aggregators import fedavg
+    from raytune_fl.methods.impl.feduv import ClassifierVariance, RbfUniformity
+
     terms = [
-        ClassifierVariance(params["lambda"], "std"),
-        RbfUniformity(params["mu"], params["sigma"], params["fidelity"]),
+        ClassifierVariance(variance_weight(params, context.num_classes), "std"),
+        RbfUniformity(MU.of(params), SIGMA.of(params), FIDELITY.of(params)),
     ]
-    return Method("feduv", active(terms), Stateless(fedavg))
+    return Method(SPEC.name, active(terms), Stateless(fedavg))
+
+
+SPEC = register(
+    MethodSpec(
+        "feduv",
+        hyperparameters(MU, LAMBDA, SIGMA, FIDELITY),
+        build,
+        summary="classifier std hinge + RBF uniformity",
+        derived={LAMBDA.name: "D/4 (paper) or 2.5 (official)"},
+        as_fedavg={MU.name: 0.0, LAMBDA.name: 0.0},
+    )
+)

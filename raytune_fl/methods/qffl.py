@@ -8,67 +8,31 @@ p_k = n_k / n, so q = 0 is exactly FedAvg; larger q favours clients the global m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-import torch
-import torch.nn.functional as F
+from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Param, hyperparameters
+from raytune_fl.methods.registry import register
 
-from raytune_fl.aggregators.qffl import qffl
-from raytune_fl.methods.base import (
-    ClientContext,
-    ClientHook,
-    Method,
-    MethodContext,
-    ServerAggregator,
-)
-from raytune_fl.types import ClientUpdate, Weights
-
-NAME = "qffl"
-
-
-class GlobalLoss(ClientHook):
-    """F_k: the global model's mean cross-entropy on this client's data, measured before any local step."""
-
-    name = NAME
-    batch_size = 512  # evaluation only: no gradients kept, so larger than a training batch
-
-    @torch.no_grad()
-    def on_round_start(self, ctx: ClientContext) -> None:
-        was_training = ctx.model.training
-        ctx.model.eval()  # BatchNorm's running statistics: the global model as it is, not updated by this pass
-        try:
-            # summed on the device in float64, in batch order (the same additions as a Python float's), and read
-            # once: no device-to-host sync per batch
-            total: torch.Tensor | None = None
-            for start in range(0, ctx.x.shape[0], self.batch_size):
-                logits, _ = ctx.model(ctx.x[start : start + self.batch_size])
-                y = ctx.y[start : start + self.batch_size]
-                loss = F.cross_entropy(logits.double(), y, reduction="sum")
-                total = loss if total is None else total + loss
-        finally:
-            ctx.model.train(was_training)
-        summed = 0.0 if total is None else total.item()
-        ctx.extras[self.name] = np.float64(summed / max(ctx.x.shape[0], 1))
-
-
-class QFairAggregator(ServerAggregator):
-    def __init__(self, q: float, lr: float) -> None:
-        self.q = float(q)
-        self.lr = float(lr)
-
-    def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
-        missing = [u.client_id for u in updates if NAME not in u.extras]
-        if missing:
-            raise ValueError(f"q-FFL: clients {missing} sent no global-model loss (extras[{NAME!r}])")
-        return qffl(global_weights, updates, [float(u.extras[NAME]) for u in updates], self.q, self.lr)
+Q = Param(float, 1.0, "fairness exponent on the global-model loss F_k^q (0: FedAvg)", name="q", ge=0)
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
+    from raytune_fl.methods.impl.qffl import GlobalLoss, QFairAggregator
+
     if context.lr_schedule != "constant":  # the server would step with 1/lr of a rate the clients no longer use
         raise ValueError(
             f"q-FFL's step L = 1/lr needs one client rate for the whole run; optimizer.schedule is "
             f"{context.lr_schedule!r} (use kind: constant)"
         )
-    return Method(NAME, (), QFairAggregator(params["q"], context.lr), hooks=(GlobalLoss(),))
+    return Method(SPEC.name, (), QFairAggregator(Q.of(params), context.lr), hooks=(GlobalLoss(),))
+
+
+SPEC = register(
+    MethodSpec(
+        "qffl",
+        hyperparameters(Q),
+        build,
+        summary="q-FedAvg: client deltas re-weighted by F_k^q (global-model loss), Lipschitz step L = 1/lr",
+        as_fedavg={Q.name: 0.0},
+    )
+)

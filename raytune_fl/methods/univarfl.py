@@ -9,36 +9,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import Tensor
+from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Param, Stateless, active, hyperparameters
+from raytune_fl.methods.registry import register
 
-from raytune_fl.aggregators import fedavg
-from raytune_fl.methods.base import (
-    Batch,
-    LocalTerm,
-    Method,
-    MethodContext,
-    Stateless,
-    active,
-)
-from raytune_fl.methods.feduv import ClassifierVariance, resolve_lambda
-from raytune_fl.methods.losses import hyperspherical_energy
-
-
-class HypersphericalEnergy(LocalTerm):
-    name = "energy"
-
-    def __init__(self, weight: float, eps: float, include_diagonal: bool) -> None:
-        super().__init__(weight)
-        self.eps, self.include_diagonal = eps, include_diagonal
-
-    def loss(self, batch: Batch) -> Tensor:
-        return hyperspherical_energy(batch.z, self.eps, self.include_diagonal)
+MU = Param(float, 0.5, "weight of the hyperspherical energy term", name="mu", ge=0)
+LAMBDA = Param(float, None, "weight of the classifier variance hinge (None: D/4)", name="lambda", ge=0)
+EPS = Param(float, 1e-2, "added to distances in the energy, against division by zero", name="eps", gt=0)
+INCLUDE_DIAGONAL = Param(bool, False, "count each point's self-distance in the energy", name="include_diagonal")
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:
-    params = {**params, "lambda": resolve_lambda(params, context.num_classes)}
+    from raytune_fl.aggregators import fedavg
+    from raytune_fl.methods.impl.feduv import ClassifierVariance
+    from raytune_fl.methods.impl.univarfl import HypersphericalEnergy
+
+    given = LAMBDA.of(params)
+    variance_weight = context.num_classes / 4.0 if given is None else given  # lambda = None: D/4
     terms = [
-        ClassifierVariance(params["lambda"], "var"),
-        HypersphericalEnergy(params["mu"], params["eps"], params["include_diagonal"]),
+        ClassifierVariance(variance_weight, "var"),
+        HypersphericalEnergy(MU.of(params), EPS.of(params), INCLUDE_DIAGONAL.of(params)),
     ]
-    return Method("univarfl", active(terms), Stateless(fedavg))
+    return Method(SPEC.name, active(terms), Stateless(fedavg))
+
+
+SPEC = register(
+    MethodSpec(
+        "univarfl",
+        hyperparameters(MU, LAMBDA, EPS, INCLUDE_DIAGONAL),
+        build,
+        derived={LAMBDA.name: "D/4"},
+        summary="classifier variance hinge + hyperspherical energy",
+        as_fedavg={MU.name: 0.0, LAMBDA.name: 0.0},
+    )
+)

@@ -20,7 +20,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.optuna import OptunaSearch
 
-from raytune_fl.config import ExperimentConfig, SearchSpace, TuneSettings, flatten, run_params
+from raytune_fl.config import ExperimentConfig, SearchSpace, TrialSpec, TuneSettings, flatten
 from raytune_fl.engine.data import FederatedData, data_identity_of, prepare_data
 from raytune_fl.export.model_helper import ModelExporter
 from raytune_fl.export.trial_model import log_trial_model
@@ -98,9 +98,9 @@ class VariantRun:
 
 
 def trial_params(base: ExperimentConfig, method: str, fixed: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    """A tune trial's MLflow params: what its Federation runs with ({**fixed, **config}), resolved as an ablation
-    cell's are (config.run_params), so both stages log the same params for the same configuration."""
-    return run_params(base, method, {**fixed, **config})
+    """A tune trial's MLflow params: what its Federation runs with, resolved as an ablation cell's are
+    (config.TrialSpec), so both stages log the same params for the same configuration."""
+    return TrialSpec.resolve(base, method, fixed, config).mlflow_params()
 
 
 def partition_title(base: ExperimentConfig) -> str:
@@ -243,7 +243,7 @@ def run_variant(
         if exporter is not None and log_model and parent_run_id is not None:
 
             def log_ahead(trial_id: str, checkpoint: tune.Checkpoint, config: dict[str, Any]) -> None:
-                params = {**variant.fixed, **config}  # as _log_best_model makes them
+                params = TrialSpec.resolve(base, variant.method, variant.fixed, config).params
                 exporter.log_ahead(
                     parent_run_id,
                     trial_id,
@@ -313,7 +313,7 @@ def _log_best_model(
     exporter: ModelExporter | None = None,
 ) -> str | None:
     """The selected trial's global model on its run, and listed on the variant's parent run."""
-    params = {**fixed, **best.config}
+    params = TrialSpec.resolve(base, method, fixed, best.config).params
     if exporter is not None:
         logged = exporter.log(parent.run_id, best, base, method, params, data, link_parent=True)
     else:
@@ -432,5 +432,5 @@ def summarise(
         "personal_val_acc",
     )
     best_metrics = {k: float(best.metrics[k]) for k in keep if k in best.metrics}
-    params = METHODS.get(method).describe({**fixed, **best.config})
+    params = METHODS.get(method).describe({**fixed, **best.config})  # the outcome: no experiment needed
     return VariantOutcome(variant, method, params, best_metrics, counts, None, "", 0.0, errors), best

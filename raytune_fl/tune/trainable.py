@@ -14,7 +14,7 @@ import ray
 from ray import tune
 
 from raytune_fl.actors.client import PROCESS_ACTORS
-from raytune_fl.config import ExperimentConfig
+from raytune_fl.config import ExperimentConfig, TrialSpec
 
 if TYPE_CHECKING:
     from raytune_fl.engine.report import RoundReport
@@ -45,7 +45,8 @@ def federated_trial(
     device = choose_device(resources.device, bool(ray.get_gpu_ids()))
     # Tune runs the next trial in this same process (reuse_actors): the client actors wait here for it
     pool = ray_pool_factory(resources, experiment.faults, PROCESS_ACTORS) if resources.actors > 0 else in_process_pool
-    federation = Federation(experiment, method, {**fixed, **config}, pool_factory=pool, device=device)
+    trial = TrialSpec.resolve(experiment, method, fixed, config)  # the variant's fixed values, then Tune's
+    federation = Federation.of(trial, pool_factory=pool, device=device)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:  # a resumed trial (Tuner.restore): continue after the last checkpointed round
         with checkpoint.as_directory() as directory:

@@ -1,0 +1,19 @@
+"""FedDecorr's decorrelation term (raytune_fl.methods.feddecorr explains the method)."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from raytune_fl.methods.base import Batch, LocalTerm
+from raytune_fl.methods.losses import decorrelation
+
+
+class Decorrelation(LocalTerm):
+    name = "decorr"  # logged unweighted as term_decorr
+
+    def __init__(self, weight: float, form: str, eps: float) -> None:
+        super().__init__(weight)
+        self.form, self.eps = form, eps
+
+    def loss(self, batch: Batch) -> Tensor:
+        return decorrelation(batch.z, self.form, self.eps)

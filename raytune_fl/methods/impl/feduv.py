@@ -1,0 +1,40 @@
+"""FedUV's code: the classifier variance and RBF uniformity terms (raytune_fl.methods.feduv explains the
+method)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from raytune_fl.methods.base import Batch, LocalTerm
+from raytune_fl.methods.losses import classifier_variance, rbf_uniformity
+
+
+class ClassifierVariance(LocalTerm):
+    name = "variance"
+
+    def __init__(self, weight: float, statistic: str) -> None:
+        super().__init__(weight)
+        self.statistic = statistic
+
+    def loss(self, batch: Batch) -> Tensor:
+        return classifier_variance(batch.logits, self.statistic)
+
+
+# rbf_uniformity's options per fidelity (METHODS.md, "Gaussian (RBF) uniformity")
+KERNEL_OPTIONS: dict[str, dict[str, Any]] = {
+    "paper": {},
+    "official": {"scale": 1.0, "detach_median": False, "drop_zero_distances": True},
+}
+
+
+class RbfUniformity(LocalTerm):
+    name = "uniformity"
+
+    def __init__(self, weight: float, sigma: float | str, fidelity: str = "paper") -> None:
+        super().__init__(weight)
+        self.sigma, self.fidelity = sigma, fidelity
+
+    def loss(self, batch: Batch) -> Tensor:
+        return rbf_uniformity(batch.z, self.sigma, **KERNEL_OPTIONS[self.fidelity])
