@@ -60,6 +60,7 @@ MLFLOW_READS = {"search_runs", "get_metric_history", "list_artifacts", "download
 MLFLOW_READERS = {
     "raytune_fl.tracking.store": "every read of results",
     "benchmarks.study": "exception: a benchmark reads the round times of its own throwaway store",
+    "tools.frozen_compare": "exception: compares the runs two trees logged to their own throwaway stores",
 }
 
 # The package's layers, lowest first: a module imports its own package or a lower layer, never a higher one or a
