@@ -110,7 +110,7 @@ def test_the_runs_page_shows_each_variant_with_its_trial_runs_nested_under_it(se
 @pytest.mark.slow
 def test_the_screenshot_script_draws_runs_charts_and_parallel_coordinates(served, tmp_path):
     out = tmp_path / "docs"
-    command = [sys.executable, "tools/mlflow_ui.py", "--mlflow-uri", served.url]
+    command = [sys.executable, "-m", "tools.mlflow_ui", "--mlflow-uri", served.url]
     started = time.time()
     done = subprocess.run(
         [*command, "--experiment", served.name, "--out", str(out)],
@@ -138,7 +138,7 @@ def test_the_screenshot_script_draws_runs_charts_and_parallel_coordinates(served
     )
     assert missing.returncode == 1 and "no experiment 'no_such_study'" in missing.stderr, missing.stderr
     sqlite = subprocess.run(
-        [sys.executable, "tools/mlflow_ui.py", "--mlflow-uri", "sqlite:///m.db", "--experiment", "x"],
+        [sys.executable, "-m", "tools.mlflow_ui", "--mlflow-uri", "sqlite:///m.db", "--experiment", "x"],
         cwd=REPO,
         capture_output=True,
         text=True,
