@@ -3,7 +3,7 @@
 Parts, in this order (each measurement in its own child process, so each has a fresh CUDA context and Ray cluster,
 and a timeout; a failed one prints its error tail and the others still run):
 
-- tests: tests/test_gpu.py (and tests/test_gpu_methods.py where present), slow ones included.
+- tests: tests/engine/test_gpu.py (and tests/engine/test_gpu_methods.py where present), slow ones included.
 - workload: ../shared/WORKLOAD.md per round on the plain loop on CUDA (bench/reference.py --device cuda), the
   engine in-process on CUDA, and the engine with 1, 2, 4 client actors sharing the GPU (1/actors each; the driver
   evaluates on the same GPU). Ratios divide by the plain loop of this same run.
@@ -47,7 +47,7 @@ from benchmarks.proc import last_json, with_repo_on_path
 REPO = Path(__file__).resolve().parents[1]
 TUNE_SCRIPT = REPO / "scripts" / "tune.py"
 PARTS = ("tests", "workload", "workload_batched", "resnet", "resnet_batched", "study")
-GPU_TESTS = ("tests/test_gpu.py", "tests/test_gpu_methods.py")  # those present run
+GPU_TESTS = ("tests/engine/test_gpu.py", "tests/engine/test_gpu_methods.py")  # those present run
 
 
 @dataclass(frozen=True)

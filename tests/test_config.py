@@ -7,8 +7,7 @@ import yaml
 
 from raytune_fl.cli import main
 from raytune_fl.config import ConfigError, ExperimentConfig, load_space, override, parse_space
-
-from .conftest import REPO, changed_space, tiny_space
+from tests.support import REPO, changed_space, tiny_space
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "search_spaces").rglob("*.yaml")), ids=lambda p: p.name)

@@ -2,7 +2,7 @@
 
 `--remote-debugging-pipe` makes Chromium read protocol commands on its fd 3 and write replies and events on its fd 4,
 each message a JSON object ended by a NUL byte. No port, no websocket client, nothing to install beyond Chromium.
-Used by tools/mlflow_ui.py (through report/mlflow_ui.py) and tests/test_mlflow_ui.py.
+Used by tools/mlflow_ui.py and tests/tooling/test_mlflow_ui.py.
 """
 
 from __future__ import annotations

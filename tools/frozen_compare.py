@@ -10,7 +10,7 @@ and sha256 digests of the final global model and of the whole final federation s
 compared case by case, exactly: the same keys, the same JSON types, floats equal bit for bit.
 
 Cases (`--list`):
-  engine cases     tests/test_schedules.py's CASES at e5ca778 on its tiny 4-client digits experiment, except the
+  engine cases     tests/engine/test_schedules.py's CASES at e5ca778 on its tiny 4-client digits experiment, except the
                    two faults-* cases (they need that test's in-process pool factory with injected faults)
   method:<name>    every method registered in the BEFORE tree's raytune_fl.methods.METHODS, with its defaults,
                    2 rounds of the same experiment (a method missing on either side is reported)
@@ -55,7 +55,7 @@ METHOD_ROUNDS = 2
 TUNE_CASE = "tune"
 TUNE_TIMEOUT_S = 900
 
-# tests/test_schedules.py's CASES at e5ca778: name -> (overrides of test_resume._experiment(), method, params)
+# tests/engine/test_schedules.py's CASES at e5ca778: name -> (overrides of test_resume._experiment(), method, params)
 ENGINE_CASES: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
     "fedavg": ({}, "fedavg", {}),
     "scaffold-partial-dropout": ({"participation": 0.75, "system": {"dropout": 0.3}}, "scaffold", {}),
@@ -81,8 +81,8 @@ ENGINE_CASES: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
     "diverges": ({"rounds": 3}, "fedprox", {"mu": 1e6}),
 }
 SKIPPED_ENGINE_CASES = {
-    "faults-synchronous": "needs tests/test_schedules.py's fault-injecting pool factory",
-    "faults-fedbuff": "needs tests/test_schedules.py's fault-injecting pool factory",
+    "faults-synchronous": "needs tests/engine/test_schedules.py's fault-injecting pool factory",
+    "faults-fedbuff": "needs tests/engine/test_schedules.py's fault-injecting pool factory",
 }
 
 # each engine case reaches the branch it is there for (test_schedules.EXERCISED), checked on the before side: a

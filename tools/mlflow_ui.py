@@ -1,7 +1,7 @@
 """The real MLflow UI (what `mlflow ui` / `mlflow server` serves), driven in headless Chromium: a study's runs table
 with the nested trial runs expanded, the chart view of a metric per round, and the compare view's parallel
 coordinates of one variant's trials. Standard library only (the browser is tools/browser.py); run as
-`python -m tools.mlflow_ui`, tested by tests/test_mlflow_ui.py. The links are raytune_fl/tracking/urls.py's.
+`python -m tools.mlflow_ui`, tested by tests/tooling/test_mlflow_ui.py. The links are raytune_fl/tracking/urls.py's.
 
 Where the UI opens: MLflow 3.10-3.17 open an experiment on the page of the browser's *workflow type*, the
 "GenAI | Model training" switch at the top of the sidebar, stored in the browser (localStorage) and GenAI until

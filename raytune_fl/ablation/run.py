@@ -186,7 +186,7 @@ def run_ablation(
     tracker: StudyTracker,
     data: dict[str, FederatedData],
     *,
-    storage: str | Path | Storage,  # a directory or URI (tune/storage.py)
+    storage: str | Path | Storage,  # a directory or URI (runtime/storage.py)
     out_dir: Path,
     resume: tuple[str, set[str]] | None = None,
     out: Callable[[str], None] = print_line,

@@ -9,7 +9,7 @@ deltas over the rounds it took part in; D = -M h / alpha), so it never divides b
 
 with Delta_k = w_k - w_t, M the number of all clients (not |S_t|: clients that sit a round out still
 count through the drift they added before) and unweighted means, as in the paper. Both forms give the
-same weights (checked against the paper form in tests/test_feddyn.py).
+same weights (checked against the paper form in tests/methods/test_feddyn.py).
 
 - Only trainable floating-point entries get this step and have a D. BatchNorm running statistics
   (`is_running_statistic`) get FedAvg's sample-weighted mean and never D / M; integer buffers

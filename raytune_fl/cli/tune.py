@@ -89,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from raytune_fl.export.model_helper import ModelExporter
 
-    # its process starts now (milliseconds) and gets ready on idle CPU time (tune/model_helper.py)
+    # its process starts now (milliseconds) and gets ready on idle CPU time (export/model_helper.py)
     exporter = None if args.no_models else ModelExporter(uri, space.name)
     try:
         return _run_variants(args, space, variants, data, uri, tracker, manifest, optuna_url, exporter, ray_start)

@@ -15,8 +15,8 @@ What stays per client, exactly as the sequential loop does it:
   (`ClientHook.per_client`) and weights stacked; gradient hooks run batched (`ClientHook.after_backward_batched`).
 
 The results equal the sequential loop's up to floating-point summation order inside the batched kernels
-(tests/test_client_batch.py states the tolerance). A method whose hooks cannot be vectorised is trained one client
-at a time (`vectorisable`).
+(tests/engine/test_client_batch.py states the tolerance). A method whose hooks cannot be vectorised is trained
+one client at a time (`vectorisable`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The local loop's optimiser: torch.optim.SGD's update without torch.optim.Optimizer around it.
 
 The update is torch's own functional `torch.optim.sgd.sgd` called with the arguments `SGD.step` passes it, so a
-step is bit for bit torch.optim.SGD's (tests/test_engine.py's frozen-engine pin and tests/test_sgd.py). What is
-left out is the Optimizer wrapper: its `step`, `zero_grad` and `add_param_group` import torch._dynamo (and triton
-with it) on first use, about 85 MiB of private memory in every process that trains, client actors included,
-none of which ever compiles anything (benchmarks/workload.py's peak PSS). No hooks, closures, sparse or
-differentiable steps: the loop uses none.
+step is bit for bit torch.optim.SGD's (tests/engine/test_federation.py's frozen-engine pin and
+tests/engine/test_sgd.py). What is left out is the Optimizer wrapper: its `step`, `zero_grad` and `add_param_group`
+import torch._dynamo (and triton with it) on first use, about 85 MiB of private memory in every process that
+trains, client actors included, none of which ever compiles anything (benchmarks/workload.py's peak PSS). No hooks,
+closures, sparse or differentiable steps: the loop uses none.
 """
 
 from __future__ import annotations

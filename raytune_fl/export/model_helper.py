@@ -117,7 +117,7 @@ class ModelExporter:
         *,
         link_parent: bool,
     ) -> tuple[str, str] | None:
-        """As tune/export.py's log_trial_model, in the helper: (model id, run id), or None (no checkpoint, no run)."""
+        """As trial_model.py's log_trial_model, in the helper: (model id, run id), or None (no checkpoint, no run)."""
         from raytune_fl.export.trial_model import log_checkpoint_model, trial_checkpoint
         from raytune_fl.tracking import StudyTracker
 

@@ -2,7 +2,7 @@
 
 The checkpoint holds the federation's state after its last checkpointed round (every round by default, and the
 last round always); the model is rebuilt from it in the driver, scored again on the test set (the score logged
-beside the model must be the model's), and logged on the trial's own run (tune/model_helper.py does it from a
+beside the model must be the model's), and logged on the trial's own run (export/model_helper.py does it from a
 helper process).
 
 The engine (torch) is imported when a model is rebuilt: the study's driver imports this module and never trains.

@@ -313,7 +313,7 @@ class MethodSpec:
     # classifier; FedDyn's server step). The conformance suite checks it for every method.
     as_fedavg: Mapping[str, Any] | None = field(default_factory=dict)
     # why the method trains its clients one at a time even with resources.client_batch > 1 ("" = it vectorises;
-    # tests/test_client_batch.py checks this against the built method's hooks)
+    # tests/engine/test_client_batch.py checks this against the built method's hooks)
     sequential: str = ""
     # asynchronous buffered aggregation (FedBuff): its built Method has a `buffer_size`, and a run has no round
     # deadline. Declared here so that the config checks know it without building the method (torch)

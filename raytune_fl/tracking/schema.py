@@ -17,7 +17,7 @@ from typing import Any
 # MLflow's own: the experiment's type, "Machine learning" (custom_model_development) or "GenAI apps & agents"
 # (genai_development). Set on every experiment we create or use (tracker.StudyTracker). MLflow 3.10-3.17's UI
 # opens an experiment on the page of its "GenAI | Model training" switch instead (a browser setting, GenAI until
-# switched; in 3.17 `?workflowType=machine_learning` in the URL overrides it: report/mlflow_ui.py's runs_url).
+# switched; in 3.17 `?workflowType=machine_learning` in the URL overrides it: tracking/urls.py's runs_url).
 TAG_EXPERIMENT_KIND = "mlflow.experimentKind"
 EXPERIMENT_KIND_TRAINING = "custom_model_development"
 

@@ -1,7 +1,7 @@
 """The Ray Tune layer: a search-space variant becomes an Optuna-driven, ASHA-scheduled Tune study.
 
-The only package that imports Ray Tune and Optuna (tests/test_layering.py). `run_variant` and `VariantOutcome` are
-loaded on first use, so that its light modules (space.py, storage.py, cluster.py) do not import Ray Tune.
+The only package that imports Ray Tune and Optuna (tests/source/test_layering.py). `run_variant` and
+`VariantOutcome` are loaded on first use, so that its light modules (space.py, events.py) do not import Ray Tune.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ class VariantRun:
     experiment_path: str  # the Tune experiment directory
     parent_run_id: str | None  # the MLflow parent run
     optuna_study: str | None = None  # the Optuna study's name (None: nothing searched, or no Optuna storage)
-    optuna_storage: str | None = None  # its storage URL, password masked (tune/optuna_storage.py)
+    optuna_storage: str | None = None  # its storage URL, password masked (runtime/optuna_storage.py)
 
 
 def trial_params(base: ExperimentConfig, method: str, fixed: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
@@ -126,7 +126,7 @@ def run_variant(
     """One variant's study. With `resume` (a study a killed driver left behind), Tune restores its trials
     from their last checkpoints and the searcher from its saved state, and MLflow continues in the same runs.
 
-    With `optuna_storage` (a SQLAlchemy URL, tune/optuna_storage.py) a searched variant's Optuna study persists
+    With `optuna_storage` (a SQLAlchemy URL, runtime/optuna_storage.py) a searched variant's Optuna study persists
     there as `<space name>-<variant>` (`-<start time>` appended when a fresh run finds that name taken); a resume
     reopens the study its manifest entry names (the restored searcher's pickled storage points at it).
 
@@ -361,7 +361,7 @@ def run_config(
     restarted from its last checkpoint (tune and ablation alike)."""
     storage = resolve_storage(storage)
     # Ray's newer console output prints its own boxes and hints even at verbose=0; the classic one at 0 prints
-    # nothing, and our progress display (tune/progress.py) says what a user needs
+    # nothing, and our progress display (cli/progress.py) says what a user needs
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     # Tune's own result files (result.json, progress.csv: its result tables read them) but not its TensorBoard
     # logger, which warns on every list-valued or NaN metric (client_log; val_loss with no validation data)
@@ -374,7 +374,7 @@ def run_config(
         storage_filesystem=storage.filesystem,
         callbacks=[*callbacks, CSVLoggerCallback(), JsonLoggerCallback()],
         failure_config=tune.FailureConfig(max_failures=trial_retries),
-        verbose=0,  # tune/progress.py shows a status line and a line per trial instead of Tune's tables
+        verbose=0,  # cli/progress.py shows a status line and a line per trial instead of Tune's tables
         # the latest checkpoint is what a resume needs; one more in case the newest was being written
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
     )

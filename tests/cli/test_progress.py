@@ -1,0 +1,368 @@
+"""The live progress of a study or an ablation (cli/progress.py, fed by tune/callbacks.py's TrialEventsCallback):
+hand-built events on a fake clock, the exact text; then a real small study through `tune.py`, with and without
+--verbose."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import re
+from types import SimpleNamespace
+
+from raytune_fl.cli.progress import (
+    ConsoleProgress,
+    ProgressDisplay,
+    ProgressState,
+    ended_line,
+    round_line,
+    started_line,
+    status_line,
+)
+from raytune_fl.tune.callbacks import TrialEventsCallback
+from tests.support.progress_lines import ENDED, PER_ROUND
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def at(self, seconds: float) -> Clock:
+        self.now = seconds
+        return self
+
+
+def _state(clock: Clock, total: int = 4, rounds: int = 3, **kwargs) -> ProgressState:
+    kwargs.setdefault("may_stop_early", True)
+    return ProgressState("full", total, rounds, "val_acc", "max", clock=clock, **kwargs)
+
+
+def _result(round_: int, val: float, test: float = 0.5, **more) -> dict:
+    return {"round": round_, "val_acc": val, "test_acc": test, "train_loss": 1.25, "round_time_s": 2.0, **more}
+
+
+# ---- the state and its text --------------------------------------------------------------------------------------
+
+
+def test_counts_best_with_its_params_and_the_time_left():
+    clock = Clock()
+    state = _state(clock)
+    assert status_line(state) == "[full] 0/4 trials ended (0 finished), 0 running | 0s elapsed"
+    clock.at(10)
+    state.started("a", {"mu": 0.1234567, "lambda": 2})
+    clock.at(20)
+    state.reported("a", _result(1, 0.5))
+    # 1 trial-round in 10 s (since the first start); at most 2 more for a, 3 x 3 for the trials not started
+    assert status_line(state) == (
+        "[full] 0/4 trials ended (0 finished), 1 running | max val_acc=0.5000 (trial 1 round 1: mu=0.1235, lambda=2)"
+        " | 20s elapsed, at most ~1m50s left"
+    )
+    clock.at(30)
+    state.reported("a", _result(2, 0.7))
+    clock.at(40)
+    stopped = state.completed("a", _result(2, 0.7))
+    assert ended_line(state, stopped) == (
+        "[full] trial 1/4 stopped early by ASHA at round 2: val_acc=0.7000 test_acc=0.5000 [mu=0.1235, lambda=2] (30s)"
+    )
+    state.started("b", {"mu": 0.5, "lambda": 1})
+    clock.at(50)
+    state.reported("b", _result(1, 0.9))
+    clock.at(70)
+    state.reported("b", _result(2, 0.6))  # the best of the trials' latest values (selection's), not of every round
+    # 4 trial-rounds in 60 s: 15 s each; b has 1 round left, 2 trials 3 each: 7 x 15 s
+    assert status_line(state) == (
+        "[full] 1/4 trials ended (0 finished, 1 stopped early), 1 running | max val_acc=0.7000 (trial 1 round 2: "
+        "mu=0.1235, lambda=2) | 1m10s elapsed, at most ~1m45s left"
+    )
+
+
+def test_every_way_a_trial_ends_and_the_final_line():
+    clock = Clock()
+    state = _state(clock)
+    for name, mu in (("a", 0.01), ("b", 1e6), ("c", 0.2), ("d", 0.3)):
+        state.started(name, {"mu": mu})
+    clock.at(5)
+    state.reported("a", _result(3, 0.8, 0.75))
+    state.reported("b", {"round": 1, "diverged": 1.0, "val_acc": 0.0, "divergence": "non-finite local loss (client 2)"})
+    state.reported("c", _result(1, 0.4))
+    finished = state.completed("a", _result(3, 0.8, 0.75))
+    diverged = state.completed("b", {"round": 1, "diverged": 1.0, "val_acc": 0.0, "divergence": "non-finite (2)"})
+    failed = state.errored("c", "/tmp/ray/c/error.txt")
+    assert (
+        ended_line(state, finished)
+        == "[full] trial 1/4 finished: val_acc=0.8000 test_acc=0.7500 [mu=0.01] (3 rounds, 5s)"
+    )
+    assert ended_line(state, diverged) == "[full] trial 2/4 diverged at round 1: non-finite (2) [mu=1e+06] (5s)"
+    assert ended_line(state, failed) == "[full] trial 3/4 FAILED after 1 round [mu=0.2] (5s) (see /tmp/ray/c/error.txt)"
+    assert state.best()[1].number == 1  # a diverged trial's val_acc 0 never counts
+    assert status_line(state) == (
+        "[full] 3/4 trials ended (1 finished, 1 diverged, 1 failed), 1 running | max val_acc=0.8000 (trial 1 round 3: "
+        "mu=0.01) | 5s elapsed, at most ~5s left"  # 3 trial-rounds reported in 5 s; d has all 3 left
+    )
+    assert status_line(state, final=True).startswith("[full] interrupted: 3/4 trials ended")
+    state.completed("d", _result(3, 0.7))
+    clock.at(65)
+    assert status_line(state, final=True) == (
+        "[full] done: 4/4 trials ended (2 finished, 1 diverged, 1 failed) | max val_acc=0.8000 (trial 1 round 3: "
+        "mu=0.01) | 1m05s"
+    )
+
+
+def test_min_mode_no_params_and_no_asha():
+    clock = Clock()
+    state = ProgressState("fedavg", 1, 4, "val_loss", "min", clock=clock)  # FIFO: the time left is an estimate
+    state.started("a", {})
+    clock.at(3)
+    state.reported("a", {"round": 1, "val_loss": 0.9})
+    state.reported("a", {"round": 2, "val_loss": float("nan")})  # not a value
+    state.reported("a", {"round": 3, "val_loss": 0.4})
+    assert status_line(state) == (
+        "[fedavg] 0/1 trials ended (0 finished), 1 running | min val_loss=0.4000 (trial 1 round 3) | 3s elapsed, "
+        "~1s left"
+    )
+    state.completed("a", {"round": 4, "val_loss": 0.5})
+    assert status_line(state) == (
+        "[fedavg] 1/1 trials ended (1 finished), 0 running | min val_loss=0.5000 (trial 1 round 4) | 3s elapsed"
+    )
+
+
+def test_ablation_cells_have_their_own_rounds_and_no_best():
+    clock = Clock()
+    rounds = {"fedavg/seed0/rounds=2": 2, "fedavg/seed0/rounds=4": 4}
+    state = ProgressState(
+        "ablation",
+        2,
+        4,
+        noun="cell",
+        show_best=False,
+        rounds_of=lambda config: rounds[config["cell"]],
+        total_rounds=6,
+        clock=clock,
+    )
+    short = state.started("x", {"cell": "fedavg/seed0/rounds=2"})
+    clock.at(4)
+    state.reported("x", _result(1, 0.5))
+    state.reported("x", _result(2, 0.6))
+    assert ended_line(state, state.completed("x", _result(2, 0.6))) == (
+        "[ablation] cell 1/2 finished: val_acc=0.6000 test_acc=0.5000 [cell=fedavg/seed0/rounds=2] (2 rounds, 4s)"
+    )
+    assert short.rounds == 2
+    # 2 cell-rounds in 4 s; the 4-round cell is still to run
+    assert status_line(state) == "[ablation] 1/2 cells ended (1 finished), 0 running | 4s elapsed, ~8s left"
+    long = state.started("y", {"cell": "fedavg/seed0/rounds=4"})
+    assert round_line(state, long, _result(1, 0.5)) == (
+        "[ablation] cell 2/2 round 1/4 val_acc=0.5000 test_acc=0.5000 loss=1.2500 (2.0s)"
+    )
+
+
+def test_the_verbose_lines_keep_the_old_format():
+    state = _state(Clock())
+    trial = state.started("a", {"mu": 0.5})
+    assert started_line(state, trial) == "[full] trial 1/4 started: mu=0.5"
+    assert started_line(state, state.started("b", {})) == "[full] trial 2/4 started: defaults"
+    assert round_line(state, trial, _result(2, 0.75, 0.7)) == (
+        "[full] trial 1/4 round 2/3 val_acc=0.7500 test_acc=0.7000 loss=1.2500 (2.0s)"
+    )
+
+
+# ---- the display ---------------------------------------------------------------------------------------------------
+
+
+def _trial(trial_id: str, config: dict, last_result: dict | None = None, status: str = "RUNNING", error_file=None):
+    return SimpleNamespace(
+        trial_id=trial_id, config=config, last_result=last_result or {}, status=status, error_file=error_file
+    )
+
+
+def test_not_a_terminal_whole_lines_a_line_per_trial_and_a_summary_every_30_s():
+    clock, stream = Clock(), io.StringIO()
+    state = _state(clock, total=2, rounds=2)
+    callback = TrialEventsCallback(ConsoleProgress(state, ProgressDisplay(state, stream=stream, tty=False)))
+    a = _trial("a", {"mu": 0.1})
+    callback.on_step_begin(0, [a])
+    callback.on_trial_start(0, [a], a)
+    for t, round_, val in ((10, 1, 0.5), (29, 2, 0.6)):
+        clock.at(t)
+        a.last_result = _result(round_, val)
+        callback.on_trial_result(0, [a], a, a.last_result)
+        callback.on_step_end(0, [a])
+    assert stream.getvalue() == ""  # no line per round, no summary before 30 s
+    clock.at(30)
+    callback.on_trial_complete(0, [a], a)
+    callback.on_step_end(0, [a])
+    b = _trial("b", {"mu": 0.2})
+    callback.on_trial_start(0, [a, b], b)
+    for t in (31, 59.9, 60, 75):
+        clock.at(t)
+        callback.on_step_end(0, [a, b])
+    clock.at(80)
+    callback.on_trial_error(0, [a, b], b)
+    callback.on_experiment_end([a, b])
+    callback.on_experiment_end([a, b])  # once only
+    assert stream.getvalue().splitlines() == [
+        "[full] trial 1/2 finished: val_acc=0.6000 test_acc=0.5000 [mu=0.1] (2 rounds, 30s)",
+        # b has not started yet: 2 trial-rounds in 30 s, 2 to go
+        "[full] 1/2 trials ended (1 finished), 0 running | max val_acc=0.6000 (trial 1 round 2: mu=0.1) | 30s elapsed,"
+        " at most ~30s left",
+        "[full] 1/2 trials ended (1 finished), 1 running | max val_acc=0.6000 (trial 1 round 2: mu=0.1) | "
+        "1m00s elapsed, at most ~1m00s left",
+        "[full] trial 2/2 FAILED after 0 rounds [mu=0.2] (50s)",
+        "[full] done: 2/2 trials ended (1 finished, 1 failed) | max val_acc=0.6000 (trial 1 round 2: mu=0.1) | 1m20s",
+    ]
+    assert "\r" not in stream.getvalue() and "\x1b" not in stream.getvalue()
+
+
+def test_verbose_adds_the_starts_and_every_round():
+    clock, stream = Clock(), io.StringIO()
+    state = _state(clock, total=1, rounds=2, may_stop_early=False)
+    callback = TrialEventsCallback(
+        ConsoleProgress(state, ProgressDisplay(state, stream=stream, tty=False, verbose=True))
+    )
+    a = _trial("a", {"mu": 0.1})
+    callback.on_trial_start(0, [a], a)
+    for round_ in (1, 2):
+        clock.at(round_)
+        a.last_result = _result(round_, 0.4 + round_ / 10)
+        callback.on_trial_result(0, [a], a, a.last_result)
+    callback.on_trial_complete(0, [a], a)
+    callback.on_experiment_end([a])
+    assert stream.getvalue().splitlines() == [
+        "[full] trial 1/1 started: mu=0.1",
+        "[full] trial 1/1 round 1/2 val_acc=0.5000 test_acc=0.5000 loss=1.2500 (2.0s)",
+        "[full] trial 1/1 round 2/2 val_acc=0.6000 test_acc=0.5000 loss=1.2500 (2.0s)",
+        "[full] trial 1/1 finished: val_acc=0.6000 test_acc=0.5000 [mu=0.1] (2 rounds, 2s)",
+        "[full] done: 1/1 trials ended (1 finished) | max val_acc=0.6000 (trial 1 round 2: mu=0.1) | 2s",
+    ]
+
+
+def test_a_terminal_redraws_one_line_in_place_at_most_twice_a_second():
+    clock, stream = Clock(), io.StringIO()
+    state = _state(clock, total=1, rounds=2, may_stop_early=False)
+    display = ProgressDisplay(state, stream=stream, tty=True, width=200)
+    callback = TrialEventsCallback(ConsoleProgress(state, display))
+    a = _trial("a", {"mu": 0.1})
+    for t in (0.0, 0.1, 0.2, 0.49):  # one draw: the others come too soon after it
+        clock.at(t)
+        callback.on_step_end(0, [a])
+    assert stream.getvalue() == "\r\x1b[K[full] 0/1 trials ended (0 finished), 0 running | 0s elapsed"
+    clock.at(0.5)
+    callback.on_trial_start(0, [a], a)
+    clock.at(0.7)
+    callback.on_step_end(0, [a])
+    assert stream.getvalue().count("\r\x1b[K") == 2 and "\n" not in stream.getvalue()
+    clock.at(1.0)
+    a.last_result = _result(2, 0.5)
+    callback.on_trial_result(0, [a], a, a.last_result)
+    clock.at(1.5)
+    callback.on_trial_complete(0, [a], a)  # a line that stays, then the status line under it again
+    callback.on_experiment_end([a])
+    frames = stream.getvalue().split("\r\x1b[K")
+    assert frames[-3:] == [
+        "[full] trial 1/1 finished: val_acc=0.5000 test_acc=0.5000 [mu=0.1] (2 rounds, 1s)\n",
+        "[full] 1/1 trials ended (1 finished), 0 running | max val_acc=0.5000 (trial 1 round 2: mu=0.1) | 2s elapsed",
+        "[full] done: 1/1 trials ended (1 finished) | max val_acc=0.5000 (trial 1 round 2: mu=0.1) | 2s\n",
+    ]
+    callback.on_step_end(0, [a])  # nothing after the final line
+    assert stream.getvalue().endswith(" | 2s\n")
+
+
+def test_a_terminal_line_is_cut_to_the_width():
+    clock, stream = Clock(), io.StringIO()
+    state = _state(clock)
+    ProgressDisplay(state, stream=stream, tty=True, width=30).tick()
+    assert stream.getvalue() == "\r\x1b[K" + "[full] 0/4 trials ended (0..."
+    assert len(stream.getvalue()) - len("\r\x1b[K") == 29  # a wrapped line could not be redrawn in place
+
+
+def test_a_terminal_status_line_is_written_only_when_its_text_changes():
+    clock, stream = Clock(), io.StringIO()
+    display = ProgressDisplay(_state(clock), stream=stream, tty=True, width=200, redraw_every_s=0.5)
+    for t in (0.0, 0.5, 1.0, 1.4):  # "0s", "0s" (rounded half to even), "1s", throttled
+        clock.at(t)
+        display.tick()
+    assert stream.getvalue().split("\r\x1b[K")[1:] == [
+        "[full] 0/4 trials ended (0 finished), 0 running | 0s elapsed",
+        "[full] 0/4 trials ended (0 finished), 0 running | 1s elapsed",
+    ]
+
+
+def test_tty_is_asked_of_the_stream_once():
+    class Stream(io.StringIO):
+        asked = 0
+
+        def isatty(self) -> bool:
+            Stream.asked += 1
+            return True
+
+    stream = Stream()
+    display = ProgressDisplay(_state(Clock()), stream=stream, width=100)
+    for _ in range(3):
+        display.tick()
+        display.line("x")
+    assert display.tty and Stream.asked == 1
+    assert ProgressDisplay(_state(Clock()), stream=io.StringIO()).tty is False
+
+
+def test_a_resumed_run_counts_what_had_ended_and_continues_from_the_checkpoint():
+    clock, stream = Clock(), io.StringIO()
+    state = _state(clock, total=3, rounds=4)
+    callback = TrialEventsCallback(ConsoleProgress(state, ProgressDisplay(state, stream=stream, tty=False)))
+    done = _trial("a", {"mu": 0.1}, _result(4, 0.7), status="TERMINATED")
+    cut = _trial("b", {"mu": 0.2}, _result(2, 0.6), status="PENDING")  # restored from its checkpoint at round 2
+    callback.on_step_begin(0, [done, cut])
+    callback.on_trial_start(0, [done, cut], cut)
+    clock.at(10)
+    callback.on_trial_result(0, [done, cut], cut, _result(3, 0.65))
+    assert state.counts()["finished"] == 1 and stream.getvalue() == ""  # counted, not announced again
+    # b: 1 round left; c: 4; 1 round run here in 10 s
+    assert status_line(state).endswith("| 10s elapsed, at most ~50s left")
+    assert status_line(state).startswith(
+        "[full] 1/3 trials ended (1 finished), 1 running | max val_acc=0.7000 (trial 1"
+    )
+
+
+def test_the_callback_pickles_without_its_stream():
+    """Tune pickles the run's callbacks with the tuner (and restores them on a resume)."""
+    state = ProgressState("full", 2, 3)
+    callback = TrialEventsCallback(
+        ConsoleProgress(state, ProgressDisplay(state, stream=io.TextIOWrapper(io.BytesIO())))
+    )
+    copy = pickle.loads(pickle.dumps(callback))
+    assert copy.events.display._stream is None and copy.events.state.total == 2
+
+
+# ---- a real study ----------------------------------------------------------------------------------------------------
+
+
+def test_a_real_study_prints_a_line_per_trial_and_no_line_per_round(ablation_store):
+    from mlflow.tracking import MlflowClient
+
+    printed = ablation_store.tune_output  # tune.py without --verbose, two trials at a time, captured (conftest.py)
+    assert not PER_ROUND.search(printed) and "started:" not in printed
+    assert "\r" not in printed and "\x1b" not in printed
+    ended = ENDED.findall(printed)
+    assert sorted(n for n, _ in ended) == ["1", "2"]  # one line per trial
+    client = MlflowClient(ablation_store.uri)
+    runs = client.search_runs([client.get_experiment_by_name(ablation_store.space_name).experiment_id])
+    status = sorted(
+        r.data.tags["trial_status"]
+        for r in runs
+        if "mlflow.parentRunId" in r.data.tags and r.data.tags.get("stage") == "tune"
+    )
+    assert status == sorted("finished" if how == "finished" else "stopped_early" for _, how in ended)
+    finished = status.count("finished")
+    counts = f"{finished} finished" + (f", {2 - finished} stopped early" if finished < 2 else "")
+    final = [line for line in printed.splitlines() if line.startswith("[full] done: ")]
+    assert len(final) == 1 and final[0].startswith(f"[full] done: 2/2 trials ended ({counts}) | max val_acc=")
+
+
+def test_the_ablation_prints_a_line_per_cell_and_its_final_counts(ablation_store):
+    printed = ablation_store.output  # ablate.py without --verbose, captured (conftest.py)
+    cells = re.findall(r"^\[ablation\] cell (\d)/8 finished: val_acc=\S+ test_acc=\S+ \[cell=(\S+)\]", printed, re.M)
+    assert sorted(n for n, _ in cells) == [str(n) for n in range(1, 9)] and len({c for _, c in cells}) == 8
+    assert " round 1/2 " not in printed and "started:" not in printed and "\r" not in printed
+    final = [line for line in printed.splitlines() if line.startswith("[ablation] done: ")]
+    assert len(final) == 1 and final[0].startswith("[ablation] done: 8/8 cells ended (8 finished) | ")
+    assert "max val_acc" not in final[0]  # no best across cells of different settings and seeds

@@ -1,0 +1,72 @@
+"""The datasets registry's conformance: every registered dataset loads to the array contract (embedded ones as
+they are, file-backed ones from a small root in the real on-disk format) or names the root it looked in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import raytune_fl.models  # noqa: F401  (registers the models)
+from raytune_fl.data import DATASETS, ArrayDataset, load_dataset
+from tests.support.data_files import PACS_LIKE, dump, make_domain_tree, make_ham, write_cifar
+
+# ---- datasets: factory(root) -> ArrayDataset (N, C, H, W) float32 images, int64 labels -------------------------
+
+EMBEDDED = {"mnist5k", "digits", "mnist5k_rotated", "synthetic"}  # in installed packages, or generated: no root
+
+
+def _cifar(tmp: Path, name: str) -> str:
+    if name == "cifar10":
+        folder = tmp / "cifar-10-batches-py"
+        write_cifar(folder, {f"data_batch_{i}": 4 for i in range(1, 6)} | {"test_batch": 4}, "labels", 10)
+        dump(folder / "batches.meta", {"label_names": [f"c{i}" for i in range(10)], "num_cases_per_batch": 4})
+    else:
+        folder = tmp / "cifar-100-python"
+        write_cifar(folder, {"train": 8, "test": 4}, "fine_labels", 100)
+        dump(folder / "meta", {"fine_label_names": [f"f{i}" for i in range(100)], "coarse_label_names": ["x"] * 20})
+    return str(tmp)
+
+
+ROOTS: dict[str, Callable[[Path], str] | None] = {  # name -> writes a small root in the real on-disk format
+    "cifar10": lambda tmp: _cifar(tmp, "cifar10"),
+    "cifar100": lambda tmp: _cifar(tmp, "cifar100"),
+    "pacs": lambda tmp: str(make_domain_tree(tmp / "pacs", PACS_LIKE)),
+    "officehome": lambda tmp: str(make_domain_tree(tmp / "oh", PACS_LIKE)),
+    "domain_folder": lambda tmp: str(make_domain_tree(tmp / "df", PACS_LIKE)),
+    "ham10000": lambda tmp: str(make_ham(tmp / "ham")),
+    # formats whose writers live inside tests/data/test_vision.py fixtures; loaded there, only errors checked here
+    "stl10": None,
+    "tinyimagenet": None,
+}
+
+
+def test_every_dataset_has_a_case():
+    assert set(DATASETS.names()) == EMBEDDED | set(ROOTS), "add the new dataset to EMBEDDED or ROOTS"
+
+
+def check_contract(ds: ArrayDataset) -> None:
+    assert ds.x_train.dtype == ds.x_test.dtype == np.float32 and ds.x_train.ndim == ds.x_test.ndim == 4
+    assert ds.x_train.shape[1:] == ds.x_test.shape[1:] and ds.in_channels in (1, 3)
+    assert ds.y_train.dtype == ds.y_test.dtype == np.int64
+    assert len(ds.x_train) == len(ds.y_train) > 0 and len(ds.x_test) == len(ds.y_test) > 0
+    assert 0 <= ds.y_train.min() and max(ds.y_train.max(), ds.y_test.max()) < ds.num_classes
+    assert np.isfinite(ds.x_train).all() and np.isfinite(ds.x_test).all()
+    assert not ds.class_names or len(ds.class_names) == ds.num_classes
+    if ds.domains_train is not None:
+        assert len(ds.domains_train) == len(ds.y_train) and ds.domains_train.max() < len(ds.domain_names)
+
+
+@pytest.mark.parametrize("name", DATASETS.names())
+def test_a_dataset_loads_to_the_array_contract_or_names_its_missing_root(name, tmp_path):
+    if name in EMBEDDED:
+        check_contract(load_dataset(name))
+        return
+    with pytest.raises((OSError, ValueError)) as error:
+        load_dataset(name, root=str(tmp_path / "nowhere"))
+    assert "nowhere" in str(error.value)  # the message says which root it looked in
+    writer = ROOTS[name]
+    if writer is not None:
+        check_contract(load_dataset(name, root=writer(tmp_path)))

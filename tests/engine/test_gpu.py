@@ -1,0 +1,75 @@
+"""The real GPU path (skipped without CUDA): the WORKLOAD.md run with 4 client actors sharing one GPU (0.25 each)
+against the same run on CPU actors. Run on a GPU machine with `python -m pytest -q tests/engine/test_gpu.py`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import torch
+
+from benchmarks.proc import python_module
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+# Same seed, other kernels: cuDNN's convolutions sum in another order than the CPU's, so the runs agree to
+# rounding in round 1 and then drift as any two float orders do (training amplifies). Five seeds of this workload
+# on CPU spread by sd 0.027 in final accuracy (issue 7's measurement); 0.05 is about two of those.
+FINAL_ACC_TOLERANCE = 0.05
+
+
+def _workload(device: str, actors: int) -> dict:
+    command = python_module(
+        "benchmarks.workload", "--child", "engine_actors", "--actors", str(actors), "--device", device
+    )
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_workload_on_four_quarter_gpu_actors_learns_as_on_cpu():
+    gpu, cpu = _workload("cuda", 4), _workload("cpu", 4)
+    assert gpu["placed"] == [["cuda", "0"]]  # every client trained on CUDA, all four actors on Ray's GPU 0
+    assert cpu["placed"] == [["cpu", ""]]
+    assert len(gpu["test_acc"]) == len(cpu["test_acc"]) == 6
+    assert gpu["test_acc"][0] == pytest.approx(cpu["test_acc"][0], abs=0.02)
+    assert gpu["test_acc"][-1] == pytest.approx(cpu["test_acc"][-1], abs=FINAL_ACC_TOLERANCE)
+    assert gpu["test_acc"][-1] > 0.5  # it learned: WORKLOAD.md's final accuracy is ~0.76
+
+
+def _digits(deterministic: bool, rounds: int = 2):
+    from raytune_fl.config import ExperimentConfig
+
+    return ExperimentConfig.model_validate(
+        {
+            "dataset": "digits",
+            "partition": {"kind": "dirichlet", "alpha": 0.3, "clients": 4, "min_size": 20, "seed": 1},
+            "rounds": rounds,
+            "batch_size": 32,
+            "augment": {"crop_padding": 1, "horizontal_flip": True},
+            "resources": {"actors": 0, "gpus_per_actor": 1, "device": "cuda"},
+            "reproducibility": {"deterministic": deterministic},
+        }
+    )
+
+
+def _learning_curve(deterministic: bool) -> list[dict]:
+    from raytune_fl.engine.federation import Federation
+
+    rows: list[dict] = []
+    federation = Federation(_digits(deterministic), "feduv", {"mu": 0.5}, device="cuda")
+    assert federation.evaluator.val_x.is_cuda and federation.evaluator.test_x.is_cuda  # uploaded once, evaluated there
+    federation.run(rows.append)
+    return [{k: v for k, v in row.items() if not k.endswith("_s") and isinstance(v, float)} for row in rows]
+
+
+def test_deterministic_kernels_make_two_gpu_runs_bit_identical():
+    try:
+        first, second = _learning_curve(True), _learning_curve(True)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert first == second
+    # it trained: the model moved between the rounds (2 rounds on 8x8 digits do not get far above chance; an
+    # H200 run gave test_acc 0.089 twice, bit for bit)
+    assert first[0]["val_loss"] != first[1]["val_loss"] and first[0]["train_loss"] != first[1]["train_loss"]

@@ -1,0 +1,36 @@
+"""runtime/cluster.py::start_local: a private one-node cluster without the autoscaler's monitor, the API server and
+(when nothing is forwarded) the log monitor, which still runs tasks; Ray's own parameters are restored after.
+tune/study.py::trials_without_runtime_env: a trial then takes one of the idle workers Ray prestarts.
+runtime/cluster.py::RayStart: tune.py's cluster, started on a thread beside its last checks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+CHILD = """
+import os, ray
+from ray._private import node, parameter
+from benchmarks.proc import descendants
+from raytune_fl.runtime.cluster import start_local
+start_local(num_cpus=1)
+names = [open(f"/proc/{p}/cmdline").read().replace(chr(0), " ") for p in descendants(os.getpid())[1:]]
+print("RAYLET", any("raylet/raylet" in n for n in names))
+for script in ("autoscaler/_private/monitor.py", "dashboard/dashboard.py", "log_monitor.py"):
+    print(script, any(script in n for n in names))
+print("TASK", ray.get(ray.remote(lambda: 41 + 1).remote()))
+print("RESTORED", parameter.RayParams.__name__, node.Node.start_api_server.__name__)
+ray.shutdown()
+"""
+
+
+def test_start_local_leaves_out_the_unused_head_processes_and_still_runs_tasks():
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=180, check=True)
+    lines = out.stdout.splitlines()
+    assert "RAYLET True" in lines and "TASK 42" in lines
+    left_out = {"autoscaler/_private/monitor.py False", "dashboard/dashboard.py False", "log_monitor.py False"}
+    assert left_out <= set(lines)
+    assert "RESTORED RayParams start_api_server" in lines
+
+
+# ------------------------------------------------------------------------------------------------ tune.py's early start

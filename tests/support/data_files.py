@@ -1,0 +1,96 @@
+"""Tiny files in the real on-disk formats (PACS-like domain trees, HAM10000, CIFAR python batches) and the
+partition invariants: shared by the data tests and the registries' conformance."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+RNG = np.random.default_rng(0)
+
+
+SIZES = [(20, 30), (50, 40), (97, 64), (13, 13)]  # (width, height): all differ from 64x64
+
+
+def save_image(path: Path, rgb: tuple[int, int, int], size: tuple[int, int], mode: str = "RGB") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", size, rgb).convert(mode).save(path)
+
+
+def make_domain_tree(root: Path, layout: dict[str, dict[str, int]]) -> Path:
+    """Solid images: red = class "dog", green = class "horse", blue = the domain's rank (one band per domain)."""
+    for d, (domain, classes) in enumerate(sorted(layout.items())):
+        for cls, n in classes.items():
+            for i in range(n):
+                rgb = (255 if cls == "dog" else 0, 255 if cls == "horse" else 0, 40 + 80 * d + 5 * i)
+                suffix, mode = [(".png", "RGB"), (".jpg", "RGB"), (".png", "RGBA")][i % 3]
+                save_image(root / domain / cls / f"{cls}_{i}{suffix}", rgb, SIZES[i % len(SIZES)], mode)
+            (root / domain / cls / "notes.txt").write_text("not an image")
+    (root / "README.txt").write_text("stray file")
+    (root / ".cache" / "x" / "hidden.png").parent.mkdir(parents=True)
+    save_image(root / ".cache" / "x" / "hidden.png", (1, 2, 3), (8, 8))
+    return root
+
+
+PACS_LIKE = {domain: {"dog": 3, "horse": 3} for domain in ("art_painting", "photo", "sketch")}
+
+
+HAM_ROWS = [  # lesion_id, dx, dataset source
+    ("HAM_0000001", "nv", "vidir_modern"),
+    ("HAM_0000001", "nv", "vidir_modern"),
+    ("HAM_0000001", "nv", "vidir_modern"),
+    ("HAM_0000002", "mel", "vidir_modern"),
+    ("HAM_0000002", "mel", "vidir_modern"),
+    ("HAM_0000003", "bkl", "vidir_modern"),
+    ("HAM_0000004", "nv", "vidir_modern"),
+    ("HAM_0000005", "bcc", "vidir_modern"),
+    ("HAM_0000006", "akiec", "rosendahl"),
+    ("HAM_0000006", "akiec", "rosendahl"),
+    ("HAM_0000007", "bkl", "rosendahl"),
+    ("HAM_0000007", "bkl", "rosendahl"),
+    ("HAM_0000008", "vasc", "rosendahl"),
+    ("HAM_0000009", "df", "rosendahl"),
+]
+
+
+def make_ham(root: Path, rows: list[tuple[str, str, str]] = HAM_ROWS, skip_image: int | None = None) -> Path:
+    lines = ["lesion_id,image_id,dx,dx_type,age,sex,localization,dataset"]
+    for i, (lesion, dx, source) in enumerate(rows):
+        image_id = f"ISIC_{24306 + i:07d}"
+        lines.append(f"{lesion},{image_id},{dx},histo,50.0,male,back,{source}")
+        if i != skip_image:
+            part = "HAM10000_images_part_1" if i % 2 else "HAM10000_images_part_2"
+            save_image(root / part / f"{image_id}.jpg", (10 * i, 100, 200 - 10 * i), (60 + i, 45 + i))
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "HAM10000_metadata.csv").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def dump(path: Path, obj: dict) -> None:
+    with path.open("wb") as f:
+        pickle.dump(obj, f, protocol=2)
+
+
+def write_cifar(folder: Path, batches: dict[str, int], label_key: str, n_classes: int) -> dict:
+    """Write CIFAR python batches of random images; return {batch: (uint8 (N,3,32,32), labels)}."""
+    folder.mkdir(parents=True)
+    written = {}
+    for name, n in batches.items():
+        x = RNG.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8)
+        y = RNG.integers(0, n_classes, n).tolist()
+        dump(folder / name, {"batch_label": name, "data": x.reshape(n, 3072), label_key: y, "filenames": []})
+        written[name] = (x, y)
+    return written
+
+
+def assert_valid_partition(parts: list[np.ndarray], n: int, num_clients: int) -> None:
+    assert len(parts) == num_clients
+    for p in parts:
+        assert p.dtype == np.int64 and p.ndim == 1
+        assert np.all(np.diff(p) > 0), "each part sorted and without duplicates"
+    everything = np.concatenate(parts)
+    assert len(everything) == n, "parts are disjoint"
+    np.testing.assert_array_equal(np.sort(everything), np.arange(n))

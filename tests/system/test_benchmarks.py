@@ -1,0 +1,52 @@
+"""The benchmarks end to end: the reference loop in two worker processes computes what one process does; a tiny
+search benchmark runs and draws the landscape. (Their arithmetic by hand: tests/tooling/.)"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from benchmarks.search import main
+from tests.support.workload import WORKLOAD_SIZES
+
+
+# the workload trained in one process, then in two worker processes: ~17 s
+def test_the_reference_loop_in_two_worker_processes_computes_what_one_process_does():
+    from benchmarks.reference import run
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # the workers train with 1 thread: the same sums in the same order
+    try:
+        one, two = run(rounds=1), run(rounds=1, processes=2)
+    finally:
+        torch.set_num_threads(before)
+    assert two["test_acc"] == one["test_acc"] == pytest.approx([0.084, 0.102], abs=1e-9)
+    assert two["sizes"] == WORKLOAD_SIZES
+
+
+def test_a_tiny_search_benchmark_runs_end_to_end_and_draws_the_landscape(tmp_path, capsys):
+    args = ["--grid", "2", "--grid-seeds", "1", "--trials", "2", "--search-seeds", "1", "--rounds", "2"]
+    args += [
+        "--strategies",
+        "tpe_asha",
+        "--actors",
+        "0",
+        "--workdir",
+        str(tmp_path),
+        "--json",
+        str(tmp_path / "r.json"),
+    ]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "grid: 4 points x 1 seeds" in out and "| tpe_asha | 1 |" in out
+    page = (tmp_path / "dashboard.html").read_text()
+    assert "Search landscape" in page and "no grid runs" not in page
+
+    result = json.loads((tmp_path / "r.json").read_text())
+    study = result["studies"][0]
+    assert study["trials"] == 2 and study["client_epochs"] > 0 and not math.isnan(study["rescored_val_acc"])
+    assert "ASHA's bet" in out and [r["round"] for r in result["rung_fidelity"]] == [1]
+    assert all(len(run["val_curve"]) == 2 for run in result["grid_runs"])

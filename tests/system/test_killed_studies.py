@@ -1,0 +1,168 @@
+"""Studies whose driver is SIGKILLed mid-trial (its whole process group) resume with `tune.py --resume` to the
+uninterrupted result: on local storage, on S3 (moto's server on loopback), and into the same Optuna study."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import optuna
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+
+from raytune_fl.cli import main
+from raytune_fl.tracking import store
+from raytune_fl.tracking.schema import (
+    TAG_OPTUNA_STUDY,
+    TAG_VARIANT,
+    TRIAL_FINISHED,
+)
+from tests.support import REPO
+from tests.support.killed_study import finished_trials, kill_when, resumable_space, survivors
+from tests.support.optuna_runs import compare_with_optuna, tune_parents
+from tests.support.s3 import bucket_keys
+
+
+def test_a_killed_study_resumes_to_the_uninterrupted_result(ray_cluster, tmp_path, capsys, request):
+    space = resumable_space(tmp_path)
+    reference_uri = f"sqlite:///{tmp_path / 'reference.db'}"
+    assert main(["--space", str(space), "--storage", str(tmp_path / "ref"), "--mlflow-uri", reference_uri]) == 0
+
+    uri, storage = f"sqlite:///{tmp_path / 'killed.db'}", tmp_path / "killed"
+    args = ["--space", str(space), "--storage", str(storage), "--mlflow-uri", uri, "--verbose"]  # a line per round
+    ray_tmp = tempfile.mkdtemp(prefix="rk", dir="/tmp")  # short: Ray's socket paths have a length limit
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")} | {"RAY_TMPDIR": ray_tmp}
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "tune.py"), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,  # its own process group: the kill takes its Ray processes too
+    )
+    request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
+    before = kill_when(process, "[full] trial 2/3 round 3/4", timeout_s=400)
+    assert "=== variant full" in before  # fedavg had finished, full was mid-study
+    assert survivors(ray_tmp, wait_s=30) == []  # the killed driver's Ray processes went with it
+
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert "variant fedavg: finished before the interruption, kept" in printed
+    # trial 2 continued from its checkpoint (no round 1 again); trial 3 started afresh
+    assert printed.count("round 1/4") == 1
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("resumable")
+    runs = client.search_runs([experiment.experiment_id])
+    assert not [r for r in runs if r.info.status == "RUNNING"]  # no orphans
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert sorted(r.data.tags["variant"] for r in parents) == ["fedavg", "full"]  # one parent each, reused
+    reference, resumed = finished_trials(reference_uri), finished_trials(uri)
+    assert len(reference) == 4  # fedavg + 3 searched trials
+    assert resumed == reference  # same trials, same configs, every round once, the same numbers
+    assert any(r.data.tags.get("resumed") == "true" for r in runs)  # the interrupted trial kept its run
+
+
+def _tune_py(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "tune.py"), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,  # its own process group: a kill takes the Ray cluster it starts too
+    )
+
+
+def test_a_study_on_s3_killed_mid_trial_resumes_to_the_uninterrupted_result(s3, ray_cluster, tmp_path, request):
+    space = resumable_space(tmp_path)
+    reference_uri = f"sqlite:///{tmp_path / 'reference.db'}"  # uninterrupted, local storage, in this process
+    assert main(["--space", str(space), "--storage", str(tmp_path / "ref"), "--mlflow-uri", reference_uri]) == 0
+
+    uri, storage = f"sqlite:///{tmp_path / 'killed.db'}", f"s3://{s3.bucket}/studies"
+    args = ["--space", str(space), "--storage", storage, "--mlflow-uri", uri, "--verbose"]  # a line per round
+    ray_tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths have a length limit
+    request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
+    # the subprocess's private Ray cluster inherits the S3 environment, so its trial workers have it too
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")} | {"RAY_TMPDIR": ray_tmp}
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    before = kill_when(_tune_py(args, env, workdir), "[full] trial 2/3 round 3/4", timeout_s=400)
+    assert f"Ray Tune results:    {storage}" in before
+    assert "=== variant full" in before  # fedavg had finished, full was mid-study
+    assert survivors(ray_tmp, wait_s=30) == []  # the killed driver's Ray processes went with it
+
+    resumed = _tune_py([*args, "--resume"], env, workdir)
+    try:
+        printed, _ = resumed.communicate(timeout=500)
+    finally:
+        if resumed.poll() is None:
+            os.killpg(resumed.pid, signal.SIGKILL)
+            resumed.wait()
+    assert resumed.returncode == 0, printed[-3000:]
+    assert "variant fedavg: finished before the interruption, kept" in printed
+    assert "nothing to restore" not in printed  # Tune found the experiment in the bucket
+    assert printed.count("round 1/4") == 1  # trial 2 continued from its checkpoint in the bucket; trial 3 afresh
+
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("resumable").experiment_id])
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    assert any(r.data.tags.get("resumed") == "true" for r in runs)  # the interrupted trial kept its run
+    reference = finished_trials(reference_uri)
+    assert len(reference) == 4  # fedavg + 3 searched trials
+    assert finished_trials(uri) == reference  # same trials, same configs, every round once, the same numbers
+
+    keys = bucket_keys(s3, "studies/")
+    assert "studies/resumable.study.json" in keys
+    experiments = {key.split("/")[1] for key in keys if key.endswith("/tuner.pkl")}
+    assert sorted(e.rsplit("-", 2)[0] for e in experiments) == ["resumable-fedavg", "resumable-full"]
+    assert any("/checkpoint_" in key and key.endswith("/federation.pt") for key in keys)
+    assert not (workdir / "ray_results").exists()  # nothing of Tune's went to the default local directory
+    assert [p.parent.parent for p in tmp_path.rglob("tuner.pkl")] == [tmp_path / "ref"] * 2  # the reference's only
+
+
+def test_a_killed_study_resumes_in_the_same_optuna_study(ray_cluster, tmp_path, capsys, request):
+    from tests.support.killed_study import kill_when, resumable_space
+
+    space = resumable_space(
+        tmp_path
+    )  # `resumable`: fedavg, then full with 3 trials of 4 rounds, one at a time, no ASHA
+    uri, storage, url = f"sqlite:///{tmp_path}/m.db", tmp_path / "killed", f"sqlite:///{tmp_path}/optuna.db"
+    args = ["--space", str(space), "--storage", str(storage), "--mlflow-uri", uri]
+    ray_tmp = tempfile.mkdtemp(prefix="ro", dir="/tmp")  # short: Ray's socket paths have a length limit
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")} | {"RAY_TMPDIR": ray_tmp}
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "tune.py"), *args, "--verbose"],  # a line per trial round
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
+    kill_when(process, "[full] trial 2/3 round 3/4", timeout_s=400)
+    entry = json.loads((storage / "resumable.study.json").read_text())["variants"]["full"]
+    assert (entry["optuna_study"], entry["optuna_storage"]) == ("resumable-full", url)
+    killed = optuna.load_study(study_name="resumable-full", storage=url).trials
+    assert TrialState.RUNNING in {t.state for t in killed}  # the interrupted trial
+
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert f"Optuna studies:      {url}" in printed
+    assert [s.study_name for s in optuna.get_all_study_summaries(url)] == ["resumable-full"]  # no second study
+    resumed = optuna.load_study(study_name="resumable-full", storage=url)
+    assert not [t for t in resumed.trials if t.state == TrialState.RUNNING]
+    [parent] = [p for p in tune_parents(store.open_client(uri), "resumable") if p.data.tags[TAG_VARIANT] == "full"]
+    assert parent.data.tags[TAG_OPTUNA_STUDY] == "resumable-full"
+    statuses = compare_with_optuna(store.open_client(uri), "resumable", parent, resumed)
+    assert statuses == {TRIAL_FINISHED: 3}
+    # the interrupted trial finished as the Optuna trial it was (same number, its rounds before the kill kept)
+    assert [t.number for t in resumed.trials if t.state == TrialState.COMPLETE] == [0, 1, 2]

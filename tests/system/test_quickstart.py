@@ -1,0 +1,51 @@
+"""The README's first command, as a new user runs it: search_spaces/quickstart.yaml, unchanged, through tune.py in
+a fresh directory (its default MLflow store, Optuna storage and Ray results land there)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import optuna
+from mlflow.tracking import MlflowClient
+
+from raytune_fl.config import load_space
+from tests.support import REPO
+
+
+def test_the_quick_start_runs_as_the_readme_says(tmp_path):
+    space = load_space(REPO / "search_spaces" / "quickstart.yaml")
+    assert len(space.variants) == 3 and space.base.rounds <= 5 and space.tune.num_samples <= 4  # stays quick
+    readme = (REPO / "README.md").read_text()
+    assert "python scripts/tune.py --space search_spaces/quickstart.yaml" in readme.split("## Run a study")[0]
+    # a private local cluster of its own, as on a laptop (not the test session's)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "tune.py"), "--space", str(REPO / "search_spaces" / "quickstart.yaml")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    # non-interactive output: whole lines, no per-round lines, a final status per variant
+    assert "\r" not in out and "\x1b" not in out and " round 1/4 " not in out
+    for variant in space.variants:
+        assert f"[{variant}] done: " in out
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    next_steps = out.split("=== next ===\n", 1)[1]
+    assert f"mlflow ui --backend-store-uri {uri} --port 5000" in next_steps
+    assert f"optuna-dashboard sqlite:///{tmp_path / 'optuna.db'}" in next_steps
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("quickstart").experiment_id])
+    parents = {r.data.tags["variant"]: r for r in runs if "mlflow.parentRunId" not in r.data.tags}
+    assert set(parents) == set(space.variants)
+    for variant, parent in parents.items():
+        assert parent.info.status == "FINISHED" and parent.data.tags["model_id"].startswith("m-"), variant
+        assert parent.inputs.dataset_inputs[0].dataset.name == "mnist5k/dirichlet-0.1/10-clients"
+    for variant in ("fedprox", "univarfl"):
+        study = optuna.load_study(study_name=f"quickstart-{variant}", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+        assert len(study.trials) == space.tune.num_samples

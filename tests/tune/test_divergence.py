@@ -1,0 +1,47 @@
+"""A trial whose loss turns NaN/Inf stops itself, is tagged diverged, and the study goes on."""
+
+from __future__ import annotations
+
+import math
+
+from raytune_fl.config import ExperimentConfig
+from raytune_fl.engine.federation import Federation
+from tests.support import run_study, tiny_space
+
+
+def test_a_diverged_run_reports_once_with_the_worst_score():
+    experiment = ExperimentConfig(
+        dataset="digits",
+        partition={"kind": "dirichlet", "alpha": 0.5, "clients": 3, "min_size": 20},
+        rounds=3,
+        batch_size=32,
+        resources={"actors": 0},
+    )
+    rows: list[dict] = []
+    Federation(experiment, "fedprox", {"mu": 1e6}).run(rows.append)  # the proximal pull overshoots: NaN
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["diverged"] == 1.0 and row["round"] == 1
+    assert row["val_acc"] == 0.0 and math.isinf(row["val_loss"])
+    assert "non-finite local loss" in row["divergence"]
+
+
+def test_a_study_marks_diverged_trials_and_carries_on(ray_cluster, tmp_path):
+    data = tiny_space("diverging")
+    data["base"].update(rounds=2, resources={"actors": 0, "cpus_per_actor": 1})
+    data["variants"] = {
+        "prox": {"method": "fedprox", "search": {"mu": {"choice": [0.01, 1000000.0]}}},
+        "fedavg": {"method": "fedavg"},
+    }
+    data["tune"].update(num_samples=4, scheduler={"asha": None})
+    _, runs = run_study(tmp_path, data)
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    prox = [r for r in children if r.data.tags["variant"] == "prox"]
+    status = {float(r.data.params["mu"]): r.data.tags["trial_status"] for r in prox}
+    assert status == {0.01: "finished", 1e6: "diverged"}  # TPE tried both values; the study went on
+    diverged = [r for r in prox if r.data.tags["trial_status"] == "diverged"]
+    assert all("non-finite" in r.data.tags["divergence"] and r.info.status == "FINISHED" for r in diverged)
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags and r.data.tags["variant"] == "prox")
+    assert parent.data.tags["best.mu"] == "0.01"  # never chosen: a diverged trial's score is the worst
+    assert parent.data.metrics["trials_diverged"] == len(diverged) >= 1
+    assert any(r.data.tags["variant"] == "fedavg" and r.data.tags["trial_status"] == "finished" for r in children)

@@ -1,0 +1,95 @@
+"""End to end on real Ray Tune, Optuna and MLflow: scripts/tune.py's path, then the store's contents."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from raytune_fl.cli import main
+from tests.support import tiny_space
+
+
+@pytest.fixture(scope="module")
+def study(ray_cluster, tmp_path_factory):
+    root = tmp_path_factory.mktemp("study")
+    space = root / "tiny.yaml"
+    space.write_text(yaml.safe_dump(tiny_space("tiny-study")))
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    code = main(["--space", str(space), "--mlflow-uri", uri, "--storage", str(root / "ray"), "--seed", "0"])
+    return code, MlflowClient(uri), root
+
+
+def _runs(client: MlflowClient, filter_string: str = ""):
+    experiment = client.get_experiment_by_name("tiny-study")
+    return client.search_runs([experiment.experiment_id], filter_string, max_results=100)
+
+
+def test_study_exits_cleanly_and_prints_the_summary(study, capsys):
+    code, _, root = study
+    assert code == 0
+    assert (root / "ray").is_dir() and any((root / "ray").iterdir())  # Tune results under --storage
+
+
+def test_a_parent_run_per_variant_and_a_child_per_trial(study):
+    _, client, _ = study
+    parents = {
+        r.data.tags["variant"]: r
+        for r in _runs(client, "tags.stage = 'tune'")
+        if "mlflow.parentRunId" not in r.data.tags
+    }
+    assert set(parents) == {"full", "fedavg"}
+    assert parents["full"].data.tags["method"] == "univarfl"
+    assert parents["full"].data.tags["dataset"] == "digits"
+    assert all(p.info.status == "FINISHED" for p in parents.values())
+    children = {v: _runs(client, f"tags.mlflow.parentRunId = '{p.info.run_id}'") for v, p in parents.items()}
+    assert len(children["full"]) == 3  # num_samples
+    assert len(children["fedavg"]) == 1  # nothing to search: one run
+    for run in children["full"]:
+        assert {"mu", "lambda", "method", "partition.alpha", "rounds"} <= set(run.data.params)
+        assert 0.01 <= float(run.data.params["mu"]) <= 1.0
+        assert run.data.tags["trial_status"] in {"finished", "stopped_early"}
+        assert run.info.status == "FINISHED"
+
+
+def test_metrics_per_round_with_step_equal_to_round(study):
+    _, client, _ = study
+    runs = [r for r in _runs(client) if r.data.tags.get("variant") == "full" and "mlflow.parentRunId" in r.data.tags]
+    finished = [r for r in runs if r.data.tags["trial_status"] == "finished"]
+    assert finished, "ASHA (grace 1) keeps at least the best trial to the end"
+    run = finished[0]
+    for key in ("val_acc", "test_acc", "train_loss", "train_ce", "term_variance", "term_energy", "round_time_s"):
+        history = client.get_metric_history(run.info.run_id, key)
+        assert [m.step for m in history] == [1, 2, 3], key
+    fedavg = [
+        r for r in _runs(client) if r.data.tags.get("variant") == "fedavg" and "mlflow.parentRunId" in r.data.tags
+    ]
+    assert not any(k.startswith("term_") for k in fedavg[0].data.metrics)  # FedAvg has no regularizer
+    local = client.download_artifacts(run.info.run_id, "round_metrics.parquet")
+    table = pd.read_parquet(local)
+    assert list(table["round"]) == [1, 2, 3]
+    val = client.get_metric_history(run.info.run_id, "val_acc")
+    assert list(table["val_acc"]) == [m.value for m in val]
+    # the classifier's full spectrum per round is an artifact; its summary is a metric
+    spectrum = pd.read_parquet(client.download_artifacts(run.info.run_id, "classifier_spectrum.parquet"))
+    assert list(spectrum.columns) == ["round", "index", "singular_value"]
+    assert len(spectrum) == 3 * 10  # 3 rounds x D = 10 singular values
+    for step, group in spectrum.groupby("round"):
+        values = list(group.sort_values("index")["singular_value"])
+        assert values == sorted(values, reverse=True)
+        assert values[0] == pytest.approx(table.set_index("round").loc[step, "sv_max"])
+    for key in ("client_acc_mean", "client_acc_worst", "client_acc_std", "sv_effective_rank"):
+        assert [m.step for m in client.get_metric_history(run.info.run_id, key)] == [1, 2, 3], key
+    assert "classifier_spectrum" not in run.data.metrics
+
+
+def test_parent_records_the_validation_selected_best(study):
+    _, client, _ = study
+    parent = next(r for r in _runs(client, "tags.variant = 'full'") if "mlflow.parentRunId" not in r.data.tags)
+    children = [r for r in _runs(client, f"tags.mlflow.parentRunId = '{parent.info.run_id}'")]
+    finished = [r for r in children if r.data.tags["trial_status"] == "finished"]
+    best = max(finished, key=lambda r: r.data.metrics["val_acc"])
+    assert parent.data.metrics["best_val_acc"] == pytest.approx(best.data.metrics["val_acc"])
+    assert parent.data.metrics["best_test_acc"] == pytest.approx(best.data.metrics["test_acc"])
+    assert float(parent.data.tags["best.mu"]) == pytest.approx(float(best.data.params["mu"]))
