@@ -112,16 +112,7 @@ def log_cell_models(
         cell = cells.get((result.config or {}).get("cell"))
         if result.error is not None or cell is None:
             continue
-        done = log_trial_model(
-            tracker,
-            parent_run_id,
-            result,
-            cell.experiment,
-            cell.method,
-            cell.params,
-            data[cell.setting],
-            link_parent=False,
-        )
+        done = log_trial_model(tracker, parent_run_id, result, cell.trial, data[cell.setting], link_parent=False)
         if done is not None:
             logged += 1
             model_id, _, trained = done

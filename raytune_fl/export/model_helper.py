@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ray import tune
 
-    from raytune_fl.config import ExperimentConfig
+    from raytune_fl.config import TrialSpec
     from raytune_fl.engine.data import FederatedData
 
 
@@ -48,9 +48,7 @@ class _Export:
     parent_run_id: str
     trial_id: str
     checkpoint: tune.Checkpoint
-    experiment: ExperimentConfig
-    method: str
-    params: dict[str, Any]
+    trial: TrialSpec
     data: FederatedData | None
     final: bool
     link_parent: bool = False
@@ -94,25 +92,20 @@ class ModelExporter:
         parent_run_id: str,
         trial_id: str,
         checkpoint: tune.Checkpoint,
-        params: dict[str, Any],
-        *,
-        experiment: ExperimentConfig,
-        method: str,
+        trial: TrialSpec,
         data: FederatedData,
     ) -> None:
         """Have the helper log the best trial so far on its run, in the background (no answer, errors dropped: the
         final `log` repeats what failed and raises)."""
         if self._ahead is not None:
-            message = _Export(parent_run_id, trial_id, checkpoint, experiment, method, params, data, final=False)
+            message = _Export(parent_run_id, trial_id, checkpoint, trial, data, final=False)
             self._ahead.submit(self._send_ahead, message)
 
     def log(
         self,
         parent_run_id: str,
         result: tune.Result,
-        experiment: ExperimentConfig,
-        method: str,
-        params: dict[str, Any],
+        trial: TrialSpec,
         data: FederatedData,
         *,
         link_parent: bool,
@@ -129,7 +122,7 @@ class ModelExporter:
             self._ahead.flush(raise_error=False)
         if self._process is not None:
             try:
-                message = _Export(parent_run_id, *found, experiment, method, params, data, True, link_parent)
+                message = _Export(parent_run_id, *found, trial, data, True, link_parent)
                 self._send(message)
                 ok, answer = self._pipe.recv()
             except (EOFError, OSError):  # the helper died (killed, out of memory): log it here instead
@@ -138,7 +131,7 @@ class ModelExporter:
                 if not ok:
                     raise answer
                 return answer
-        args = (parent_run_id, *found, experiment, method, params, data, link_parent)
+        args = (parent_run_id, *found, trial, data, link_parent)
         logged = log_checkpoint_model(StudyTracker(self.uri, self.experiment_name), *args)
         return None if logged is None else logged[:2]
 
@@ -213,8 +206,8 @@ def _serve(pipe: Connection, tracking_uri: str, experiment_name: str) -> None:
 def _log(tracker: Any, message: _Export, link_parent: bool) -> _Logged | None:
     from raytune_fl.export.trial_model import log_checkpoint_model
 
-    args = (message.parent_run_id, message.trial_id, message.checkpoint, message.experiment, message.method)
-    logged = log_checkpoint_model(tracker, *args, message.params, message.data, link_parent)
+    args = (message.parent_run_id, message.trial_id, message.checkpoint, message.trial, message.data)
+    logged = log_checkpoint_model(tracker, *args, link_parent)
     return None if logged is None else _Logged(message.key, logged[0], logged[1], logged[2].round)
 
 

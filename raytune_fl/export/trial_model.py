@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from ray import tune
 
-from raytune_fl.config import ExperimentConfig
+from raytune_fl.config import TrialSpec
 from raytune_fl.engine.data import FederatedData
 from raytune_fl.tracking import StudyTracker
 from raytune_fl.tracking.store import trial_run
@@ -33,15 +33,13 @@ class TrainedModel:
     example: np.ndarray  # a few test images: the signature's input
 
 
-def trained_model(
-    checkpoint: tune.Checkpoint, experiment: ExperimentConfig, method: str, params: dict[str, Any], data: FederatedData
-) -> TrainedModel:
+def trained_model(checkpoint: tune.Checkpoint, trial: TrialSpec, data: FederatedData) -> TrainedModel:
     from raytune_fl.engine.checkpoint import load_state
     from raytune_fl.engine.federation import Federation
 
     with checkpoint.as_directory() as directory:
         state = load_state(directory)
-    federation = Federation(experiment, method, params, data=data)
+    federation = Federation.of(trial, data=data)
     federation.load_state_dict(state)
     metrics = federation.evaluate()  # leaves the model holding the global weights
     return TrainedModel(federation.model.cpu().eval(), federation.round, metrics, data.dataset.x_test[:2])
@@ -51,9 +49,7 @@ def log_trial_model(
     tracker: StudyTracker,
     parent_run_id: str,
     result: tune.Result,
-    experiment: ExperimentConfig,
-    method: str,
-    params: dict[str, Any],
+    trial: TrialSpec,
     data: FederatedData,
     *,
     link_parent: bool,
@@ -63,7 +59,7 @@ def log_trial_model(
     found = trial_checkpoint(result)
     if found is None:
         return None
-    return log_checkpoint_model(tracker, parent_run_id, *found, experiment, method, params, data, link_parent)
+    return log_checkpoint_model(tracker, parent_run_id, *found, trial, data, link_parent)
 
 
 def trial_checkpoint(result: tune.Result) -> tuple[str, tune.Checkpoint] | None:
@@ -79,16 +75,14 @@ def log_checkpoint_model(
     parent_run_id: str,
     trial_id: str,
     checkpoint: tune.Checkpoint,
-    experiment: ExperimentConfig,
-    method: str,
-    params: dict[str, Any],
+    trial: TrialSpec,
     data: FederatedData,
     link_parent: bool,
 ) -> tuple[str, str, TrainedModel] | None:
     run = trial_run(tracker.client, tracker.experiment_id, parent_run_id, trial_id)
     if run is None:
         return None
-    trained = trained_model(checkpoint, experiment, method, params, data)
+    trained = trained_model(checkpoint, trial, data)
     linked = (parent_run_id,) if link_parent else ()
     model_id = tracker.log_model(run.info.run_id, trained.model, trained.example, trained.round, linked)
     return model_id, run.info.run_id, trained

@@ -243,16 +243,8 @@ def run_variant(
         if exporter is not None and log_model and parent_run_id is not None:
 
             def log_ahead(trial_id: str, checkpoint: tune.Checkpoint, config: dict[str, Any]) -> None:
-                params = TrialSpec.resolve(base, variant.method, variant.fixed, config).params
-                exporter.log_ahead(
-                    parent_run_id,
-                    trial_id,
-                    checkpoint,
-                    params,
-                    experiment=base,
-                    method=variant.method,
-                    data=partitioned,
-                )
+                trial = TrialSpec.resolve(base, variant.method, variant.fixed, config)
+                exporter.log_ahead(parent_run_id, trial_id, checkpoint, trial, partitioned)
 
             callbacks.append(BestSoFar(log_ahead, settings.metric, settings.mode, base.rounds))
         trainable = tune.with_resources(
@@ -313,11 +305,11 @@ def _log_best_model(
     exporter: ModelExporter | None = None,
 ) -> str | None:
     """The selected trial's global model on its run, and listed on the variant's parent run."""
-    params = TrialSpec.resolve(base, method, fixed, best.config).params
+    trial = TrialSpec.resolve(base, method, fixed, best.config)
     if exporter is not None:
-        logged = exporter.log(parent.run_id, best, base, method, params, data, link_parent=True)
+        logged = exporter.log(parent.run_id, best, trial, data, link_parent=True)
     else:
-        logged = log_trial_model(tracker, parent.run_id, best, base, method, params, data, link_parent=True)
+        logged = log_trial_model(tracker, parent.run_id, best, trial, data, link_parent=True)
     if logged is None:
         out(f"  no model logged for {parent.run_id}: the selected trial left no checkpoint (checkpoint_every: 0?)")
         return None

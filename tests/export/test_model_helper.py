@@ -18,6 +18,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from mlflow.tracking._tracking_service.utils import _use_tracking_uri
 
+from raytune_fl.config import TrialSpec
 from raytune_fl.export.model_helper import ModelExporter, _get_ready
 from raytune_fl.tracking import StudyTracker, models
 from raytune_fl.tracking.schema import TAG_MODEL_ID, TAG_TRIAL_ID
@@ -110,15 +111,8 @@ def test_no_trial_run_gives_none_and_a_failure_in_the_helper_is_raised_here(trai
     try:
         assert log_model(exporter, trained_federation, "no-such-trial") is None
         with pytest.raises(Exception, match="fedmagic"):
-            exporter.log(
-                parent,
-                TuneResult({"trial_id": "t1"}, checkpoint),
-                EXPORT_EXPERIMENT,
-                "fedmagic",
-                {},
-                data,
-                link_parent=False,
-            )
+            unknown = TrialSpec(EXPORT_EXPERIMENT, "fedmagic", {})  # unresolved: the helper's build fails
+            exporter.log(parent, TuneResult({"trial_id": "t1"}, checkpoint), unknown, data, link_parent=False)
         assert log_model(exporter, trained_federation, "no-such-trial") is None  # the helper serves on after a failure
     finally:
         exporter.close()

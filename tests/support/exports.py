@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ray import tune
 
-from raytune_fl.config import ExperimentConfig
+from raytune_fl.config import ExperimentConfig, TrialSpec
 from raytune_fl.export.model_helper import ModelExporter
 
 EXPORT_EXPERIMENT = ExperimentConfig.model_validate(
@@ -19,6 +19,8 @@ EXPORT_EXPERIMENT = ExperimentConfig.model_validate(
     }
 )
 
+EXPORT_TRIAL = TrialSpec.resolve(EXPORT_EXPERIMENT, "fedavg", {})
+
 
 @dataclass
 class TuneResult:  # what ModelExporter.log reads of a tune.Result
@@ -29,4 +31,4 @@ class TuneResult:  # what ModelExporter.log reads of a tune.Result
 def log_model(exporter: ModelExporter, trained, trial: str) -> tuple[str, str] | None:
     _, parent, checkpoint, data, _ = trained
     result = TuneResult({"trial_id": trial}, checkpoint)
-    return exporter.log(parent, result, EXPORT_EXPERIMENT, "fedavg", {}, data, link_parent=True)
+    return exporter.log(parent, result, EXPORT_TRIAL, data, link_parent=True)

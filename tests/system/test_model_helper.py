@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from raytune_fl.export.model_helper import ModelExporter
 from raytune_fl.tracking import StudyTracker
 from raytune_fl.tracking.schema import TAG_MODEL_ID, TAG_PARENT_RUN, TAG_TRIAL_ID
-from tests.support.exports import EXPORT_EXPERIMENT, TuneResult, log_model
+from tests.support.exports import EXPORT_TRIAL, TuneResult, log_model
 
 
 def _fresh_study(uri: str, trials: tuple[str, ...]) -> tuple[str, dict[str, str]]:
@@ -39,22 +39,21 @@ def test_the_best_trial_so_far_is_logged_ahead_and_superseded_models_are_deleted
     parent, runs = _fresh_study(uri, ("a1", "a2", "a3"))
     exporter = ModelExporter(uri, "helper")
     try:
-        ahead = {"experiment": EXPORT_EXPERIMENT, "method": "fedavg", "data": data}
-        exporter.log_ahead(parent, "a1", checkpoint, {}, **ahead)
+        exporter.log_ahead(parent, "a1", checkpoint, EXPORT_TRIAL, data)
         first = _model_tag(client, runs["a1"])
         assert client.get_run(parent).data.tags.get(TAG_MODEL_ID) is None  # not the selection yet
-        exporter.log_ahead(parent, "a2", checkpoint, {}, **ahead)  # a better trial: a1's model goes
+        exporter.log_ahead(parent, "a2", checkpoint, EXPORT_TRIAL, data)  # a better trial: a1's model goes
         second = _model_tag(client, runs["a2"])
         live = {m.model_id for m in client.search_logged_models([experiment])}
         assert second in live and first not in live and TAG_MODEL_ID not in client.get_run(runs["a1"]).data.tags
         # the study selects a2: its model logged ahead is the one listed on the parent, no second export
         result = TuneResult({"trial_id": "a2"}, checkpoint)
-        selected = exporter.log(parent, result, EXPORT_EXPERIMENT, "fedavg", {}, data, link_parent=True)
+        selected = exporter.log(parent, result, EXPORT_TRIAL, data, link_parent=True)
         assert selected == (second, runs["a2"])
         assert client.get_run(parent).data.tags[TAG_MODEL_ID] == second
         assert [m.model_id for m in client.get_run(parent).outputs.model_outputs] == [second]
         # a3 logged ahead, but the study selects another trial: a3's model goes, the selected one is logged now
-        exporter.log_ahead(parent, "a3", checkpoint, {}, **ahead)
+        exporter.log_ahead(parent, "a3", checkpoint, EXPORT_TRIAL, data)
         third = _model_tag(client, runs["a3"])
         model_id, run_id = log_model(exporter, trained_federation, "t2")
         live = {m.model_id for m in client.search_logged_models([experiment])}
