@@ -49,14 +49,6 @@ def _run(experiment: ExperimentConfig, method: str, params: dict, pool_factory=N
     return [_learning(row) for row in rows]
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # the actors train with one thread each: same kernels, same floats
-    yield
-    torch.set_num_threads(before)
-
-
 def test_same_seed_gives_identical_round_metrics(one_thread):
     first = _run(EXPERIMENT, "univarfl", {"mu": 0.5})
     second = _run(EXPERIMENT, "univarfl", {"mu": 0.5})

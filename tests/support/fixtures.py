@@ -194,3 +194,14 @@ def s3(s3_server, monkeypatch, request):
     client = boto3.client("s3", endpoint_url=s3_server.endpoint, region_name="us-east-1")
     client.create_bucket(Bucket=bucket)
     return SimpleNamespace(client=client, bucket=bucket, env=env, endpoint=s3_server.endpoint, port=s3_server.port)
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread in this process, as each client actor trains: the same kernels, the same floats."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

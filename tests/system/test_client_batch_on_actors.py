@@ -36,14 +36,6 @@ EXPERIMENT = ExperimentConfig.model_validate(
 KILLED_ROUND, LOST_ROUND = 2, 3  # rounds whose first chunk's actor dies: retried, then (retries 0) lost
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # the actors train with one thread each: same kernels, same floats
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def setting():
     data = prepare_data(EXPERIMENT)

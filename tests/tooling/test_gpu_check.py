@@ -163,3 +163,8 @@ def test_the_benchmark_configs_validate():
     assert full.resources.gpus_per_actor == 0.25 and full.resources.device == "cuda"
     study = SearchSpace.model_validate(gpu.study_space(gpu.FULL, 4, "cuda"))
     assert study.base.resources.gpus_per_actor == 0.25 and study.base.resources.device == "cuda"
+
+
+def test_the_gpu_test_files_it_runs_exist():
+    """A moved GPU test would otherwise be found missing only in a lent GPU's few minutes."""
+    assert gpu.GPU_TESTS and all((REPO / path).is_file() for path in gpu.GPU_TESTS), gpu.GPU_TESTS
