@@ -1,6 +1,6 @@
 """The live progress of a study or an ablation (cli/progress.py, fed by tune/callbacks.py's TrialEventsCallback):
-hand-built events on a fake clock, the exact text; then a real small study through `tune.py`, with and without
---verbose."""
+hand-built events on a fake clock, the exact text; then the shared store's real study and ablation through
+`tune.py` and `ablate.py` (with --verbose: tests/system/test_progress.py)."""
 
 from __future__ import annotations
 

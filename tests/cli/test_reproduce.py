@@ -1,5 +1,5 @@
 """`scripts/reproduce.py NAME`: every paper table's space file is sound; bad options fail before Ray; each table
-runs end to end with a shrunken round count (slow tier) and writes its results page."""
+end to end (shrunken) is tests/system/test_reproduce.py."""
 
 from __future__ import annotations
 

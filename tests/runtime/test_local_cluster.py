@@ -1,7 +1,6 @@
 """runtime/cluster.py::start_local: a private one-node cluster without the autoscaler's monitor, the API server and
 (when nothing is forwarded) the log monitor, which still runs tasks; Ray's own parameters are restored after.
-tune/study.py::trials_without_runtime_env: a trial then takes one of the idle workers Ray prestarts.
-runtime/cluster.py::RayStart: tune.py's cluster, started on a thread beside its last checks."""
+(Idle prestarted workers and RayStart on a thread, on clusters of their own: tests/system/test_local_cluster.py.)"""
 
 from __future__ import annotations
 

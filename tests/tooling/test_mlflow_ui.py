@@ -1,9 +1,5 @@
-"""The real MLflow UI, in headless Chromium, on a real study logged to a real `mlflow server` (127.0.0.1).
-
-The slow tests share one module-scoped server and study (`full` searched with 3 trials, `fedavg` fixed: 1 trial),
-made by tune.py's main on the session's private Ray cluster. The browser is driven over the DevTools protocol on
-a pipe (tools/browser.py); what it does on the page is tools/mlflow_ui.py's, which
-tools/mlflow_ui.py runs too. The fast tests: the experiment tag, the URLs, the table's nesting.
+"""The MLflow UI's links and the runs table's nesting, by hand (tracking/urls.py, tools/mlflow_ui.py), and the
+experiment tag a study sets. The real UI in headless Chromium on a real `mlflow server`: tests/system/test_mlflow_ui.py.
 """
 
 from __future__ import annotations
