@@ -12,22 +12,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import pytest
-import yaml
-from mlflow.tracking import MlflowClient
-from ray import tune
 
-from raytune_fl.config import SearchSpace, load_space
-from raytune_fl.engine.checkpoint import save_state
-from raytune_fl.engine.data import prepare_data
-from raytune_fl.engine.federation import Federation
-from raytune_fl.report.dashboard import DashboardReport, build_dashboard
-from raytune_fl.tracking import StudyTracker
-from raytune_fl.tracking.schema import TAG_PARENT_RUN, TAG_TRIAL_ID
 from tests.support import tiny_space
-from tests.support.exports import EXPORT_EXPERIMENT
 from tests.support.s3 import FAKE_KEYS, free_port
+
+if TYPE_CHECKING:
+    from raytune_fl.config import SearchSpace
+    from raytune_fl.report.dashboard import DashboardReport
+
+# the root conftest loads this module for every run: torch, Ray and MLflow are imported by the fixtures that use them
 
 
 @pytest.fixture(scope="session")
@@ -100,6 +96,9 @@ class Dashboards:
 @pytest.fixture(scope="module")
 def dashboard_store(ablation_store) -> Dashboards:
     """The shared store (tests/conftest.py): one study (`full`, 2 trials), then an ablation of full and fedavg."""
+    from raytune_fl.config import load_space
+    from raytune_fl.report.dashboard import build_dashboard
+
     space, printed = load_space(ablation_store.space_path), list(ablation_store.dashboard_output)
     root = ablation_store.root
     latest = build_dashboard(ablation_store.uri, space, root / "latest" / "dashboard.html", echo=printed.append)
@@ -108,7 +107,11 @@ def dashboard_store(ablation_store) -> Dashboards:
 
 @pytest.fixture(scope="module")
 def records_study(tmp_path_factory, ray_cluster):
+    import yaml
+    from mlflow.tracking import MlflowClient
+
     from raytune_fl.cli import main
+    from raytune_fl.config import SearchSpace
 
     tmp = tmp_path_factory.mktemp("records")
     data = tiny_space("records")
@@ -129,6 +132,15 @@ def records_study(tmp_path_factory, ray_cluster):
 @pytest.fixture(scope="module")
 def trained_federation(tmp_path_factory):
     """A federation trained 2 rounds in process, its checkpoint, and a study's parent and trial runs."""
+    from ray import tune
+
+    from raytune_fl.engine.checkpoint import save_state
+    from raytune_fl.engine.data import prepare_data
+    from raytune_fl.engine.federation import Federation
+    from raytune_fl.tracking import StudyTracker
+    from raytune_fl.tracking.schema import TAG_PARENT_RUN, TAG_TRIAL_ID
+    from tests.support.exports import EXPORT_EXPERIMENT
+
     tmp = tmp_path_factory.mktemp("helper")
     data = prepare_data(EXPORT_EXPERIMENT)
     federation = Federation(EXPORT_EXPERIMENT, "fedavg", {}, data=data)
