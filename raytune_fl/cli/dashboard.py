@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        space = load_space(args.space)
+        space = load_space(args.space, plugins=args.plugin)
     except ConfigError as error:
         return common.fail(error)
     except (OSError, UnicodeDecodeError) as error:

@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("data: {} clients, {} train samples ({} held out for validation), {} test samples".format(*summary))
 
     # bad input found from here on (the MLflow and Optuna stores, --resume's record) ends this cluster again
-    ray_start = common.start_ray_early(args.address)
+    ray_start = common.start_ray_early(args.address, space.plugins)
     try:
         uri, tracker, manifest, optuna_url = _open_stores(args, space, variants)
     except BaseException as error:
@@ -117,7 +117,7 @@ def _run_variants(
     # drawn on a thread while Ray finishes its start and the first variant sets up; its parent run logs it there
     tracker.render_partition(data, partition_title(space.base))
     try:
-        common.join_ray(args.address, space.base.resources, ray_start)
+        common.join_ray(args.address, space.base.resources, ray_start, space.plugins)
     except ConfigError as error:
         return common.fail(error)
     started = time.time()

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,12 @@ class ArrayDataset:
 
 
 DATASETS: Registry[Callable[..., ArrayDataset]] = Registry("dataset")
+
+
+def check_options(name: str, options: Mapping[str, Any]) -> None:
+    """Refuse `dataset_options` that dataset `name` does not take; the message starts "dataset_options.<field>: "."""
+    if options and name == "synthetic":
+        raise ValueError("dataset_options: synthetic data takes its settings from the `synthetic` section")
 
 
 def load_dataset(name: str, root: str | None = None, options: object = None) -> ArrayDataset:

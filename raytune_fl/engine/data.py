@@ -33,7 +33,7 @@ class FederatedData:
 
 
 def prepare_data(experiment: ExperimentConfig) -> FederatedData:
-    dataset = load_dataset(experiment.dataset, root=experiment.root, options=experiment.synthetic)
+    dataset = load_dataset(experiment.dataset, root=experiment.root, options=experiment.dataset_settings)
     spec = experiment.partition
     parts = partition(
         spec.kind,

@@ -23,4 +23,57 @@ MODELS: Registry[Callable[..., nn.Module]] = Registry(
 
 
 def build_model(name: str, in_channels: int, num_classes: int, image_size: tuple[int, int]) -> nn.Module:
-    return MODELS.get(name)(in_channels=in_channels, num_classes=num_classes, image_size=image_size)
+    """The model `name` for these inputs. A plugin's model is checked against the contract the first time it is
+    built for them in a process (the built-in ones are checked by tests/conformance/test_models.py)."""
+    model = MODELS.get(name)(in_channels=in_channels, num_classes=num_classes, image_size=image_size)
+    key = (name, in_channels, num_classes, tuple(image_size))
+    if name in MODELS.user_names() and key not in _checked:
+        check_model(name, model, in_channels, num_classes, image_size)
+        _checked.add(key)
+    return model
+
+
+_checked: set[tuple[str, int, int, tuple[int, ...]]] = set()
+
+
+def check_model(name: str, model: object, in_channels: int, num_classes: int, image_size: tuple[int, int]) -> None:
+    """The model contract, with an error that names the model: an `nn.Module` whose `classifier` is an
+    `nn.Linear(D, num_classes)` and whose forward returns `(logits, z)`, logits (batch, num_classes) and z the
+    (batch, D) representation the classifier reads. One forward pass of two zero images in eval mode, without
+    gradients: the model's weights, buffers and the random streams are left as they were."""
+    import torch
+    from torch import nn
+
+    where = f"model {name!r}"
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"{where}: its factory returned a {type(model).__name__}, not a torch.nn.Module")
+    classifier = getattr(model, "classifier", None)
+    if not isinstance(classifier, nn.Linear):
+        raise ValueError(
+            f"{where}: needs `self.classifier`, the nn.Linear(D, num_classes) that reads the representation z "
+            f"(the spectrum diagnostic, FedUV's and FedLD's terms and Freeze read it); got {type(classifier).__name__}"
+        )
+    if classifier.out_features != num_classes:
+        raise ValueError(f"{where}: classifier has {classifier.out_features} outputs for {num_classes} classes")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            output = model(torch.zeros(2, in_channels, *image_size))
+    except Exception as error:
+        raise ValueError(
+            f"{where}: forward failed on a (2, {in_channels}, {image_size[0]}, {image_size[1]}) batch: "
+            f"{type(error).__name__}: {error}"
+        ) from None
+    finally:
+        model.train(was_training)
+    if not (isinstance(output, tuple | list) and len(output) == 2 and all(torch.is_tensor(t) for t in output)):
+        raise ValueError(f"{where}: forward must return (logits, z), two tensors; got {type(output).__name__}")
+    logits, z = output
+    if tuple(logits.shape) != (2, num_classes):
+        raise ValueError(f"{where}: logits of shape {tuple(logits.shape)}, expected (batch, {num_classes})")
+    if z.dim() != 2 or z.shape[0] != 2 or z.shape[1] != classifier.in_features:
+        raise ValueError(
+            f"{where}: z of shape {tuple(z.shape)}, expected (batch, {classifier.in_features}): the representation "
+            "its classifier reads, flattened"
+        )

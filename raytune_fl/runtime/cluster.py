@@ -21,22 +21,44 @@ def _probe(address: str, timeout_s: float = 10.0) -> None:
         raise ConnectionError(f"nothing answers at {address} ({error})") from None
 
 
-def start_ray(address: str | None) -> None:
-    """Join `address` ('auto', host:port, ray://...; default RAY_ADDRESS), else start a private local cluster."""
+def start_ray(address: str | None, runtime_env: dict[str, Any] | None = None) -> None:
+    """Join `address` ('auto', host:port, ray://...; default RAY_ADDRESS), else start a private local cluster.
+    `runtime_env`: the job's (raytune_fl.plugins.runtime_env: the plugins every worker imports), or None."""
     import ray
 
     # checkpointing every round makes Tune snapshot its state often (it must, to keep resumes consistent); cheap
     # for our small states, so its warning about it is noise
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     if ray.is_initialized():  # e.g. inside a test session that already started a private cluster
+        _check_job_env(runtime_env)
         return
     address = address or os.environ.get("RAY_ADDRESS") or "local"
     if address not in ("auto", "local") and not address.startswith("ray://"):
         _probe(address)  # Ray itself retries an unreachable head for minutes
+    env = {"runtime_env": runtime_env} if runtime_env else {}
     if address == "local":
-        start_local(log_to_driver=True, _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEPT_MS})
+        start_local(
+            log_to_driver=True, _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEPT_MS}, **env
+        )
     else:
-        ray.init(address=address, log_to_driver=True)
+        ray.init(address=address, log_to_driver=True, **env)
+
+
+def _check_job_env(runtime_env: dict[str, Any] | None) -> None:
+    """Ray was started before this command (a notebook, a test): its job must already import the plugins."""
+    if not runtime_env:
+        return
+    import ray
+
+    from raytune_fl.plugins import ENV_VAR, PluginError
+
+    wanted = runtime_env["env_vars"][ENV_VAR]
+    have = (ray.get_runtime_context().runtime_env.get("env_vars") or {}).get(ENV_VAR)
+    if have != wanted:
+        raise PluginError(
+            f"plugins: this process started Ray without them (its workers import {have or 'none'}); start it with "
+            f"ray.init(runtime_env=raytune_fl.plugins.runtime_env([{wanted}])), or let the command start Ray"
+        )
 
 
 def starts_private_cluster(address: str | None) -> bool:
@@ -54,8 +76,9 @@ class RayStart:
     The thread outlives the start: Ray binds the processes it starts to their parent's death (Linux's parent-death
     signal, which follows the thread that started them), so it stays, parked, until the process ends."""
 
-    def __init__(self, address: str | None) -> None:
+    def __init__(self, address: str | None, runtime_env: dict[str, Any] | None = None) -> None:
         self.address = address
+        self.runtime_env = runtime_env
         self._error: BaseException | None = None
         self._started = threading.Event()
         # ray.init sets this handler (SIGTERM -> SystemExit, so its exit hook ends the cluster) only on the main
@@ -67,7 +90,7 @@ class RayStart:
     def _start_and_stay(self) -> None:
         try:
             with _without_record(logging.getLogger("ray._private.worker"), "SIGTERM handler is not set"):
-                start_ray(self.address)  # looked up at call time: tests replace it
+                start_ray(self.address, self.runtime_env)  # looked up at call time: tests replace it
         except BaseException as error:  # raised in wait(), on the main thread
             self._error = error
             return

@@ -217,3 +217,36 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def plugin_dir(tmp_path):
+    """A folder for plugin modules written by the test, on sys.path; afterwards the registries, sys.path and
+    sys.modules are as they were (a name a test registers never leaks into another test's registry)."""
+    import raytune_fl.plugins as plugins
+    import raytune_fl.data.datasets as datasets
+    from raytune_fl.methods import METHODS
+    from raytune_fl.models import MODELS
+
+    DATASET_OPTIONS = getattr(datasets, "DATASET_OPTIONS", {})  # TODO
+    registries = (datasets.DATASETS, MODELS, METHODS)
+    saved = [(dict(r._entries), dict(r._user)) for r in registries]
+    options, path, modules, installed = dict(DATASET_OPTIONS), list(sys.path), set(sys.modules), plugins._installed
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    sys.path.insert(0, str(folder))
+    try:
+        yield folder
+    finally:
+        for registry, (entries, user) in zip(registries, saved):
+            for name in set(registry._user) - set(user):  # built-ins registered meanwhile stay
+                del registry._entries[name]
+            registry._user = user
+            registry._entries.update({name: entries[name] for name in user})
+        DATASET_OPTIONS.clear()
+        DATASET_OPTIONS.update(options)
+        sys.path[:] = path
+        for name in set(sys.modules) - modules:
+            if name.startswith("plug_"):  # the tests' plugin modules are named plug_*
+                del sys.modules[name]
+        plugins._installed = installed

@@ -1,0 +1,205 @@
+"""Plugins (raytune_fl/plugins.py): named in the YAML or by --plugin, imported before the space is checked, refused
+with the field named when they cannot be used; what the Ray job's runtime_env ships; entry points of installed
+packages. That the workers of a real cluster import them: tests/system/test_examples.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import yaml
+
+import raytune_fl.plugins as plugins
+from raytune_fl.config import ConfigError, load_space, parse_space
+from raytune_fl.models import MODELS
+from raytune_fl.plugins import PluginError, code_to_ship, import_plugin, load_installed, runtime_env, setup_worker
+from tests.support import REPO, tiny_space
+
+MODEL_PLUGIN = """
+    from torch import nn
+    from raytune_fl import register_model
+
+    class Net(nn.Module):
+        def __init__(self, in_channels, num_classes, image_size):
+            super().__init__()
+            self.body = nn.Flatten()
+            self.classifier = nn.Linear(in_channels * image_size[0] * image_size[1], num_classes)
+
+        def forward(self, x):
+            z = self.body(x)
+            return self.classifier(z), z
+
+    register_model({name!r}, lambda in_channels, num_classes, image_size: Net(in_channels, num_classes, image_size))
+"""
+
+
+def write(folder, module: str, code: str) -> None:
+    (folder / f"{module}.py").write_text(textwrap.dedent(code))
+
+
+def space_with(plugins_listed, **base) -> dict:
+    data = tiny_space("plugged", **base)
+    data["plugins"] = plugins_listed
+    return data
+
+
+def test_a_plugin_named_in_the_yaml_is_imported_before_its_names_are_checked(plugin_dir):
+    write(plugin_dir, "plug_model", MODEL_PLUGIN.format(name="plug_net"))
+    assert "plug_net" not in MODELS
+    space = parse_space(space_with(["plug_model"], model="plug_net"))
+    assert space.plugins == ["plug_model"] and space.base.model == "plug_net"
+    assert MODELS.user_names() == ["plug_net"]
+    # the name is logged like a built-in one
+    from raytune_fl.config import TrialSpec
+
+    assert TrialSpec.resolve(space.base, "fedavg", {}).mlflow_params()["model"] == "plug_net"
+
+
+def test_without_the_plugin_the_name_is_unknown(plugin_dir):
+    with pytest.raises(ConfigError) as error:
+        parse_space(space_with([], model="plug_net"))
+    assert "base.model: unknown model 'plug_net'" in str(error.value)
+
+
+def test_a_plugin_beside_the_space_file_needs_no_pythonpath(plugin_dir, tmp_path):
+    elsewhere = tmp_path / "study"
+    elsewhere.mkdir()
+    write(elsewhere, "plug_beside", MODEL_PLUGIN.format(name="plug_beside_net"))
+    (elsewhere / "space.yaml").write_text(yaml.safe_dump(space_with(["plug_beside"], model="plug_beside_net")))
+    assert load_space(elsewhere / "space.yaml").base.model == "plug_beside_net"
+    assert sys.path[-1] == str(elsewhere)  # searched last: it never shadows an installed module
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (None, "plugins: no module named 'plug_missing' (it must be importable"),
+        ("import plug_not_installed_dependency\n", "ModuleNotFoundError: No module named 'plug_not_installed_dep"),
+        ("raise RuntimeError('no GPU driver')\n", "importing 'plug_missing' failed: RuntimeError: no GPU driver"),
+        (
+            "from raytune_fl import register_model\nregister_model('simple_cnn', lambda in_channels, num_classes, "
+            "image_size: None)\n",
+            "model 'simple_cnn' is built in; register yours under another name",
+        ),
+        (
+            "from raytune_fl import register_model\nregister_model('plug_x', lambda channels, classes: None)\n",
+            "factory(in_channels, num_classes, image_size)",
+        ),
+    ],
+    ids=["missing", "its-dependency-missing", "raises", "clash", "factory-signature"],
+)
+def test_a_plugin_that_cannot_be_used_is_refused_naming_the_field(plugin_dir, code, expected):
+    if code is not None:
+        write(plugin_dir, "plug_missing", code)
+    with pytest.raises(ConfigError) as error:
+        parse_space(space_with(["plug_missing"]))
+    message = str(error.value)
+    assert "\n  plugins: " in message and expected in message, message
+    if code is not None and "raise" in code:
+        assert "plug_missing.py:1" in message  # where in the plugin it failed
+
+
+def test_plugins_must_be_a_list_of_module_names(plugin_dir):
+    with pytest.raises(ConfigError, match=r"plugins: a list of module names"):
+        parse_space(space_with("plug_model"))
+    with pytest.raises(ConfigError, match=r"plugins: '\.\./x' is not a module name"):
+        parse_space(space_with(["../x"]))
+
+
+def test_the_plugin_option_adds_to_the_files_plugins(plugin_dir, tmp_path):
+    write(plugin_dir, "plug_cli", MODEL_PLUGIN.format(name="plug_cli_net"))
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(space_with([], model="plug_cli_net")))
+    assert load_space(path, plugins=["plug_cli"]).plugins == ["plug_cli"]
+
+
+def test_a_bad_plugin_on_the_command_line_exits_2_before_ray(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(tiny_space("cli")))
+    run = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "tune.py"), "--space", str(path), "--plugin", "plug_nowhere"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert run.returncode == 2, run.stderr
+    assert "plugins: no module named 'plug_nowhere'" in run.stderr
+    assert "Ray" not in run.stdout and not (tmp_path / "mlflow.db").exists()  # nothing started or written
+
+
+def test_import_plugin_refuses_what_is_not_a_module_name():
+    for bad in ("", "a b", "x/y", "1abc", 3):
+        with pytest.raises(PluginError, match="not a module name"):
+            import_plugin(bad)
+
+
+# ---- what the Ray job's runtime_env ships -------------------------------------------------------------------
+
+
+def test_no_plugin_no_runtime_env():
+    assert runtime_env([]) is None  # workers start as Ray prestarts them
+
+
+def test_a_plugin_not_installed_is_shipped_an_installed_one_is_not(plugin_dir):
+    write(plugin_dir, "plug_file", "X = 1\n")
+    package = plugin_dir / "plug_pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "ext.py").write_text("Y = 2\n")
+    import_plugin("plug_file"), import_plugin("plug_pkg.sub.ext")
+    env = runtime_env(["plug_file", "plug_pkg.sub.ext", "numpy", "json", "raytune_fl.methods.fedavg"])
+    # the single file, and the top-level package's folder (the import is plug_pkg.sub.ext); not numpy
+    # (site-packages), json (the standard library) or this package
+    assert env["py_modules"] == [str(plugin_dir / "plug_file.py"), str(package)]
+    assert env["env_vars"] == {plugins.ENV_VAR: "plug_file,plug_pkg.sub.ext,numpy,json,raytune_fl.methods.fedavg"}
+    assert env["worker_process_setup_hook"] == "raytune_fl.plugins.setup_worker"
+    assert code_to_ship(["numpy"]) == []
+
+
+def test_the_worker_hook_imports_the_listed_plugins(plugin_dir, monkeypatch):
+    write(plugin_dir, "plug_hooked", MODEL_PLUGIN.format(name="plug_hooked_net"))
+    monkeypatch.setenv(plugins.ENV_VAR, "plug_hooked")
+    setup_worker()
+    assert "plug_hooked_net" in MODELS.user_names()
+
+
+# ---- entry points of installed packages ---------------------------------------------------------------------
+
+
+def _install(site, package: str, value: str) -> None:
+    """A distribution as pip leaves it: its .dist-info (METADATA, entry_points.txt) on a sys.path folder."""
+    info = site / f"{package}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[raytune_fl.plugins]\next = {value}\n")
+
+
+def test_an_installed_entry_point_registers_when_a_name_is_first_missed(plugin_dir):
+    write(plugin_dir, "plug_installed", MODEL_PLUGIN.format(name="plug_installed_net"))
+    _install(plugin_dir, "plug-dist", "plug_installed")
+    plugins._installed = None  # this process has not looked for entry points yet
+    assert "plug_installed_net" in MODELS  # a miss: the entry points are imported, then it is found
+    assert load_installed() == ["plug_installed"]
+    assert runtime_env([])["env_vars"] == {plugins.ENV_VAR: ""}  # workers import the installed ones too
+    assert "py_modules" not in runtime_env([]) or runtime_env([])["py_modules"] == []
+
+
+def test_a_broken_entry_point_names_its_package(plugin_dir):
+    write(plugin_dir, "plug_broken", "raise ImportError('needs CUDA 13')\n")
+    _install(plugin_dir, "plug-broken-dist", "plug_broken")
+    plugins._installed = None
+    with pytest.raises(ConfigError) as error:
+        parse_space(tiny_space("x"))
+    assert "plugins: entry point 'ext' (plug_broken) of installed package 'plug-broken-dist'" in str(error.value)
+    assert "ImportError: needs CUDA 13" in str(error.value)
+
+
+def test_importing_raytune_fl_loads_no_plugin_machinery():
+    code = "import sys, raytune_fl; print([m for m in ('raytune_fl.plugins', 'raytune_fl.register') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
+    assert out.stdout.strip() == "[]"
