@@ -39,7 +39,31 @@ _EXPORTS = {
     "ArrayDataset": "raytune_fl.data.datasets",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [  # what _EXPORTS lists, written out for linters and tests/test_register.py's check
+    "__version__",
+    "register_dataset",
+    "register_model",
+    "register_method",
+    "MethodSpec",
+    "Param",
+    "hyperparameters",
+    "Method",
+    "MethodContext",
+    "LocalTerm",
+    "ClientHook",
+    "ClientContext",
+    "Batch",
+    "ServerAggregator",
+    "Stateless",
+    "active",
+    "fedavg",
+    "weighted_mean_delta",
+    "apply_delta",
+    "is_running_statistic",
+    "ClientUpdate",
+    "Weights",
+    "ArrayDataset",
+]
 
 if TYPE_CHECKING:
     from raytune_fl.aggregators.fedavg import apply_delta, fedavg, is_running_statistic, weighted_mean_delta

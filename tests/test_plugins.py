@@ -200,6 +200,7 @@ def test_a_broken_entry_point_names_its_package(plugin_dir):
 
 
 def test_importing_raytune_fl_loads_no_plugin_machinery():
-    code = "import sys, raytune_fl; print([m for m in ('raytune_fl.plugins', 'raytune_fl.register') if m in sys.modules])"
+    modules = ("raytune_fl.plugins", "raytune_fl.register")
+    code = f"import sys, raytune_fl; print([m for m in {modules!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
     assert out.stdout.strip() == "[]"

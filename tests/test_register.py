@@ -46,6 +46,7 @@ def factory(in_channels, num_classes, image_size):
 def test_the_public_api_is_importable_from_the_package():
     from raytune_fl import ArrayDataset, ClientUpdate, ServerAggregator, register_dataset, register_method  # noqa
 
+    assert set(raytune_fl.__all__) == {"__version__", *raytune_fl._EXPORTS}
     assert {"register_model", "register_dataset", "register_method", "MethodSpec", "LocalTerm"} <= set(
         raytune_fl.__all__
     )
@@ -84,8 +85,17 @@ def test_a_model_is_registered_once_per_definition(plugin_dir):
             "build(params, context)",
         ),
     ],
-    ids=["model-clash", "model-name", "model-signature", "model-not-callable", "dataset-clash", "dataset-signature",
-         "method-not-spec", "method-clash", "method-build-signature"],
+    ids=[
+        "model-clash",
+        "model-name",
+        "model-signature",
+        "model-not-callable",
+        "dataset-clash",
+        "dataset-signature",
+        "method-not-spec",
+        "method-clash",
+        "method-build-signature",
+    ],
 )
 def test_a_registration_the_engine_cannot_use_is_refused(plugin_dir, call, message):
     with pytest.raises((TypeError, ValueError)) as error:

@@ -223,8 +223,8 @@ def one_thread():
 def plugin_dir(tmp_path):
     """A folder for plugin modules written by the test, on sys.path; afterwards the registries, sys.path and
     sys.modules are as they were (a name a test registers never leaks into another test's registry)."""
-    import raytune_fl.plugins as plugins
     import raytune_fl.data.datasets as datasets
+    import raytune_fl.plugins as plugins
     from raytune_fl.methods import METHODS
     from raytune_fl.models import MODELS
 
