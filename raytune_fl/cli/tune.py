@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from raytune_fl.export.model_helper import ModelExporter
 
     # its process starts now (milliseconds) and gets ready on idle CPU time (export/model_helper.py)
-    exporter = None if args.no_models else ModelExporter(uri, space.name)
+    exporter = None if args.no_models else ModelExporter(uri, space.name, space.plugins)
     try:
         return _run_variants(args, space, variants, data, uri, tracker, manifest, optuna_url, exporter, ray_start)
     finally:

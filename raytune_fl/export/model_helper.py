@@ -30,8 +30,12 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
+
+from raytune_fl.plugins import ENV_VAR as PLUGINS_ENV_VAR
+from raytune_fl.plugins import setup_worker
 
 if TYPE_CHECKING:
     from ray import tune
@@ -69,14 +73,19 @@ class _Logged:
 class ModelExporter:
     """A helper process that logs selected trials' models to one MLflow experiment, one at a time."""
 
-    def __init__(self, tracking_uri: str, experiment_name: str) -> None:
+    def __init__(self, tracking_uri: str, experiment_name: str, plugins: Sequence[str] = ()) -> None:
+        """`plugins`: the study's plugin modules, imported in the helper as in a Ray worker (a plugin's model is
+        rebuilt there by name)."""
         self.uri, self.experiment_name = tracking_uri, experiment_name
         ours, theirs = socket.socketpair()
         # a new interpreter (not a fork of a process that runs Ray's threads) with this one's import path
         code = f"import sys; sys.path[:] = {json.dumps(sys.path)}; from {__name__} import main; main()"
         arguments = [str(theirs.fileno()), tracking_uri, experiment_name]
         self._process: subprocess.Popen | None = subprocess.Popen(
-            [sys.executable, "-c", code, *arguments], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL
+            [sys.executable, "-c", code, *arguments],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, PLUGINS_ENV_VAR: ",".join(plugins)},
         )
         theirs.close()
         self._pipe = Connection(ours.detach())
@@ -171,6 +180,7 @@ class ModelExporter:
 def main() -> None:
     """The helper process: `python -c ... main() <socket fd> <tracking URI> <experiment>`."""
     handle, tracking_uri, experiment_name = sys.argv[1:4]
+    setup_worker()  # the study's plugins, as every Ray worker imports them
     _serve(Connection(int(handle)), tracking_uri, experiment_name)
 
 
