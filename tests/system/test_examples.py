@@ -17,7 +17,7 @@ from tests.support import REPO
 from tests.support.ray_nodes import start_cli, start_node, stop_node
 
 STUDY_S = 240  # one example's study, 2 rounds, on 2 cores (~20-30 s; a cold torch import in each actor)
-ARGS = ["--rounds", "2", "--num-samples", "1", "--no-models"]  # the examples as written, shorter
+ARGS = ["--rounds", "2", "--num-samples", "1"]  # the examples as written, shorter
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +36,10 @@ def copy_example(name: str, tmp_path):
     return folder
 
 
-def run_example(head, folder, name: str, env_extra: dict[str, str] | None = None) -> MlflowClient:
+def run_example(head, folder, name: str, env_extra: dict[str, str] | None = None, *more: str) -> MlflowClient:
     """`python scripts/tune.py --space space.yaml` from the example's folder, joined to `head`."""
     env = {**head.env, **(env_extra or {})}
-    args = ["--space", "space.yaml", "--address", head.address, *ARGS]
+    args = ["--space", "space.yaml", "--address", head.address, *ARGS, *more]
     run = start_cli(REPO / "scripts" / "tune.py", args, folder, name, env, folder)
     rc, out, err, _ = run.finish(STUDY_S)
     assert rc == 0, f"{name} exited with {rc}" + run.context()
@@ -88,21 +88,24 @@ def test_a_plugin_only_the_drivers_pythonpath_names_reaches_the_client_actors(he
     )
     assert probe.stdout.strip().splitlines()[-1:] == ["missing"], probe.stdout + probe.stderr[-2000:]
 
+    # with the best models logged: the export helper process rebuilds tiny_mlp by name too
     client = run_example(head, folder, "custom_model", {"PYTHONPATH": str(driver_only)})
     runs = finished_trials(client, "custom-model")
+    parents = [r for r in client.search_runs([runs[0].info.experiment_id]) if "trial_id" not in r.data.tags]
+    assert len(parents) == 2 and all(r.data.tags.get("model_id", "").startswith("m-") for r in parents)
     assert {(r.data.params["model"], r.data.params["resources.actors"]) for r in runs} == {("tiny_mlp", "2")}
     assert max(r.data.metrics["val_acc"] for r in runs) > 0.2  # it learned (digits: chance is 0.1)
 
 
 def test_the_custom_dataset_example_runs_from_its_folder(head, tmp_path):
-    client = run_example(head, copy_example("custom_dataset", tmp_path), "custom_dataset")
+    client = run_example(head, copy_example("custom_dataset", tmp_path), "custom_dataset", None, "--no-models")
     runs = finished_trials(client, "custom-dataset")
     assert {(r.data.params["dataset"], r.data.params["dataset_options.noise"]) for r in runs} == {("shapes", "0.3")}
     assert max(r.data.metrics["val_acc"] for r in runs) > 0.3  # 4 classes: chance is 0.25
 
 
 def test_the_custom_method_example_runs_from_its_folder(head, tmp_path):
-    client = run_example(head, copy_example("custom_method", tmp_path), "custom_method")
+    client = run_example(head, copy_example("custom_method", tmp_path), "custom_method", None, "--no-models")
     runs = finished_trials(client, "custom-method")
     trim = [r for r in runs if r.data.params["method"] == "fedtrim"]
     assert trim and all({"lam", "trim"} <= set(r.data.params) for r in trim)  # searched and logged
