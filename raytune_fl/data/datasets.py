@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ValidationError
 
 from raytune_fl.registry import Registry
 
@@ -44,23 +45,166 @@ class ArrayDataset:
 
 
 DATASETS: Registry[Callable[..., ArrayDataset]] = Registry("dataset")
+# name -> the pydantic model of the settings a dataset takes from an experiment's `dataset_options`
+DATASET_OPTIONS: dict[str, type[BaseModel]] = {}
 
 
-def check_options(name: str, options: Mapping[str, Any]) -> None:
-    """Refuse `dataset_options` that dataset `name` does not take; the message starts "dataset_options.<field>: "."""
+def dataset(name: str, options: type[BaseModel] | None = None) -> Callable[[Callable], Callable]:
+    """Register a built-in loader under `name`, with the model of its `dataset_options` where it takes some."""
+
+    def add(loader: Callable) -> Callable:
+        DATASETS.register(name)(loader)
+        if options is not None:
+            DATASET_OPTIONS[name] = options
+        return loader
+
+    return add
+
+
+def _takes_options(name: str) -> bool:
+    return "options" in inspect.signature(DATASETS.get(name)).parameters
+
+
+def check_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """`dataset_options` as dataset `name` takes them: normalised by its options model (a relative path made
+    absolute), as given where it has none; refused, the message starting "dataset_options.<field>: ", otherwise."""
     if options and name == "synthetic":
         raise ValueError("dataset_options: synthetic data takes its settings from the `synthetic` section")
+    if name in DATASET_OPTIONS:
+        return validated_options(name, options).model_dump(mode="json", exclude_unset=True)
+    if options and not _takes_options(name):
+        raise ValueError(f"dataset_options: dataset {name!r} takes no options (got {', '.join(options)})")
+    return dict(options)
+
+
+def validated_options(name: str, options: Mapping[str, Any] | BaseModel | None) -> BaseModel:
+    """`options` as dataset `name`'s options model, errors naming the field."""
+    model = DATASET_OPTIONS[name]
+    if isinstance(options, model):
+        return options
+    try:
+        return model.model_validate(dict(options or {}))
+    except ValidationError as error:
+        problems = []
+        for item in error.errors():
+            field = ".".join(str(part) for part in item["loc"])
+            if item["type"] == "extra_forbidden":
+                known = ", ".join(model.model_fields) or "(none)"
+                message = f"not a setting of dataset {name!r}; its settings: {known}"
+            elif item["type"] == "missing":
+                why = model.model_fields[field].description if field in model.model_fields else None
+                message = f"dataset {name!r} needs it" + (f" ({why})" if why else "")
+            else:
+                message = f"{item['msg'].removeprefix('Value error, ')} (got {item['input']!r:.80})"
+            problems.append(f"dataset_options.{field}: {message}")
+        raise ValueError("; ".join(problems)) from None
 
 
 def load_dataset(name: str, root: str | None = None, options: object = None) -> ArrayDataset:
     """Build the dataset registered under ``name``. ``root`` is for file-backed datasets; ``options`` holds the
-    settings of a dataset whose builder takes an ``options`` argument (``synthetic``: an experiment's ``synthetic``
-    section, or a mapping of its fields). Other datasets ignore ``options``, so a caller may pass the experiment's
-    section whatever its dataset."""
-    builder = DATASETS.get(name)
-    if options is not None and "options" in inspect.signature(builder).parameters:
-        return builder(root=root, options=options)
-    return builder(root=root)
+    settings of a dataset whose loader takes an ``options`` argument: ``synthetic``'s section (an experiment's
+    ``synthetic``, or a mapping of its fields), another dataset's ``dataset_options`` (validated by its options
+    model where it has one). Other datasets ignore ``options``, so a caller may pass the experiment's
+    ``dataset_settings`` whatever its dataset. A loader's result is checked against the array contract."""
+    loader = DATASETS.get(name)
+    if name in DATASET_OPTIONS:
+        options = validated_options(name, options)  # type: ignore[arg-type]
+    if _takes_options(name):
+        result = loader(root=root, options=options if options is not None else {})
+    else:
+        result = loader(root=root)
+    return to_array_dataset(name, result)
+
+
+def to_array_dataset(name: str, result: object) -> ArrayDataset:
+    """A loader's result as an ArrayDataset: one as it is, or a mapping with x_train, y_train, x_test, y_test
+    (optional num_classes, class_names), checked (check_arrays) and converted (float32 images, int64 labels)."""
+    if isinstance(result, ArrayDataset):
+        return result
+    if not isinstance(result, Mapping):
+        raise ValueError(
+            f"dataset {name!r}: its loader returned a {type(result).__name__}; expected an ArrayDataset or a "
+            "mapping with x_train, y_train, x_test, y_test"
+        )
+    missing = [key for key in ("x_train", "y_train", "x_test", "y_test") if key not in result]
+    if missing:
+        raise ValueError(f"dataset {name!r}: its loader's mapping lacks {', '.join(missing)}")
+    arrays = check_arrays(
+        f"dataset {name!r}", result["x_train"], result["y_train"], result["x_test"], result["y_test"],
+        result.get("num_classes"),
+    )  # fmt: skip
+    class_names = tuple(str(c) for c in result.get("class_names") or ())
+    if class_names and len(class_names) != arrays[4]:
+        raise ValueError(f"dataset {name!r}: {len(class_names)} class_names for {arrays[4]} classes")
+    return ArrayDataset(name, *arrays, class_names=class_names)
+
+
+def check_arrays(
+    source: str,
+    x_train: Any,
+    y_train: Any,
+    x_test: Any,
+    y_test: Any,
+    num_classes: int | None = None,
+    scale_uint8: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The array contract, with errors that start with `source`: images (N, C, H, W), or (N, H, W) for one channel,
+    numeric and finite, the same (C, H, W) in both splits; labels (N,) integers in 0..K-1 (K = `num_classes`, else
+    the largest label + 1). Returns (x_train, y_train, x_test, y_test, K): images float32, labels int64.
+    `scale_uint8`: uint8 images are scaled to [0, 1] and standardised per channel with the train split's mean and
+    std (as the image files' loaders do); float images are always used as given."""
+    images, labels = {"x_train": np.asarray(x_train), "x_test": np.asarray(x_test)}, {}
+    for key, x in images.items():
+        if x.ndim == 3:
+            x = x[:, None]
+        if x.ndim != 4:
+            raise ValueError(f"{source}: {key} must be (N, C, H, W) or (N, H, W), got shape {x.shape}")
+        if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)) or x.dtype == bool:
+            raise ValueError(f"{source}: {key} must hold numbers, got dtype {x.dtype}")
+        images[key] = x
+    for key, x_key in (("y_train", "x_train"), ("y_test", "x_test")):
+        y = np.asarray({"y_train": y_train, "y_test": y_test}[key])
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y[:, 0]
+        if y.ndim != 1 or len(y) != len(images[x_key]):
+            raise ValueError(f"{source}: {key} must be ({len(images[x_key])},), one label per image, got {y.shape}")
+        if len(y) == 0:
+            raise ValueError(f"{source}: {key} is empty")
+        if not np.issubdtype(y.dtype, np.integer):
+            whole = np.issubdtype(y.dtype, np.floating) and np.isfinite(y).all() and (y == np.round(y)).all()
+            if not whole:
+                raise ValueError(f"{source}: {key} must hold integer labels 0..K-1, got dtype {y.dtype}")
+        labels[key] = y.astype(np.int64)
+    if images["x_train"].shape[1:] != images["x_test"].shape[1:]:
+        raise ValueError(
+            f"{source}: x_train images are {images['x_train'].shape[1:]} but x_test's {images['x_test'].shape[1:]}"
+        )
+    low = min(int(labels["y_train"].min()), int(labels["y_test"].min()))
+    high = max(int(labels["y_train"].max()), int(labels["y_test"].max()))
+    classes = int(num_classes) if num_classes is not None else high + 1
+    if low < 0 or high >= classes:
+        raise ValueError(f"{source}: labels run {low}..{high}; they must be 0..{classes - 1} ({classes} classes)")
+    if scale_uint8 and images["x_train"].dtype == np.uint8 and images["x_test"].dtype == np.uint8:
+        x_tr, x_te = standardise(images["x_train"], images["x_test"])
+    else:
+        x_tr, x_te = (np.ascontiguousarray(images[k], dtype=np.float32) for k in ("x_train", "x_test"))
+    for key, x in (("x_train", x_tr), ("x_test", x_te)):
+        if not np.isfinite(x).all():
+            raise ValueError(f"{source}: {key} holds NaN or infinite values")
+    return x_tr, labels["y_train"], x_te, labels["y_test"], classes
+
+
+def standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 images to [0, 1], then per channel minus the train split's mean, over its (population) std; the test
+    split with the train split's statistics, so it stays unseen. A constant channel is only centred."""
+    train = x_train.astype(np.float32) / 255.0
+    test = x_test.astype(np.float32) / 255.0
+    mean = train.mean(axis=(0, 2, 3), dtype=np.float64)
+    std = train.std(axis=(0, 2, 3), dtype=np.float64)
+    std = np.where(std > 0, std, 1.0)
+    shape = (1, -1, 1, 1)
+    m, s = mean.astype(np.float32).reshape(shape), std.astype(np.float32).reshape(shape)
+    return np.ascontiguousarray((train - m) / s), np.ascontiguousarray((test - m) / s)
 
 
 def _make(name: str, x: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray) -> ArrayDataset:

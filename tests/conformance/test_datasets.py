@@ -11,7 +11,17 @@ import pytest
 
 import raytune_fl.models  # noqa: F401  (registers the models)
 from raytune_fl.data import DATASETS, ArrayDataset, load_dataset
-from tests.support.data_files import PACS_LIKE, dump, make_domain_tree, make_ham, write_cifar
+from tests.support.data_files import (
+    PACS_LIKE,
+    RNG,
+    SIZES,
+    dump,
+    make_domain_tree,
+    make_ham,
+    save_image,
+    write_cifar,
+    write_idx,
+)
 
 # ---- datasets: factory(root) -> ArrayDataset (N, C, H, W) float32 images, int64 labels -------------------------
 
@@ -41,10 +51,40 @@ ROOTS: dict[str, Callable[[Path], str] | None] = {  # name -> writes a small roo
     "stl10": None,
     "tinyimagenet": None,
 }
+# the files-without-code datasets: (dataset_options pointing nowhere, a writer -> (root, dataset_options))
+WITH_OPTIONS: dict[str, tuple[Callable[[Path], dict], Callable[[Path], tuple[str | None, dict]]]] = {
+    "npz": (lambda tmp: {"path": str(tmp / "nowhere" / "d.npz")}, lambda tmp: (None, {"path": _npz(tmp)})),
+    "image_folder": (lambda tmp: {}, lambda tmp: (_image_folder(tmp), {"image_size": 8})),
+    "torchvision": (lambda tmp: {"name": "MNIST"}, lambda tmp: (_mnist_raw(tmp), {"name": "MNIST"})),
+}
+
+
+def _npz(tmp: Path) -> str:
+    path = tmp / "d.npz"
+    np.savez(path, x_train=RNG.integers(0, 255, (6, 3, 5, 5), dtype=np.uint8), y_train=[0, 1, 2, 0, 1, 2],
+             x_test=RNG.integers(0, 255, (2, 3, 5, 5), dtype=np.uint8), y_test=[1, 2])  # fmt: skip
+    return str(path)
+
+
+def _image_folder(tmp: Path) -> str:
+    for split, count in (("train", 2), ("test", 1)):
+        for label in ("cat", "dog"):
+            for i in range(count):
+                save_image(tmp / "if" / split / label / f"{i}.png", (10 * i, 80, 200), SIZES[i])
+    return str(tmp / "if")
+
+
+def _mnist_raw(tmp: Path) -> str:
+    for prefix, n in (("train", 4), ("t10k", 2)):
+        write_idx(tmp / "MNIST" / "raw", prefix, RNG.integers(0, 255, (n, 28, 28), dtype=np.uint8),
+                  np.arange(n, dtype=np.uint8))  # fmt: skip
+    return str(tmp)
 
 
 def test_every_dataset_has_a_case():
-    assert set(DATASETS.names()) == EMBEDDED | set(ROOTS), "add the new dataset to EMBEDDED or ROOTS"
+    assert set(DATASETS.names()) == EMBEDDED | set(ROOTS) | set(WITH_OPTIONS), (
+        "add it to EMBEDDED, ROOTS or WITH_OPTIONS"
+    )
 
 
 def check_contract(ds: ArrayDataset) -> None:
@@ -63,6 +103,14 @@ def check_contract(ds: ArrayDataset) -> None:
 def test_a_dataset_loads_to_the_array_contract_or_names_its_missing_root(name, tmp_path):
     if name in EMBEDDED:
         check_contract(load_dataset(name))
+        return
+    if name in WITH_OPTIONS:
+        nowhere, writer = WITH_OPTIONS[name]
+        with pytest.raises((OSError, ValueError)) as error:
+            load_dataset(name, root=str(tmp_path / "nowhere"), options=nowhere(tmp_path))
+        assert "nowhere" in str(error.value)  # the message says which file or root it looked in
+        root, options = writer(tmp_path)
+        check_contract(load_dataset(name, root=root, options=options))
         return
     with pytest.raises((OSError, ValueError)) as error:
         load_dataset(name, root=str(tmp_path / "nowhere"))

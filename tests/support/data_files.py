@@ -4,6 +4,7 @@ partition invariants: shared by the data tests and the registries' conformance."
 from __future__ import annotations
 
 import pickle
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -94,3 +95,11 @@ def assert_valid_partition(parts: list[np.ndarray], n: int, num_clients: int) ->
     everything = np.concatenate(parts)
     assert len(everything) == n, "parts are disjoint"
     np.testing.assert_array_equal(np.sort(everything), np.arange(n))
+
+
+def write_idx(folder, prefix: str, images: np.ndarray, labels: np.ndarray) -> None:
+    """The idx files torchvision's MNIST reads (uncompressed): magic, sizes (big-endian), then the bytes."""
+    folder.mkdir(parents=True, exist_ok=True)
+    n, h, w = images.shape
+    (folder / f"{prefix}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 2051, n, h, w) + images.tobytes())
+    (folder / f"{prefix}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, n) + labels.tobytes())

@@ -228,7 +228,7 @@ def plugin_dir(tmp_path):
     from raytune_fl.methods import METHODS
     from raytune_fl.models import MODELS
 
-    DATASET_OPTIONS = getattr(datasets, "DATASET_OPTIONS", {})  # TODO
+    DATASET_OPTIONS = datasets.DATASET_OPTIONS
     registries = (datasets.DATASETS, MODELS, METHODS)
     saved = [(dict(r._entries), dict(r._user)) for r in registries]
     options, path, modules, installed = dict(DATASET_OPTIONS), list(sys.path), set(sys.modules), plugins._installed

@@ -1,0 +1,237 @@
+"""Your own data from files, without code: settings in the experiment's `dataset_options`, checked by each dataset's
+options model below.
+
+- ``npz``: a ``.npz`` (``numpy.savez``) holding ``x_train``, ``y_train``, ``x_test``, ``y_test``: images
+  (N, C, H, W) or (N, H, W), integer labels 0..K-1. uint8 images are scaled to [0, 1] and standardised per
+  channel with the train split's statistics; float images are used as given (you normalised them).
+- ``image_folder``: torchvision's ``ImageFolder`` layout under ``root``: ``train/<class>/<image>`` and
+  ``test/<class>/<image>`` (classes: the train folders' sorted names; the test folders must be among them).
+  Grayscale files stay one channel when every file is grayscale; otherwise every image is read as RGB. Resized to
+  ``image_size`` where given, else all files must share one size.
+- ``torchvision``: one of torchvision's dataset classes (``name``) read from its files under ``root`` with
+  ``download=False``. torchvision itself checks CIFAR's, SVHN's and USPS's files against their official checksums.
+
+Paths are made absolute where the space is checked (the driver): trials run in other working directories. Loads
+are cached per (dataset, files, settings) in a process; the cached arrays are shared, so copy before editing.
+torch, torchvision and PIL are imported inside the loaders: importing this module stays light.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from raytune_fl.data.datasets import ArrayDataset, check_arrays, dataset, standardise
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _absolute(path: str) -> str:
+    return str(Path(path).expanduser().resolve())
+
+
+# ------------------------------------------------------------------------------------------------------- npz
+
+
+class NpzOptions(_Options):
+    path: str = Field(description="a .npz file holding x_train, y_train, x_test, y_test")
+
+    @field_validator("path")
+    @classmethod
+    def _made_absolute(cls, value: str) -> str:
+        return _absolute(value)
+
+
+@dataset("npz", options=NpzOptions)
+def npz(root: str | None = None, options: NpzOptions | None = None) -> ArrayDataset:
+    """Arrays from a .npz file (dataset_options.path)."""
+    assert options is not None  # load_dataset validates dataset_options into NpzOptions
+    return _npz(options.path)
+
+
+@functools.lru_cache(maxsize=4)
+def _npz(path: str) -> ArrayDataset:
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"npz: no such file: {file}")
+    try:
+        with np.load(file, allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+    except (OSError, ValueError) as error:  # not a zip, a pickled object array, ...
+        raise ValueError(f"npz: {file} is not a readable .npz ({error})") from None
+    missing = [key for key in ("x_train", "y_train", "x_test", "y_test") if key not in arrays]
+    if missing:
+        raise ValueError(f"npz: {file} lacks {', '.join(missing)} (it holds {', '.join(arrays) or 'nothing'})")
+    x_train, y_train, x_test, y_test, classes = check_arrays(
+        f"npz: {file}", *(arrays[k] for k in ("x_train", "y_train", "x_test", "y_test")), scale_uint8=True
+    )
+    return ArrayDataset(file.stem, x_train, y_train, x_test, y_test, num_classes=classes)
+
+
+# ---------------------------------------------------------------------------------------------- image_folder
+
+
+class ImageFolderOptions(_Options):
+    # resize every image to this size (one number: square); unset: keep the files' size, which must then be one
+    image_size: int | tuple[int, int] | None = None
+
+    @field_validator("image_size")
+    @classmethod
+    def _positive(cls, value: int | tuple[int, int] | None) -> int | tuple[int, int] | None:
+        sizes = (value,) if isinstance(value, int) else value or ()
+        if any(size < 1 for size in sizes):
+            raise ValueError(f"must be positive (got {value})")
+        return value
+
+
+@dataset("image_folder", options=ImageFolderOptions)
+def image_folder(root: str | None = None, options: ImageFolderOptions | None = None) -> ArrayDataset:
+    """Images in train/<class>/ and test/<class>/ folders under root."""
+    if root is None:
+        raise FileNotFoundError("image_folder: no root given (set `root`: a folder with train/ and test/ inside)")
+    size = (options or ImageFolderOptions()).image_size
+    return _image_folder(_absolute(root), (size, size) if isinstance(size, int) else size)
+
+
+def _listing(split: Path) -> dict[str, list[Path]]:
+    """class name -> its image files, in sorted order; hidden folders and files skipped."""
+    classes = sorted(p for p in split.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return {
+        folder.name: sorted(
+            f for f in folder.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and not f.name.startswith(".")
+        )
+        for folder in classes
+    }
+
+
+@functools.lru_cache(maxsize=4)
+def _image_folder(root: str, size: tuple[int, int] | None) -> ArrayDataset:
+    from PIL import Image
+
+    base = Path(root)
+    layout = "train/<class>/<image> and test/<class>/<image>"
+    splits = {}
+    for split in ("train", "test"):
+        if not (base / split).is_dir():
+            raise FileNotFoundError(f"image_folder: {base / split} not found; expected {base} to hold {layout}")
+        splits[split] = _listing(base / split)
+        if not any(splits[split].values()):
+            raise ValueError(f"image_folder: no images under {base / split}; expected {layout}")
+    class_names = tuple(name for name, files in splits["train"].items() if files)
+    extra = sorted(set(name for name, files in splits["test"].items() if files) - set(class_names))
+    if extra:
+        raise ValueError(f"image_folder: test classes {', '.join(extra)} under {base} have no train images")
+    items = {
+        split: [(path, class_names.index(name)) for name, files in listing.items() if files for path in files]
+        for split, listing in splits.items()
+    }
+
+    def mode(path: Path) -> str:
+        with Image.open(path) as image:  # reads the header only
+            return image.mode
+
+    gray = all(mode(path) in ("L", "1") for found in items.values() for path, _ in found)
+    arrays = {}
+    for split, found in items.items():
+        decoded = []
+        for path, _ in found:
+            with Image.open(path) as image:
+                image = image.convert("L" if gray else "RGB")
+                if size is not None and image.size != (size[1], size[0]):
+                    image = image.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+                decoded.append(np.asarray(image, dtype=np.uint8))
+        shapes = {a.shape for a in decoded}
+        if len(shapes) > 1:
+            raise ValueError(
+                f"image_folder: images under {base / split} differ in size ({', '.join(map(str, sorted(shapes)[:3]))}"
+                "); set dataset_options.image_size to resize them"
+            )
+        stacked = np.stack(decoded)
+        arrays[split] = stacked[:, None] if gray else stacked.transpose(0, 3, 1, 2)
+    if arrays["train"].shape[1:] != arrays["test"].shape[1:]:
+        raise ValueError(
+            f"image_folder: train images are {arrays['train'].shape[2:]} but test images {arrays['test'].shape[2:]} "
+            f"under {base}; set dataset_options.image_size"
+        )
+    x_train, x_test = standardise(arrays["train"], arrays["test"])
+    y_train, y_test = (np.array([label for _, label in items[s]], dtype=np.int64) for s in ("train", "test"))
+    return ArrayDataset(base.name, x_train, y_train, x_test, y_test, len(class_names), class_names=class_names)
+
+
+# ----------------------------------------------------------------------------------------------- torchvision
+
+# torchvision's class -> how its train and test splits are asked for, and the files it reads under root
+TORCHVISION = {
+    "MNIST": ("train", "MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte"),
+    "FashionMNIST": ("train", "FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte"),
+    "KMNIST": ("train", "KMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte"),
+    "CIFAR10": ("train", "cifar-10-batches-py/ (the python version)"),
+    "CIFAR100": ("train", "cifar-100-python/ (the python version)"),
+    "SVHN": ("split", "{train,test}_32x32.mat"),
+    "USPS": ("train", "usps.bz2 and usps.t.bz2"),
+}
+
+
+class TorchvisionOptions(_Options):
+    name: str = Field(description=f"torchvision's dataset class: {', '.join(TORCHVISION)}")
+
+    @field_validator("name")
+    @classmethod
+    def _supported(cls, value: str) -> str:
+        if value not in TORCHVISION:
+            raise ValueError(f"unknown torchvision dataset {value!r}; supported: {', '.join(TORCHVISION)}")
+        return value
+
+
+@dataset("torchvision", options=TorchvisionOptions)
+def torchvision_dataset(root: str | None = None, options: TorchvisionOptions | None = None) -> ArrayDataset:
+    """torchvision.datasets.<name>(root, download=False), both splits, as arrays."""
+    assert options is not None  # load_dataset validates dataset_options into TorchvisionOptions
+    if root is None:
+        raise FileNotFoundError(f"torchvision {options.name}: no root given (set `root`: the folder you would pass "
+                                "torchvision as its root)")  # fmt: skip
+    return _torchvision(options.name, _absolute(root))
+
+
+@functools.lru_cache(maxsize=4)
+def _torchvision(name: str, root: str) -> ArrayDataset:
+    import torchvision
+
+    how, files = TORCHVISION[name]
+    cls = getattr(torchvision.datasets, name)
+    splits = []
+    for train in (True, False):
+        kwargs: dict[str, Any] = {"train": train} if how == "train" else {"split": "train" if train else "test"}
+        try:
+            data = cls(root, download=False, **kwargs)
+        except RuntimeError as error:  # torchvision: "Dataset not found or corrupted. You can use download=True"
+            raise FileNotFoundError(
+                f"torchvision {name}: not found or corrupted under {root} ({str(error).split('.')[0]}); expected "
+                f"{files} there, as torchvision downloads them (download is never done here)"
+            ) from None
+        splits.append(_arrays(data))
+    (x_train, y_train), (x_test, y_test) = splits
+    classes = getattr(data, "classes", None)
+    x_train, y_train, x_test, y_test, count = check_arrays(
+        f"torchvision {name}: {root}", x_train, y_train, x_test, y_test, len(classes) if classes else None,
+        scale_uint8=True,
+    )  # fmt: skip
+    names = tuple(str(c) for c in classes) if classes and len(classes) == count else ()
+    return ArrayDataset(name.lower(), x_train, y_train, x_test, y_test, count, class_names=names)
+
+
+def _arrays(data: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A torchvision dataset's images as uint8 (N, C, H, W) and its labels, from the arrays it holds."""
+    x = np.asarray(data.data)
+    y = np.asarray(data.targets if hasattr(data, "targets") else data.labels)
+    if x.ndim == 4 and x.shape[-1] in (1, 3) and x.shape[1] not in (1, 3):  # CIFAR: (N, H, W, C)
+        x = x.transpose(0, 3, 1, 2)
+    return x, y

@@ -1,0 +1,202 @@
+"""Datasets from files without code (raytune_fl/data/files.py), on tiny files in the real formats: .npz archives,
+ImageFolder trees of PNG files, torchvision's MNIST-family idx files. Values checked by hand; every refusal names
+the file or field."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+from PIL import Image
+
+from raytune_fl.config import ConfigError, ExperimentConfig, parse_space
+from raytune_fl.data import load_dataset, to_array_dataset
+from tests.support import REPO, tiny_space
+from tests.support.data_files import write_idx
+
+# ---- npz ------------------------------------------------------------------------------------------------------
+
+
+def save(path, **arrays):
+    np.savez(path, **arrays)
+    return str(path)
+
+
+def test_npz_uint8_images_are_standardised_with_the_train_splits_statistics(tmp_path):
+    x_train = np.array([[[0, 255]], [[255, 255]]], dtype=np.uint8)  # (2, 1, 2): two 1x2 grayscale images
+    x_test = np.array([[[0, 0]]], dtype=np.uint8)
+    path = save(tmp_path / "d.npz", x_train=x_train, y_train=[0, 1], x_test=x_test, y_test=[1])
+    ds = load_dataset("npz", options={"path": path})
+    # train pixels /255: 0, 1, 1, 1 -> mean 0.75, population std sqrt(0.1875)
+    std = np.sqrt(0.1875)
+    assert ds.x_train.shape == (2, 1, 1, 2) and ds.x_train.dtype == np.float32  # a channel added
+    np.testing.assert_allclose(ds.x_train.ravel(), (np.array([0, 1, 1, 1]) - 0.75) / std, rtol=1e-6)
+    np.testing.assert_allclose(ds.x_test.ravel(), (np.array([0, 0]) - 0.75) / std, rtol=1e-6)
+    assert ds.y_train.tolist() == [0, 1] and ds.y_test.dtype == np.int64 and ds.num_classes == 2
+
+
+def test_npz_float_images_are_used_as_given(tmp_path):
+    x = np.arange(24, dtype=np.float64).reshape(2, 3, 2, 2)
+    path = save(tmp_path / "f.npz", x_train=x, y_train=np.array([2, 0]), x_test=x[:1], y_test=np.array([1.0]))
+    ds = load_dataset("npz", options={"path": path})
+    assert ds.x_train.dtype == np.float32 and np.array_equal(ds.x_train, x.astype(np.float32))
+    assert ds.in_channels == 3 and ds.num_classes == 3 and ds.y_test.tolist() == [1]  # whole floats as labels
+
+
+GOOD = {"x_train": np.zeros((3, 4, 4)), "y_train": [0, 1, 2], "x_test": np.zeros((2, 4, 4)), "y_test": [0, 1]}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"x_train": np.zeros(3)}, "x_train must be (N, C, H, W) or (N, H, W), got shape (3,)"),
+        ({"y_train": [0, 1]}, "y_train must be (3,), one label per image, got (2,)"),
+        ({"y_train": [0.5, 1, 2]}, "y_train must hold integer labels 0..K-1, got dtype float64"),
+        ({"y_test": [-1, 1]}, "labels run -1..2; they must be 0..2"),
+        ({"x_test": np.zeros((2, 5, 5))}, "x_train images are (1, 4, 4) but x_test's (1, 5, 5)"),
+        ({"x_test": np.full((2, 4, 4), np.nan)}, "x_test holds NaN or infinite values"),
+    ],
+)
+def test_npz_arrays_that_break_the_contract_are_refused_naming_the_file(tmp_path, change, message):
+    path = save(tmp_path / "bad.npz", **{**GOOD, **change})
+    with pytest.raises(ValueError) as error:
+        load_dataset("npz", options={"path": path})
+    assert str(error.value).startswith(f"npz: {path}: ") and message in str(error.value)
+
+
+def test_npz_missing_file_or_arrays(tmp_path):
+    with pytest.raises(FileNotFoundError, match="npz: no such file: .*nowhere.npz"):
+        load_dataset("npz", options={"path": str(tmp_path / "nowhere.npz")})
+    path = save(tmp_path / "partial.npz", x_train=np.zeros((1, 2, 2)), y_train=[0])
+    with pytest.raises(ValueError, match="lacks x_test, y_test"):
+        load_dataset("npz", options={"path": path})
+
+
+# ---- dataset_options in a search space ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("base", "message"),
+    [
+        ({"dataset": "npz"}, "base.dataset_options.path: dataset 'npz' needs it (a .npz file holding x_train"),
+        (
+            {"dataset": "npz", "dataset_options": {"path": "a.npz", "pth": 1}},
+            "base.dataset_options.pth: not a setting of dataset 'npz'; its settings: path",
+        ),
+        ({"dataset": "digits", "dataset_options": {"path": "a"}}, "dataset 'digits' takes no options (got path)"),
+        (
+            {"dataset": "torchvision", "dataset_options": {"name": "Mnist"}},
+            "unknown torchvision dataset 'Mnist'; supported: MNIST, FashionMNIST",
+        ),
+        (
+            {"dataset": "image_folder", "dataset_options": {"image_size": 0}},
+            "base.dataset_options.image_size: must be positive",
+        ),
+    ],
+)
+def test_dataset_options_are_checked_against_the_dataset(base, message):
+    with pytest.raises(ConfigError) as error:
+        parse_space(tiny_space("files", **base))
+    assert message in str(error.value), str(error.value)
+
+
+def test_relative_paths_are_made_absolute_where_the_space_is_checked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = ExperimentConfig(dataset="npz", dataset_options={"path": "data/a.npz"}, root="imgs")
+    assert config.dataset_options == {"path": str(tmp_path / "data" / "a.npz")}  # trials run in another folder
+    assert config.root == str(tmp_path / "imgs")
+
+
+def test_a_bad_npz_exits_2_before_ray_naming_the_field(tmp_path):
+    path = save(tmp_path / "bad.npz", **{**GOOD, "y_test": [0, -1]})
+    space = tiny_space("badnpz", dataset="npz", dataset_options={"path": path})
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
+    run = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "tune.py"), "--space", "space.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.startswith(f"error: base.dataset_options: npz: {path}: labels run -1..2"), run.stderr
+    assert "Ray cluster" not in run.stdout and not (tmp_path / "mlflow.db").exists()
+
+
+# ---- a plugin loader's result ---------------------------------------------------------------------------------
+
+
+def test_a_loaders_mapping_is_checked_and_converted():
+    ds = to_array_dataset("mine", {**GOOD, "class_names": ["a", "b", "c"]})
+    assert ds.name == "mine" and ds.x_train.shape == (3, 1, 4, 4) and ds.class_names == ("a", "b", "c")
+    with pytest.raises(ValueError, match="dataset 'mine': its loader returned a list"):
+        to_array_dataset("mine", [1, 2])
+    with pytest.raises(ValueError, match="dataset 'mine': its loader's mapping lacks y_test"):
+        to_array_dataset("mine", {k: v for k, v in GOOD.items() if k != "y_test"})
+    with pytest.raises(ValueError, match="dataset 'mine': 2 class_names for 3 classes"):
+        to_array_dataset("mine", {**GOOD, "class_names": ["a", "b"]})
+
+
+# ---- image_folder ---------------------------------------------------------------------------------------------
+
+
+def png(path, pixels, mode):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.asarray(pixels, dtype=np.uint8), mode=mode).save(path)
+
+
+def test_image_folder_reads_grayscale_as_one_channel_with_labels_by_sorted_class(tmp_path):
+    png(tmp_path / "train" / "b_cat" / "1.png", [[0, 255], [255, 255]], "L")
+    png(tmp_path / "train" / "a_dog" / "1.png", [[255, 255], [255, 255]], "L")
+    png(tmp_path / "test" / "b_cat" / "x.png", [[0, 0], [0, 0]], "L")
+    ds = load_dataset("image_folder", root=str(tmp_path), options={})
+    assert ds.class_names == ("a_dog", "b_cat") and ds.y_train.tolist() == [0, 1] and ds.y_test.tolist() == [1]
+    assert ds.x_train.shape == (2, 1, 2, 2)
+    # train pixels /255: seven 1s and one 0 -> mean 7/8, population std sqrt(7)/8
+    np.testing.assert_allclose(ds.x_test.ravel(), [(0 - 7 / 8) / (np.sqrt(7) / 8)] * 4, rtol=1e-6)
+
+
+def test_image_folder_resizes_and_reads_mixed_modes_as_rgb(tmp_path):
+    png(tmp_path / "train" / "a" / "1.png", np.zeros((4, 6, 3)), "RGB")
+    png(tmp_path / "train" / "b" / "1.png", np.full((8, 8), 200), "L")
+    png(tmp_path / "test" / "a" / "1.png", np.zeros((3, 3, 3)), "RGB")
+    ds = load_dataset("image_folder", root=str(tmp_path), options={"image_size": [5, 7]})
+    assert ds.x_train.shape == (2, 3, 5, 7) and ds.x_test.shape == (1, 3, 5, 7)
+    with pytest.raises(ValueError, match="differ in size .*set dataset_options.image_size"):
+        load_dataset("image_folder", root=str(tmp_path), options={})
+
+
+def test_image_folder_refusals_name_the_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match=f"image_folder: {tmp_path / 'train'} not found"):
+        load_dataset("image_folder", root=str(tmp_path), options={})
+    png(tmp_path / "train" / "a" / "1.png", np.zeros((2, 2)), "L")
+    png(tmp_path / "test" / "zebra" / "1.png", np.zeros((2, 2)), "L")
+    with pytest.raises(ValueError, match="test classes zebra under .* have no train images"):
+        load_dataset("image_folder", root=str(tmp_path), options={})
+
+
+# ---- torchvision ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["MNIST", "FashionMNIST"])
+def test_torchvision_reads_its_own_files_without_downloading(tmp_path, name):
+    raw = tmp_path / name / "raw"
+    train = np.zeros((3, 28, 28), dtype=np.uint8)
+    train[1] = 255
+    write_idx(raw, "train", train, np.array([5, 0, 9], dtype=np.uint8))
+    write_idx(raw, "t10k", np.zeros((2, 28, 28), dtype=np.uint8), np.array([1, 2], dtype=np.uint8))
+    ds = load_dataset("torchvision", root=str(tmp_path), options={"name": name})
+    assert ds.x_train.shape == (3, 1, 28, 28) and ds.num_classes == 10 and len(ds.class_names) == 10
+    assert ds.y_train.tolist() == [5, 0, 9] and ds.y_test.tolist() == [1, 2]
+    # one bright image of three: mean 1/3, std sqrt(2)/3 per pixel position pooled
+    np.testing.assert_allclose(ds.x_train[1, 0, 0, 0], (1 - 1 / 3) / (np.sqrt(2) / 3), rtol=1e-5)
+
+
+def test_torchvision_without_its_files_names_the_root_and_the_files(tmp_path):
+    with pytest.raises(FileNotFoundError) as error:
+        load_dataset("torchvision", root=str(tmp_path), options={"name": "KMNIST"})
+    assert f"torchvision KMNIST: not found or corrupted under {tmp_path}" in str(error.value)
+    assert "KMNIST/raw/" in str(error.value) and "never done here" in str(error.value)
