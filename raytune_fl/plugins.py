@@ -67,7 +67,9 @@ def import_plugin(module: str) -> ModuleType:
 def _last_line(error: BaseException) -> str:
     """The error as one line, with where in the plugin's code it was raised."""
     frames = traceback.extract_tb(error.__traceback__)
-    where = next((f"{Path(f.filename).name}:{f.lineno}" for f in reversed(frames) if "importlib" not in f.filename), "")
+    package = str(Path(__file__).resolve().parent)  # raytune_fl's own frames say less than the plugin's call
+    theirs = [f for f in frames if "importlib" not in f.filename and not f.filename.startswith(package)]
+    where = f"{Path(theirs[-1].filename).name}:{theirs[-1].lineno}" if theirs else ""
     text = f"{type(error).__name__}: {error}".splitlines()[0]
     return f"{text} ({where})" if where else text
 

@@ -46,10 +46,9 @@ def register_dataset(
     model `options` where one is given (else the mapping as written)."""
     from raytune_fl.data.datasets import DATASET_OPTIONS, DATASETS
 
-    signature = "loader(root) or loader(root, options)"
-    _takes(f"register_dataset({name!r}, ...)", loader, {"root": None}, signature)
-    if options is not None:
-        _takes(f"register_dataset({name!r}, ...)", loader, {"root": None, "options": None}, signature)
+    takes_options = callable(loader) and "options" in _parameters(loader)
+    arguments = {"root": None, "options": None} if takes_options or options is not None else {"root": None}
+    _takes(f"register_dataset({name!r}, ...)", loader, arguments, "loader(root) or loader(root, options)")
     DATASETS.add(name, loader, _origin(loader))
     if options is not None:
         DATASET_OPTIONS[name] = options
@@ -67,6 +66,13 @@ def register_method(spec: MethodSpec) -> MethodSpec:
         raise TypeError(f"register_method takes a MethodSpec, not {type(spec).__name__}")
     _takes(f"register_method({spec.name!r}): build", spec.build, {}, "build(params, context)", positional=({}, None))
     return METHODS.add(spec.name, spec, _origin(spec.build))
+
+
+def _parameters(function: Any) -> list[str]:
+    try:
+        return list(inspect.signature(function).parameters)
+    except ValueError:  # no signature to read (a builtin)
+        return []
 
 
 def _takes(what: str, function: Any, arguments: dict[str, Any], expected: str, positional: tuple = ()) -> None:

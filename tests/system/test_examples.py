@@ -100,8 +100,8 @@ def test_a_plugin_only_the_drivers_pythonpath_names_reaches_the_client_actors(he
 def test_the_custom_dataset_example_runs_from_its_folder(head, tmp_path):
     client = run_example(head, copy_example("custom_dataset", tmp_path), "custom_dataset", None, "--no-models")
     runs = finished_trials(client, "custom-dataset")
-    assert {(r.data.params["dataset"], r.data.params["dataset_options.noise"]) for r in runs} == {("shapes", "0.3")}
-    assert max(r.data.metrics["val_acc"] for r in runs) > 0.3  # 4 classes: chance is 0.25
+    assert {(r.data.params["dataset"], r.data.params["dataset_options.noise"]) for r in runs} == {("shapes", "0.15")}
+    assert max(r.data.metrics["val_acc"] for r in runs) > 0.28  # 4 classes: chance is 0.25 (2 rounds: 0.31 here)
 
 
 def test_the_custom_method_example_runs_from_its_folder(head, tmp_path):
