@@ -159,7 +159,7 @@ def check_data(base: ExperimentConfig) -> FederatedData:
 
     spec = base.partition
     # where the data comes from: missing or malformed files are reported against that field
-    field = "dataset_options" if base.dataset_options else "root" if base.root is not None else "dataset"
+    field = "dataset_options" if base.dataset_options else "root"
     try:  # loaded first (and cached)
         dataset = load_dataset(base.dataset, root=base.root, options=base.dataset_settings)
     except (OSError, ValueError, TypeError) as error:

@@ -87,7 +87,7 @@ def validated_options(name: str, options: Mapping[str, Any] | BaseModel | None) 
     except ValidationError as error:
         problems = []
         for item in error.errors():
-            field = ".".join(str(part) for part in item["loc"])
+            field = ".".join(str(part) for part in item["loc"])  # empty for a model-level check
             if item["type"] == "extra_forbidden":
                 known = ", ".join(model.model_fields) or "(none)"
                 message = f"not a setting of dataset {name!r}; its settings: {known}"
@@ -96,7 +96,7 @@ def validated_options(name: str, options: Mapping[str, Any] | BaseModel | None) 
                 message = f"dataset {name!r} needs it" + (f" ({why})" if why else "")
             else:
                 message = f"{item['msg'].removeprefix('Value error, ')} (got {item['input']!r:.80})"
-            problems.append(f"dataset_options.{field}: {message}")
+            problems.append(f"dataset_options{'.' if field else ''}{field}: {message}")
         raise ValueError("; ".join(problems)) from None
 
 
@@ -151,8 +151,9 @@ def check_arrays(
     """The array contract, with errors that start with `source`: images (N, C, H, W), or (N, H, W) for one channel,
     numeric and finite, the same (C, H, W) in both splits; labels (N,) integers in 0..K-1 (K = `num_classes`, else
     the largest label + 1). Returns (x_train, y_train, x_test, y_test, K): images float32, labels int64.
-    `scale_uint8`: uint8 images are scaled to [0, 1] and standardised per channel with the train split's mean and
-    std (as the image files' loaders do); float images are always used as given."""
+    `scale_uint8`: integer images are 8-bit pixels (0..255, any integer dtype: np.savez of lists gives int64), scaled
+    to [0, 1] and standardised per channel with the train split's mean and std (as the image files' loaders do);
+    float images are always used as given. Without it, images of any dtype are used as given."""
     images, labels = {"x_train": np.asarray(x_train), "x_test": np.asarray(x_test)}, {}
     for key, x in images.items():
         if x.ndim == 3:
@@ -179,19 +180,47 @@ def check_arrays(
         raise ValueError(
             f"{source}: x_train images are {images['x_train'].shape[1:]} but x_test's {images['x_test'].shape[1:]}"
         )
-    low = min(int(labels["y_train"].min()), int(labels["y_test"].min()))
-    high = max(int(labels["y_train"].max()), int(labels["y_test"].max()))
-    classes = int(num_classes) if num_classes is not None else high + 1
-    if low < 0 or high >= classes:
-        raise ValueError(f"{source}: labels run {low}..{high}; they must be 0..{classes - 1} ({classes} classes)")
-    if scale_uint8 and images["x_train"].dtype == np.uint8 and images["x_test"].dtype == np.uint8:
-        x_tr, x_te = standardise(images["x_train"], images["x_test"])
+    classes = _class_count(source, labels, num_classes)
+    if scale_uint8 and any(np.issubdtype(x.dtype, np.integer) for x in images.values()):
+        x_tr, x_te = standardise(*_pixels(source, images))
     else:
         x_tr, x_te = (np.ascontiguousarray(images[k], dtype=np.float32) for k in ("x_train", "x_test"))
     for key, x in (("x_train", x_tr), ("x_test", x_te)):
         if not np.isfinite(x).all():
             raise ValueError(f"{source}: {key} holds NaN or infinite values")
     return x_tr, labels["y_train"], x_te, labels["y_test"], classes
+
+
+def _class_count(source: str, labels: dict[str, np.ndarray], num_classes: Any) -> int:
+    """K: `num_classes` where given, else the largest label + 1; each split's labels checked to lie in 0..K-1."""
+    given = num_classes is not None
+    if given and (isinstance(num_classes, bool) or not isinstance(num_classes, int | np.integer) or num_classes < 1):
+        raise ValueError(f"{source}: num_classes must be a positive integer, got {num_classes!r}")
+    classes = int(num_classes) if given else max(int(y.max()) for y in labels.values()) + 1
+    for key, y in labels.items():
+        low, high = int(y.min()), int(y.max())
+        if low < 0 or high >= classes:
+            must = f"with num_classes {classes} they must be 0..{classes - 1}" if given else "labels must be 0..K-1"
+            raise ValueError(f"{source}: {key} has labels {low}..{high}; {must} integers")
+    return classes
+
+
+def _pixels(source: str, images: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Integer images as uint8 pixels; both splits must be integer and within 0..255."""
+    for key, x in images.items():
+        if not np.issubdtype(x.dtype, np.integer):
+            other = "x_test" if key == "x_train" else "x_train"
+            raise ValueError(
+                f"{source}: {other} holds integer pixels ({images[other].dtype}) but {key} {x.dtype}; give both "
+                "splits integer pixels 0..255, or both floats (used as given)"
+            )
+        low, high = int(x.min()), int(x.max())
+        if low < 0 or high > 255:
+            raise ValueError(
+                f"{source}: {key} holds integers {low}..{high}; integer images are read as 8-bit pixels 0..255 "
+                "(store floats to have the values used as given)"
+            )
+    return images["x_train"].astype(np.uint8, copy=False), images["x_test"].astype(np.uint8, copy=False)
 
 
 def standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

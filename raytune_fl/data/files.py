@@ -1,15 +1,18 @@
 """Your own data from files, without code: settings in the experiment's `dataset_options`, checked by each dataset's
 options model below.
 
-- ``npz``: a ``.npz`` (``numpy.savez``) holding ``x_train``, ``y_train``, ``x_test``, ``y_test``: images
-  (N, C, H, W) or (N, H, W), integer labels 0..K-1. uint8 images are scaled to [0, 1] and standardised per
-  channel with the train split's statistics; float images are used as given (you normalised them).
+- ``npz``: a ``.npz`` (``numpy.savez``/``savez_compressed``) holding ``x_train``, ``y_train``, ``x_test``, ``y_test``:
+  images (N, C, H, W) or (N, H, W), integer labels 0..K-1 (K = the largest label + 1). Integer images are 8-bit
+  pixels (0..255, any integer dtype): scaled to [0, 1] and standardised per channel with the train split's
+  statistics; float images are used as given (you normalised them).
 - ``image_folder``: torchvision's ``ImageFolder`` layout under ``root``: ``train/<class>/<image>`` and
-  ``test/<class>/<image>`` (classes: the train folders' sorted names; the test folders must be among them).
-  Grayscale files stay one channel when every file is grayscale; otherwise every image is read as RGB. Resized to
-  ``image_size`` where given, else all files must share one size.
-- ``torchvision``: one of torchvision's dataset classes (``name``) read from its files under ``root`` with
-  ``download=False``. torchvision itself checks CIFAR's, SVHN's and USPS's files against their official checksums.
+  ``test/<class>/<image>`` (classes: the train folders' sorted names; the test folders must be among them, a test
+  split may lack a class). Grayscale files stay one channel when every file is grayscale; otherwise every image is
+  read as RGB (alpha dropped). Resized to ``image_size`` where given, else all files must share one size.
+- ``torchvision``: one of torchvision's dataset classes (``name``; EMNIST also takes ``split``) read from its files
+  under ``root`` with ``download=False``, as torchvision gives them (EMNIST's images stay transposed; its letters
+  split's labels 1..26 become 0..25). torchvision itself checks CIFAR's and SVHN's files against their official
+  checksums (the built-in ``cifar10``/``cifar100`` read the same files without that check).
 
 Paths are made absolute where the space is checked (the driver): trials run in other working directories. Loads
 are cached per (dataset, files, settings) in a process; the cached arrays are shared, so copy before editing.
@@ -19,11 +22,12 @@ torch, torchvision and PIL are imported inside the loaders: importing this modul
 from __future__ import annotations
 
 import functools
+import pickle
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from raytune_fl.data.datasets import ArrayDataset, check_arrays, dataset, standardise
 
@@ -168,26 +172,41 @@ def _image_folder(root: str, size: tuple[int, int] | None) -> ArrayDataset:
 
 # ----------------------------------------------------------------------------------------------- torchvision
 
-# torchvision's class -> how its train and test splits are asked for, and the files it reads under root
+# torchvision's class -> the files it reads under root (for the message when they are missing)
+_MNIST_FILES = "{folder}/raw/{{train,t10k}}-{{images-idx3,labels-idx1}}-ubyte"
 TORCHVISION = {
-    "MNIST": ("train", "MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte"),
-    "FashionMNIST": ("train", "FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte"),
-    "KMNIST": ("train", "KMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte"),
-    "CIFAR10": ("train", "cifar-10-batches-py/ (the python version)"),
-    "CIFAR100": ("train", "cifar-100-python/ (the python version)"),
-    "SVHN": ("split", "{train,test}_32x32.mat"),
-    "USPS": ("train", "usps.bz2 and usps.t.bz2"),
+    "MNIST": _MNIST_FILES.format(folder="MNIST"),
+    "FashionMNIST": _MNIST_FILES.format(folder="FashionMNIST"),
+    "KMNIST": _MNIST_FILES.format(folder="KMNIST"),
+    "EMNIST": "EMNIST/raw/emnist-<split>-{train,test}-{images-idx3,labels-idx1}-ubyte (the gzip.zip's files, unzipped)",
+    "CIFAR10": "cifar-10-batches-py/ (the python version, official files: torchvision checks their md5)",
+    "CIFAR100": "cifar-100-python/ (the python version, official files: torchvision checks their md5)",
+    "SVHN": "train_32x32.mat and test_32x32.mat (official files: torchvision checks their md5)",
+    "USPS": "usps.bz2 and usps.t.bz2",
 }
+EMNIST_SPLITS = ("byclass", "bymerge", "balanced", "letters", "digits", "mnist")
 
 
 class TorchvisionOptions(_Options):
     name: str = Field(description=f"torchvision's dataset class: {', '.join(TORCHVISION)}")
+    # EMNIST's split, needed there and refused elsewhere: byclass, bymerge, balanced, letters, digits, mnist
+    split: str | None = Field(default=None, validate_default=True)
 
     @field_validator("name")
     @classmethod
     def _supported(cls, value: str) -> str:
         if value not in TORCHVISION:
             raise ValueError(f"unknown torchvision dataset {value!r}; supported: {', '.join(TORCHVISION)}")
+        return value
+
+    @field_validator("split")
+    @classmethod
+    def _emnist_only(cls, value: str | None, info: ValidationInfo) -> str | None:
+        name = info.data.get("name")  # absent when name was refused
+        if name == "EMNIST" and value not in EMNIST_SPLITS:
+            raise ValueError(f"EMNIST needs a split: {', '.join(EMNIST_SPLITS)}")
+        if name not in (None, "EMNIST") and value is not None:
+            raise ValueError(f"only EMNIST takes a split, not {name}")
         return value
 
 
@@ -198,40 +217,45 @@ def torchvision_dataset(root: str | None = None, options: TorchvisionOptions | N
     if root is None:
         raise FileNotFoundError(f"torchvision {options.name}: no root given (set `root`: the folder you would pass "
                                 "torchvision as its root)")  # fmt: skip
-    return _torchvision(options.name, _absolute(root))
+    return _torchvision(options.name, _absolute(root), options.split)
 
 
 @functools.lru_cache(maxsize=4)
-def _torchvision(name: str, root: str) -> ArrayDataset:
-    import torchvision
-
-    how, files = TORCHVISION[name]
-    cls = getattr(torchvision.datasets, name)
-    splits = []
-    for train in (True, False):
-        kwargs: dict[str, Any] = {"train": train} if how == "train" else {"split": "train" if train else "test"}
-        try:
-            data = cls(root, download=False, **kwargs)
-        except RuntimeError as error:  # torchvision: "Dataset not found or corrupted. You can use download=True"
-            raise FileNotFoundError(
-                f"torchvision {name}: not found or corrupted under {root} ({str(error).split('.')[0]}); expected "
-                f"{files} there, as torchvision downloads them (download is never done here)"
-            ) from None
-        splits.append(_arrays(data))
-    (x_train, y_train), (x_test, y_test) = splits
-    classes = getattr(data, "classes", None)
+def _torchvision(name: str, root: str, split: str | None = None) -> ArrayDataset:
+    splits = [_torchvision_split(name, root, split, train) for train in (True, False)]
+    (x_train, y_train, _), (x_test, y_test, classes) = splits
+    if split == "letters":  # labels 1..26: torchvision's class 0 ("N/A") holds no image
+        y_train, y_test, classes = np.asarray(y_train) - 1, np.asarray(y_test) - 1, classes[1:]
     x_train, y_train, x_test, y_test, count = check_arrays(
         f"torchvision {name}: {root}", x_train, y_train, x_test, y_test, len(classes) if classes else None,
         scale_uint8=True,
     )  # fmt: skip
     names = tuple(str(c) for c in classes) if classes and len(classes) == count else ()
-    return ArrayDataset(name.lower(), x_train, y_train, x_test, y_test, count, class_names=names)
+    label = f"emnist_{split}" if split else name.lower()
+    return ArrayDataset(label, x_train, y_train, x_test, y_test, count, class_names=names)
 
 
-def _arrays(data: Any) -> tuple[np.ndarray, np.ndarray]:
-    """A torchvision dataset's images as uint8 (N, C, H, W) and its labels, from the arrays it holds."""
+def _torchvision_split(name: str, root: str, split: str | None, train: bool) -> tuple[np.ndarray, np.ndarray, list]:
+    """One split as uint8 images (N, C, H, W), labels and the class names (empty where torchvision has none)."""
+    import torchvision
+
+    kwargs: dict[str, Any] = {"split": "train" if train else "test"} if name == "SVHN" else {"train": train}
+    if split is not None:
+        kwargs["split"] = split
+    try:
+        data = getattr(torchvision.datasets, name)(root, download=False, **kwargs)
+    except (RuntimeError, OSError) as error:  # RuntimeError: "Dataset not found or corrupted. You can use ..."
+        raise FileNotFoundError(
+            f"torchvision {name}: not found or corrupted under {root} ({str(error).split('. ')[0]}); expected "
+            f"{TORCHVISION[name]} there, as torchvision downloads them (download is never done here)"
+        ) from None
+    except (ValueError, AssertionError, EOFError, KeyError, TypeError, pickle.UnpicklingError) as error:
+        raise ValueError(
+            f"torchvision {name}: malformed files under {root} ({type(error).__name__}: {error!s:.200}); expected "
+            f"{TORCHVISION[name]}"
+        ) from None
     x = np.asarray(data.data)
-    y = np.asarray(data.targets if hasattr(data, "targets") else data.labels)
+    y = np.asarray(data.targets if hasattr(data, "targets") else data.labels).reshape(-1)  # SVHN squeezes N=1 to ()
     if x.ndim == 4 and x.shape[-1] in (1, 3) and x.shape[1] not in (1, 3):  # CIFAR: (N, H, W, C)
         x = x.transpose(0, 3, 1, 2)
-    return x, y
+    return x, y, list(getattr(data, "classes", None) or [])

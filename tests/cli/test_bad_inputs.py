@@ -259,7 +259,7 @@ CASES = [
         changed_space(("tune.scheduler.asha.reduction_factor", 1)),
     ),
     Case("yaml-syntax-error", ["space.yaml", "not valid YAML"], "name: [unclosed\n"),
-    Case("yaml-list", ["space.yaml", "expected a mapping", "name, base, variants, tune"], "- name\n- base\n"),
+    Case("yaml-list", ["space.yaml", "expected a mapping", "name, plugins, base, variants, tune"], "- name\n- base\n"),
     Case("yaml-empty", ["space.yaml", "expected a mapping"], ""),
     Case("not-utf8", ["--space", "cannot read", "space.yaml", "utf-8"], b"name: \xff\xfe tiny\n"),
     # ---------------------------------------------------------------- command line

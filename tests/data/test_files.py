@@ -1,11 +1,12 @@
 """Datasets from files without code (raytune_fl/data/files.py), on tiny files in the real formats: .npz archives,
-ImageFolder trees of PNG files, torchvision's MNIST-family idx files. Values checked by hand; every refusal names
-the file or field."""
+ImageFolder trees of PNG files, the files torchvision's classes read (MNIST-family idx files, CIFAR python pickles,
+SVHN .mat, USPS bzip2'd libsvm). Values checked by hand; every refusal names the file or field."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,22 +14,23 @@ import yaml
 from PIL import Image
 
 from raytune_fl.config import ConfigError, ExperimentConfig, parse_space
-from raytune_fl.data import load_dataset, to_array_dataset
+from raytune_fl.data import DATASETS, check_options, load_dataset, to_array_dataset
 from tests.support import REPO, tiny_space
-from tests.support.data_files import write_idx
+from tests.support.data_files import dump, write_cifar, write_idx, write_svhn, write_usps
 
 # ---- npz ------------------------------------------------------------------------------------------------------
 
 
-def save(path, **arrays):
-    np.savez(path, **arrays)
+def save(path, compressed=False, **arrays):
+    (np.savez_compressed if compressed else np.savez)(path, **arrays)
     return str(path)
 
 
-def test_npz_uint8_images_are_standardised_with_the_train_splits_statistics(tmp_path):
-    x_train = np.array([[[0, 255]], [[255, 255]]], dtype=np.uint8)  # (2, 1, 2): two 1x2 grayscale images
-    x_test = np.array([[[0, 0]]], dtype=np.uint8)
-    path = save(tmp_path / "d.npz", x_train=x_train, y_train=[0, 1], x_test=x_test, y_test=[1])
+@pytest.mark.parametrize(("dtype", "compressed"), [(np.uint8, False), (np.uint8, True), (np.int64, False)])
+def test_npz_integer_images_are_standardised_with_the_train_splits_statistics(tmp_path, dtype, compressed):
+    x_train = np.array([[[0, 255]], [[255, 255]]], dtype=dtype)  # (2, 1, 2): two 1x2 grayscale images
+    x_test = np.array([[[0, 0]]], dtype=dtype)  # int64: what np.savez makes of python lists of pixels
+    path = save(tmp_path / "d.npz", compressed, x_train=x_train, y_train=[0, 1], x_test=x_test, y_test=[1])
     ds = load_dataset("npz", options={"path": path})
     # train pixels /255: 0, 1, 1, 1 -> mean 0.75, population std sqrt(0.1875)
     std = np.sqrt(0.1875)
@@ -55,7 +57,13 @@ GOOD = {"x_train": np.zeros((3, 4, 4)), "y_train": [0, 1, 2], "x_test": np.zeros
         ({"x_train": np.zeros(3)}, "x_train must be (N, C, H, W) or (N, H, W), got shape (3,)"),
         ({"y_train": [0, 1]}, "y_train must be (3,), one label per image, got (2,)"),
         ({"y_train": [0.5, 1, 2]}, "y_train must hold integer labels 0..K-1, got dtype float64"),
-        ({"y_test": [-1, 1]}, "labels run -1..2; they must be 0..2"),
+        ({"y_test": [-1, 1]}, "y_test has labels -1..1; labels must be 0..K-1 integers"),
+        (
+            {"x_train": np.full((3, 4, 4), 256), "x_test": np.zeros((2, 4, 4), np.uint8)},
+            "x_train holds integers 256..256; integer images are read as 8-bit pixels 0..255",
+        ),
+        ({"x_test": np.zeros((2, 4, 4), np.uint8)}, "x_test holds integer pixels (uint8) but x_train float64"),
+        ({"x_train": np.zeros((3, 4, 4), bool)}, "x_train must hold numbers, got dtype bool"),
         ({"x_test": np.zeros((2, 5, 5))}, "x_train images are (1, 4, 4) but x_test's (1, 5, 5)"),
         ({"x_test": np.full((2, 4, 4), np.nan)}, "x_test holds NaN or infinite values"),
     ],
@@ -92,6 +100,14 @@ def test_npz_missing_file_or_arrays(tmp_path):
             "unknown torchvision dataset 'Mnist'; supported: MNIST, FashionMNIST",
         ),
         (
+            {"dataset": "torchvision", "dataset_options": {"name": "EMNIST"}},
+            "base.dataset_options.split: EMNIST needs a split: byclass, bymerge, balanced, letters, digits, mnist",
+        ),
+        (
+            {"dataset": "torchvision", "dataset_options": {"name": "MNIST", "split": "letters"}},
+            "base.dataset_options.split: only EMNIST takes a split, not MNIST",
+        ),
+        (
             {"dataset": "image_folder", "dataset_options": {"image_size": 0}},
             "base.dataset_options.image_size: must be positive",
         ),
@@ -122,7 +138,9 @@ def test_a_bad_npz_exits_2_before_ray_naming_the_field(tmp_path):
         timeout=120,
     )
     assert run.returncode == 2, run.stderr
-    assert run.stderr.startswith(f"error: base.dataset_options: npz: {path}: labels run -1..2"), run.stderr
+    assert run.stderr.startswith(f"error: base.dataset_options: npz: {path}: y_test has labels -1..0; labels must"), (
+        run.stderr
+    )
     assert "Ray cluster" not in run.stdout and not (tmp_path / "mlflow.db").exists()
 
 
@@ -138,6 +156,30 @@ def test_a_loaders_mapping_is_checked_and_converted():
         to_array_dataset("mine", {k: v for k, v in GOOD.items() if k != "y_test"})
     with pytest.raises(ValueError, match="dataset 'mine': 2 class_names for 3 classes"):
         to_array_dataset("mine", {**GOOD, "class_names": ["a", "b"]})
+    assert to_array_dataset("mine", {**GOOD, "num_classes": 5}).num_classes == 5  # classes without samples
+    with pytest.raises(
+        ValueError, match=r"dataset 'mine': y_train has labels 0..2; with num_classes 2 they must be 0..1"
+    ):
+        to_array_dataset("mine", {**GOOD, "num_classes": 2})
+    with pytest.raises(ValueError, match="dataset 'mine': num_classes must be a positive integer, got 2.5"):
+        to_array_dataset("mine", {**GOOD, "num_classes": 2.5})
+    x = np.full((3, 4, 4), 300, dtype=np.int64)  # a loader's integer images are used as given, not as pixels
+    assert to_array_dataset("mine", {**GOOD, "x_train": x}).x_train.max() == 300
+
+
+def test_a_loader_taking_options_without_a_model_gets_them_as_written(monkeypatch):
+    seen = {}
+
+    def loader(root=None, options=None):
+        seen.update(options)
+        return GOOD
+
+    monkeypatch.setitem(DATASETS._entries, "opts_as_written", loader)  # a plugin's, without registering it for good
+    assert check_options("opts_as_written", {"noise": 0.1}) == {"noise": 0.1}
+    assert load_dataset("opts_as_written", options={"noise": 0.1}).x_train.shape == (3, 1, 4, 4)
+    assert seen == {"noise": 0.1}
+    with pytest.raises(ValueError, match="^dataset_options: synthetic data takes its settings from the `synthetic`"):
+        check_options("synthetic", {"noise": 0.1})
 
 
 # ---- image_folder ---------------------------------------------------------------------------------------------
@@ -157,6 +199,21 @@ def test_image_folder_reads_grayscale_as_one_channel_with_labels_by_sorted_class
     assert ds.x_train.shape == (2, 1, 2, 2)
     # train pixels /255: seven 1s and one 0 -> mean 7/8, population std sqrt(7)/8
     np.testing.assert_allclose(ds.x_test.ravel(), [(0 - 7 / 8) / (np.sqrt(7) / 8)] * 4, rtol=1e-6)
+
+
+def test_image_folder_reads_rgb_per_channel_standardised(tmp_path):
+    png(tmp_path / "train" / "a" / "1.jpg.png", [[[255, 0, 10], [255, 0, 30]]], "RGB")  # one 1x2 image
+    png(tmp_path / "train" / "b" / "2.png", [[[0, 0, 10], [0, 0, 30]]], "RGB")
+    png(tmp_path / "test" / "b" / "3.png", [[[255, 51, 20], [0, 0, 20]]], "RGB")
+    (tmp_path / "train" / "a" / "notes.txt").write_text("not an image")  # skipped: not an image suffix
+    ds = load_dataset("image_folder", root=str(tmp_path), options={})
+    assert ds.x_train.shape == (2, 3, 1, 2) and ds.y_train.tolist() == [0, 1] and ds.y_test.tolist() == [1]
+    # train: red 1, 1, 0, 0 -> mean 0.5, std 0.5; green all 0 -> only centred; blue 10, 30 (/255) -> mean 20, std 10
+    np.testing.assert_allclose(ds.x_train[:, 0].ravel(), [1, 1, -1, -1], atol=1e-6)
+    np.testing.assert_allclose(ds.x_test[0, 0].ravel(), [1, -1], atol=1e-6)
+    np.testing.assert_allclose(ds.x_test[0, 1].ravel(), [0.2, 0], atol=1e-6)
+    np.testing.assert_allclose(ds.x_train[:, 2].ravel(), [-1, 1, -1, 1], atol=1e-5)
+    np.testing.assert_allclose(ds.x_test[0, 2].ravel(), [0, 0], atol=1e-5)
 
 
 def test_image_folder_resizes_and_reads_mixed_modes_as_rgb(tmp_path):
@@ -181,7 +238,7 @@ def test_image_folder_refusals_name_the_folder(tmp_path):
 # ---- torchvision ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["MNIST", "FashionMNIST"])
+@pytest.mark.parametrize("name", ["MNIST", "FashionMNIST", "KMNIST"])
 def test_torchvision_reads_its_own_files_without_downloading(tmp_path, name):
     raw = tmp_path / name / "raw"
     train = np.zeros((3, 28, 28), dtype=np.uint8)
@@ -200,3 +257,85 @@ def test_torchvision_without_its_files_names_the_root_and_the_files(tmp_path):
         load_dataset("torchvision", root=str(tmp_path), options={"name": "KMNIST"})
     assert f"torchvision KMNIST: not found or corrupted under {tmp_path}" in str(error.value)
     assert "KMNIST/raw/" in str(error.value) and "never done here" in str(error.value)
+
+
+def test_torchvision_emnist_letters_are_shifted_to_0_based(tmp_path):
+    raw = tmp_path / "EMNIST" / "raw"
+    write_idx(raw, "emnist-letters-train", np.zeros((2, 28, 28), dtype=np.uint8), np.array([1, 26], dtype=np.uint8))
+    write_idx(raw, "emnist-letters-test", np.zeros((1, 28, 28), dtype=np.uint8), np.array([3], dtype=np.uint8))
+    ds = load_dataset("torchvision", root=str(tmp_path), options={"name": "EMNIST", "split": "letters"})
+    assert ds.y_train.tolist() == [0, 25] and ds.y_test.tolist() == [2] and ds.num_classes == 26
+    assert ds.class_names[0] == "a" and ds.name == "emnist_letters"
+
+
+def no_checksums(monkeypatch):
+    """torchvision compares CIFAR's and SVHN's files with the official md5s: tiny files need that check off."""
+    import torchvision
+
+    monkeypatch.setattr(torchvision.datasets.CIFAR10, "_check_integrity", lambda self: True)
+    monkeypatch.setattr(torchvision.datasets.cifar, "check_integrity", lambda path, md5=None: Path(path).is_file())
+    monkeypatch.setattr(torchvision.datasets.SVHN, "_check_integrity", lambda self: True)
+
+
+def by_hand(x_train, x_test):
+    """uint8 (N, C, H, W) -> /255, then per channel with the train split's mean and population std (a constant
+    channel only centred)."""
+    train, test = x_train / 255.0, x_test / 255.0
+    mean, std = train.mean(axis=(0, 2, 3), keepdims=True), train.std(axis=(0, 2, 3), keepdims=True)
+    std[std == 0] = 1
+    return (train - mean) / std, (test - mean) / std
+
+
+@pytest.mark.parametrize("name", ["CIFAR10", "CIFAR100"])
+def test_torchvision_cifar_keeps_channels_and_pixel_positions(tmp_path, monkeypatch, name):
+    no_checksums(monkeypatch)
+    if name == "CIFAR10":
+        folder = tmp_path / "cifar-10-batches-py"
+        written = write_cifar(folder, {f"data_batch_{i}": 2 for i in range(1, 6)} | {"test_batch": 3}, "labels", 10)
+        dump(folder / "batches.meta", {"label_names": [f"c{i}" for i in range(10)]})
+        train = [written[f"data_batch_{i}"] for i in range(1, 6)]
+        test = written["test_batch"]
+    else:
+        folder = tmp_path / "cifar-100-python"
+        written = write_cifar(folder, {"train": 4, "test": 3}, "fine_labels", 100)
+        dump(folder / "meta", {"fine_label_names": [f"f{i}" for i in range(100)]})
+        train, test = [written["train"]], written["test"]
+    x_train, y_train = np.concatenate([x for x, _ in train]), sum((y for _, y in train), [])
+    ds = load_dataset("torchvision", root=str(tmp_path), options={"name": name})
+    assert ds.x_train.shape == (len(y_train), 3, 32, 32) and ds.y_train.tolist() == y_train
+    assert ds.y_test.tolist() == test[1] and ds.num_classes == len(ds.class_names) == int(name[5:])
+    want_train, want_test = by_hand(x_train, test[0])
+    np.testing.assert_allclose(ds.x_train, want_train, atol=1e-4)
+    np.testing.assert_allclose(ds.x_test, want_test, atol=1e-4)
+
+
+def test_torchvision_cifar_files_that_fail_torchvisions_checksum_are_reported(tmp_path):
+    write_cifar(tmp_path / "cifar-10-batches-py", {f"data_batch_{i}": 1 for i in range(1, 6)}, "labels", 10)
+    with pytest.raises(FileNotFoundError, match=f"torchvision CIFAR10: not found or corrupted under {tmp_path} "):
+        load_dataset("torchvision", root=str(tmp_path), options={"name": "CIFAR10"})
+
+
+def test_torchvision_svhn_label_10_is_digit_0_and_images_stay_upright(tmp_path, monkeypatch):
+    no_checksums(monkeypatch)
+    x_train = np.zeros((2, 3, 32, 32), dtype=np.uint8)
+    x_train[0, 0, 0, 1] = 255  # red at row 0, column 1 of the first image: checks the (H, W, C, N) transpose
+    x_test = np.zeros((1, 3, 32, 32), dtype=np.uint8)
+    write_svhn(tmp_path, "train", x_train, np.array([10, 3], dtype=np.uint8))
+    write_svhn(tmp_path, "test", x_test, np.array([10], dtype=np.uint8))
+    ds = load_dataset("torchvision", root=str(tmp_path), options={"name": "SVHN"})
+    assert ds.y_train.tolist() == [0, 3] and ds.y_test.tolist() == [0] and ds.num_classes == 4  # largest label + 1
+    want_train, _ = by_hand(x_train, x_test)
+    np.testing.assert_allclose(ds.x_train, want_train, atol=1e-4)
+    assert ds.x_train[0, 0, 0, 1] == ds.x_train.max() > 0 and (ds.x_train[:, 1:] == 0).all()  # green, blue constant
+
+
+def test_torchvision_usps(tmp_path):
+    images = np.zeros((2, 16, 16), dtype=np.uint8)
+    images[1] = 255
+    write_usps(tmp_path / "usps.bz2", images, [1, 10])
+    write_usps(tmp_path / "usps.t.bz2", images[:1], [2])
+    ds = load_dataset("torchvision", root=str(tmp_path), options={"name": "USPS"})
+    assert ds.x_train.shape == (2, 1, 16, 16) and ds.y_train.tolist() == [0, 9] and ds.y_test.tolist() == [1]
+    np.testing.assert_allclose(ds.x_train[:, 0, 0, 0], [-1, 1], atol=1e-6)  # half 0, half 1: mean 0.5, std 0.5
+    with pytest.raises(FileNotFoundError, match=f"torchvision USPS: not found or corrupted under {tmp_path / 'x'}"):
+        load_dataset("torchvision", root=str(tmp_path / "x"), options={"name": "USPS"})

@@ -103,3 +103,23 @@ def write_idx(folder, prefix: str, images: np.ndarray, labels: np.ndarray) -> No
     n, h, w = images.shape
     (folder / f"{prefix}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 2051, n, h, w) + images.tobytes())
     (folder / f"{prefix}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, n) + labels.tobytes())
+
+
+def write_svhn(root: Path, split: str, images: np.ndarray, labels: np.ndarray) -> None:
+    """SVHN's `<split>_32x32.mat`: X is (H, W, C, N) uint8, y is (N, 1) with 10 meaning the digit 0."""
+    from scipy.io import savemat
+
+    root.mkdir(parents=True, exist_ok=True)
+    savemat(root / f"{split}_32x32.mat", {"X": images.transpose(2, 3, 1, 0), "y": labels.reshape(-1, 1)})
+
+
+def write_usps(path: Path, images: np.ndarray, labels: np.ndarray) -> None:
+    """USPS's bzip2'd libsvm lines: `label 1:v ... 256:v`, labels 1..10, pixels in [-1, 1] (images in 0..255)."""
+    import bz2
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for image, label in zip(images, labels):
+        values = image.ravel() / 255.0 * 2 - 1
+        lines.append(f"{label} " + " ".join(f"{i + 1}:{v:.6f}" for i, v in enumerate(values)))
+    path.write_bytes(bz2.compress(("\n".join(lines) + "\n").encode()))
