@@ -11,6 +11,7 @@ import atexit
 import os
 import re
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
@@ -199,7 +200,7 @@ def check_user_model(name: str, in_channels: int, num_classes: int, image_size: 
         raise ConfigError(f"base.model: {text}") from None
 
 
-def start_ray_early(address: str | None, plugins: list[str]) -> RayStart | None:
+def start_ray_early(address: str | None, plugins: Sequence[str]) -> RayStart | None:
     """A private local cluster's start, begun on a thread before the last checks (tune.py's MLflow and Optuna
     stores); None where Ray is joined instead (started in `join_ray`, once everything is checked)."""
     from raytune_fl.plugins import runtime_env
@@ -211,7 +212,7 @@ def start_ray_early(address: str | None, plugins: list[str]) -> RayStart | None:
 
 
 def join_ray(
-    address: str | None, resources: ResourcesConfig, started: RayStart | None = None, plugins: list[str] = ()
+    address: str | None, resources: ResourcesConfig, started: RayStart | None = None, plugins: Sequence[str] = ()
 ) -> None:
     """Start or join Ray (or wait for the start `started` began) with the job's `plugins` imported in every worker,
     say which cluster it is, and check that one trial fits on it."""
