@@ -96,7 +96,8 @@ class KeepStatisticsLocal(ClientHook):
 
 def client_seed(seed: int, round_index: int, client_id: int) -> int:
     """Independent, reproducible stream per (seed, round, client), whichever worker trains it."""
-    return int(np.random.SeedSequence([seed, round_index, client_id]).generate_state(1, np.uint64)[0] >> 1)
+    # a Python int before the shift: NumPy 1.x promotes uint64 >> int to float64 and refuses the shift
+    return int(np.random.SeedSequence([seed, round_index, client_id]).generate_state(1, np.uint64)[0]) >> 1
 
 
 class ClientWorker:

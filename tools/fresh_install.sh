@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# A new user's install, checked: build the wheel, install it (no extras) in a fresh venv at the OLDEST releases
+# pyproject.toml admits (constraints/lower-bounds.txt), run the console script's quick start outside the repository,
+# then run the lower-bounds test subset against those releases. CI runs this after the main tiers (~7 min).
+#
+#   tools/fresh_install.sh [VENV_DIR]     (default: a temporary directory, removed at the end)
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+scratch="$(mktemp -d)"
+venv="${1:-$scratch/venv}"
+trap 'rm -rf "$scratch"' EXIT
+
+# this workplace keeps older torch wheels on disk; elsewhere pip takes them from PyPI
+links=()
+if [ -d /opt/pypi-more/files ]; then links=(--find-links /opt/pypi-more/files); fi
+
+start=$SECONDS
+python -m build --wheel --outdir "$scratch/dist" "$repo" >"$scratch/build.log" 2>&1 || { cat "$scratch/build.log"; exit 1; }
+rm -rf "$repo/build"  # setuptools' staging folder
+python -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check "${links[@]}" \
+  -c "$repo/constraints/lower-bounds.txt" "$scratch"/dist/raytune_fl-*.whl pytest
+echo "fresh venv with the wheel at the lower bounds: $((SECONDS - start)) s"
+"$venv/bin/pip" list --disable-pip-version-check 2>/dev/null |
+  grep -i -E '^(torch|torchvision|ray|optuna|mlflow|pyarrow|pandas|numpy|pydantic|raytune-fl) ' | tr -s ' ' | paste -sd, -
+
+# the quick start as the README gives it, from a folder that is not the repository (the wheel's code, not the tree's)
+mkdir "$scratch/user" && cp "$repo/search_spaces/quickstart.yaml" "$scratch/user/"
+(cd "$scratch/user" && "$venv/bin/raytune-fl" --version &&
+  "$venv/bin/raytune-fl" tune --space quickstart.yaml --rounds 2 --num-samples 1 >run.log 2>&1) ||
+  { tail -40 "$scratch/user/run.log"; exit 1; }
+grep -q "best configuration per variant" "$scratch/user/run.log"
+echo "quick start from the wheel: ok ($((SECONDS - start)) s)"
+
+# the engine, every method and aggregator, the data and models, and the study end to end, at the lower bounds
+cd "$repo"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider -o addopts="-m 'not slow'" \
+  tests/engine tests/methods tests/aggregators tests/conformance tests/data tests/models tests/test_config.py \
+  tests/tune/test_study.py tests/export | tail -3
+echo "fresh install checked in $((SECONDS - start)) s"
