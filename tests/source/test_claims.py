@@ -57,3 +57,19 @@ def test_the_patterns_see_a_stale_claim():
     stale = REPO / "search_spaces" / "univarfl.yaml"
     assert PROSE.search(f"the full example is `{stale.name}` (seven variants, about 11 minutes)")["count"] == "seven"
     assert TABLE_ROW.search("| `univarfl.yaml` | 7 | ...")["count"] == "7"
+
+
+LINK = re.compile(r"\]\((?P<target>[^)#\s]+)(?:#[^)]*)?\)")
+
+
+@pytest.mark.parametrize("page", ["README.md", "CONTRIBUTING.md"])
+def test_every_relative_link_of_the_front_pages_exists(page: str):
+    targets = [m["target"] for m in LINK.finditer((REPO / page).read_text()) if "://" not in m["target"]]
+    assert targets, f"{page} links nothing: the pattern is wrong"
+    missing = [t for t in targets if not (REPO / t).exists()]
+    assert missing == [], f"{page} links to missing files: {missing}"
+
+
+def test_the_readme_stays_a_front_door():
+    lines = (REPO / "README.md").read_text().count("\n")
+    assert lines <= 200, f"README.md has {lines} lines; move the detail to docs/"
