@@ -55,6 +55,7 @@ def apply_delta(global_weights: Weights, delta: Weights, updates: Sequence[Clien
 
 
 def fedavg(global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
+    """FedAvg's rule: the global weights plus the sample-weighted mean of the client deltas."""
     return apply_delta(global_weights, weighted_mean_delta(updates), updates)
 
 

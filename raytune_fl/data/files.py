@@ -84,8 +84,11 @@ def _npz(path: str) -> ArrayDataset:
 
 
 class ImageFolderOptions(_Options):
-    # resize every image to this size (one number: square); unset: keep the files' size, which must then be one
-    image_size: int | tuple[int, int] | None = None
+    image_size: int | tuple[int, int] | None = Field(
+        None,
+        description="resize every image to this size (one number: square); unset: keep the files' size, "
+        "which must then be one",
+    )
 
     @field_validator("image_size")
     @classmethod
@@ -189,8 +192,12 @@ EMNIST_SPLITS = ("byclass", "bymerge", "balanced", "letters", "digits", "mnist")
 
 class TorchvisionOptions(_Options):
     name: str = Field(description=f"torchvision's dataset class: {', '.join(TORCHVISION)}")
-    # EMNIST's split, needed there and refused elsewhere: byclass, bymerge, balanced, letters, digits, mnist
-    split: str | None = Field(default=None, validate_default=True)
+    split: str | None = Field(
+        default=None,
+        validate_default=True,
+        description="EMNIST's split, needed there and refused elsewhere: byclass, bymerge, balanced, letters, "
+        "digits, mnist",
+    )
 
     @field_validator("name")
     @classmethod

@@ -51,13 +51,16 @@ class SyntheticConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # as config.py's sections
 
-    shape: tuple[int, ...] = (3, 32, 32)  # [channels, height, width] of one image: CIFAR-10's
-    classes: int = Field(10, ge=2)
-    samples: int = Field(20_000, ge=1)  # training samples (clients share them): the GPU throughput benchmark's
-    test_samples: int | None = Field(None, ge=1)  # unset = a fifth of samples (CIFAR-10's ratio), >= 1 per class
-    seed: int = Field(
-        0, ge=0
-    )  # the data is a setting like partition.seed: the experiment's seed never changes the images
+    shape: tuple[int, ...] = Field((3, 32, 32), description="[channels, height, width] of one image: CIFAR-10's")
+    classes: int = Field(10, ge=2, description="number of classes, one coloured grating each")
+    samples: int = Field(
+        20_000, ge=1, description="training samples, shared by the clients (the GPU throughput benchmark's count)"
+    )
+    test_samples: int | None = Field(
+        None, ge=1, description="test samples; unset = a fifth of samples (CIFAR-10's ratio), at least 1 per class"
+    )
+    # a setting like partition.seed: the experiment's seed never changes the images
+    seed: int = Field(0, ge=0, description="seed of the images themselves (base.seed never changes them)")
 
     @field_validator("shape")
     @classmethod

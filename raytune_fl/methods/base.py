@@ -171,6 +171,8 @@ class Phase:
 
 @dataclass(frozen=True)
 class Method:
+    """What one trial runs: the local loss terms (besides cross-entropy), the client hooks, and the server rule."""
+
     name: str
     terms: tuple[LocalTerm, ...]  # only terms with a non-zero weight: a switched-off term costs nothing
     aggregator: ServerAggregator
@@ -357,4 +359,5 @@ class MethodSpec:
 
 
 def active(terms: Sequence[LocalTerm]) -> tuple[LocalTerm, ...]:
+    """The terms with a non-zero weight: a switched-off term is not computed at all."""
     return tuple(term for term in terms if term.weight != 0.0)
