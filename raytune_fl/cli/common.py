@@ -1,7 +1,13 @@
 """What the command lines share: their common options, the checks of the command line and the data before Ray
-starts, and joining the cluster. Each command is its own module (tune.py, ablate.py, dashboard.py).
+starts, and joining the cluster. Each command is its own module (tune.py, ablate.py, dashboard.py, reproduce.py).
 
-Errors are `ConfigError`s naming the option or field; a command prints them as `error: ...` and exits with 2.
+A command checks everything first, creating nothing: the space and its overrides, --storage (made by
+`make_storage` afterwards), --mlflow-uri (scheme, SQLite folder, a server's answer), --address (a quiet probe of a
+few seconds, where Ray would retry for minutes), whether one trial fits on a private cluster, the data. Only then
+does it start Ray and make folders, stores and records.
+
+Errors are `ConfigError`s naming the option or field on their first line; a command prints them as `error: ...`
+and exits with 2. Warnings (a field given twice on the command line) are one `WARNING: ...` line each on stderr.
 """
 
 from __future__ import annotations
@@ -12,11 +18,20 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
 
-from raytune_fl.config import ConfigError, ExperimentConfig, ResourcesConfig, SearchSpace, load_space, override
+from raytune_fl.config import (
+    ConfigError,
+    ExperimentConfig,
+    ResourcesConfig,
+    SearchSpace,
+    did_you_mean,
+    load_space,
+    override,
+)
 
 if TYPE_CHECKING:
     from raytune_fl.engine.data import FederatedData
@@ -26,16 +41,30 @@ SPACE_HELP = "search-space YAML file, e.g. search_spaces/univarfl.yaml"
 MLFLOW_URI_HELP = "MLflow tracking URI; default: sqlite:///<cwd>/mlflow.db"
 
 
+def console_prog(script: str) -> str:
+    """The program name usage lines show: `raytune-fl tune` when run as that (console.py names argv[0] so), else
+    the script's file name."""
+    return sys.argv[0] if sys.argv and sys.argv[0].startswith("raytune-fl ") else script
+
+
+SCRIPTS = {"tune": "scripts/tune.py", "ablate": "scripts/ablate.py", "dashboard": "dashboards/build.py"}
+
+
+def command_line(command: str) -> str:
+    """How to type `command` ('tune', 'ablate', 'dashboard') in the form this process was started with."""
+    return f"raytune-fl {command}" if console_prog("").startswith("raytune-fl ") else f"python {SCRIPTS[command]}"
+
+
 def command_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """A command's parser, with the option every command has: --space."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = argparse.ArgumentParser(prog=console_prog(prog), description=description)
     parser.add_argument("--space", required=True, help=SPACE_HELP)
     parser.add_argument(
         "--plugin",
         action="append",
         default=[],
         metavar="MODULE",
-        help="a module that registers your datasets, models or methods (README, 'Your own code'), imported before "
+        help="a module that registers your datasets, models or methods (docs/how-to/plugins.md), imported before "
         "the space is checked and in every Ray worker; added to the file's `plugins` (repeatable)",
     )
     return parser
@@ -67,7 +96,8 @@ def add_cluster(parser: argparse.ArgumentParser) -> None:
         default="ray_results",
         help="where Ray Tune results, checkpoints and the study record go, reachable from every Ray node: a "
         "directory (on a cluster: shared, e.g. NFS), file:///dir, s3://bucket/prefix, gs://bucket/prefix or "
-        "hdfs://host/path; another S3-compatible endpoint via AWS_ENDPOINT_URL (README) (default: %(default)s)",
+        "hdfs://host/path; another S3-compatible endpoint via AWS_ENDPOINT_URL (docs/how-to/storage.md) "
+        "(default: %(default)s)",
     )
 
 
@@ -103,54 +133,139 @@ def fail(message: object) -> int:
 
 _ADDRESS = re.compile(r"(?:ray://)?(?:\[[0-9A-Fa-f:.]+\]|[\w.-]+):(\d{1,5})")
 
+# the options that set a field themselves: a --set of the same field is applied after them (and wins)
+_OPTION_FIELDS = {"rounds": ("base.rounds",), "num_samples": ("tune.num_samples",), "seed": ("base.seed", "tune.seed")}
 
-def resolve_space(args: argparse.Namespace) -> tuple[SearchSpace, list[str]]:
-    """The search space with command-line overrides applied and checked, before Ray starts."""
+
+def warn(message: str) -> None:
+    """One line on stderr that the command goes on after."""
+    print(f"WARNING: {message}", file=sys.stderr, flush=True)
+
+
+def resolve_space(args: argparse.Namespace, warnings: bool = True) -> tuple[SearchSpace, list[str]]:
+    """The search space with command-line overrides applied and checked, before Ray starts; `args.storage` checked
+    (nothing made: `make_storage` makes it once every check passed) and replaced by its Storage. `warnings`: say
+    on stderr which value is used where the command line gives one field twice."""
     try:
         space = load_space(args.space, plugins=args.plugin)
     except (OSError, UnicodeDecodeError) as error:  # unreadable, or not a text file
         raise ConfigError(f"--space: cannot read {args.space}: {error}") from None
     changes: dict[str, Any] = {}
-    if args.rounds is not None:
-        changes["base.rounds"] = args.rounds
-    num_samples, seed = getattr(args, "num_samples", None), getattr(args, "seed", None)  # tune.py's own options
-    if num_samples is not None:
-        changes["tune.num_samples"] = num_samples
-    if seed is not None:
-        changes["base.seed"] = seed
-        changes["tune.seed"] = seed
+    given: dict[str, tuple[str, Any]] = {}  # field -> the option that set it and its value
+    for name, fields in _OPTION_FIELDS.items():
+        value = getattr(args, name, None)  # --num-samples and --seed: tune.py's own options
+        if value is not None:
+            for key in fields:
+                changes[key] = value
+                given[key] = (f"--{name.replace('_', '-')}", value)
+    notes, set_texts = [], {}
     for item in args.set:
         key, sep, text = item.partition("=")
-        if not sep or not key.strip():
+        key = key.strip()
+        if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. base.rounds=5")
         try:
-            changes[key.strip()] = yaml.safe_load(text)
+            changes[key] = yaml.safe_load(text)
         except yaml.YAMLError as error:
-            raise ConfigError(f"--set {key.strip()}: the value is not valid YAML: {error}") from None
+            raise ConfigError(f"--set {key}: the value is not valid YAML: {error}") from None
+        if key in set_texts:
+            notes.append(f"--set {key} is given twice ({set_texts[key]}, then {text}): the last, {text}, is used")
+        set_texts[key] = text
+    for key, (option, value) in given.items():  # an option and a --set of its field that disagree: --set wins
+        if key in set_texts and changes[key] != value:
+            note = f"{key}: --set {key}={set_texts[key]} and {option} {value} disagree: {set_texts[key]} is used "
+            note += "(--set is applied after the other options)"
+            other = {"base.seed": "tune.seed", "tune.seed": "base.seed"}.get(key)
+            if other and other not in set_texts:
+                note += f"; {other} stays {value} from {option}"
+            notes.append(note)
     if changes:
         space = override(space, changes, source=f"{args.space} with command-line overrides")
+    if warnings:
+        for note in notes:
+            warn(note)
     variants = list(space.variants)
     if args.variants:
         chosen = list(dict.fromkeys(v.strip() for v in args.variants.split(",") if v.strip()))  # each runs once
         unknown = [v for v in chosen if v not in space.variants]
         if unknown or not chosen:
+            hint = did_you_mean(unknown[0], space.variants) if len(unknown) == 1 else ""
             raise ConfigError(
-                f"--variants: unknown variant(s) {', '.join(unknown) or '(none given)'}; "
+                f"--variants: unknown variant(s) {', '.join(unknown) or '(none given)'}; {hint}"
                 f"the file has: {', '.join(space.variants)}"
             )
         variants = chosen
     if args.address is not None:  # a malformed address would only fail inside ray.init, with a traceback
-        match = _ADDRESS.fullmatch(args.address)
-        if args.address not in ("auto", "local") and not (match and 1 <= int(match[1]) <= 65535):
-            raise ConfigError(
-                f"--address {args.address!r}: expected 'auto', 'local', host:port or ray://host:port "
-                "with a port in 1..65535"
-            )
-    from raytune_fl.runtime.storage import resolve_storage
+        _check_address_form("--address", args.address)
+    from raytune_fl.runtime.storage import check_storage
 
-    # made and write-probed (a wrong bucket or endpoint fails here, not in Ray); from here on a Storage
-    args.storage = resolve_storage(args.storage)
+    # checked (a wrong bucket or endpoint fails here, not in Ray), made by make_storage; from here on a Storage
+    args.storage = check_storage(args.storage)
     return space, variants
+
+
+def _check_address_form(source: str, address: str) -> None:
+    match = _ADDRESS.fullmatch(address)
+    if address not in ("auto", "local") and not (match and 1 <= int(match[1]) <= 65535):
+        raise ConfigError(
+            f"{source} {address!r}: expected 'auto', 'local', host:port or ray://host:port with a port in 1..65535"
+        )
+
+
+def check_address(address: str | None) -> None:
+    """The cluster `address` (else RAY_ADDRESS) names answers, before anything is written or Ray starts: a quiet
+    probe of a few seconds (runtime/cluster.py::check_address), where Ray would retry for minutes; errors name
+    the option, or the variable, that gave the address."""
+    from raytune_fl.runtime import cluster
+
+    source = "--address" if address else "RAY_ADDRESS"
+    effective = address or os.environ.get("RAY_ADDRESS")
+    if not effective:
+        return  # a private local cluster
+    if source == "RAY_ADDRESS":
+        _check_address_form(source, effective)
+    try:
+        cluster.check_address(effective)
+    except (ConnectionError, ValueError) as error:
+        raise ConfigError(f"{source}: cannot join the Ray cluster: {error}") from None
+
+
+def check_cluster_fits(address: str | None, resources: ResourcesConfig) -> None:
+    """Where the command would start a private local cluster: that one trial fits on it, counted before it starts
+    (`join_ray` checks a joined cluster, and this one again, once it is up)."""
+    from raytune_fl.runtime import cluster
+    from raytune_fl.tune.resources import check_fits, check_nodes_fit
+
+    if not cluster.starts_private_cluster(address):
+        return
+    totals = cluster.private_cluster_resources()
+    if totals is None:
+        return
+    try:
+        check_fits(resources, totals)
+        check_nodes_fit(resources, [totals])
+    except ValueError as error:
+        raise ConfigError(f"{error} (this machine's private Ray cluster)") from None
+
+
+def check_mlflow_uri(args: argparse.Namespace) -> str:
+    """The tracking URI (the option's, else the default), checked before anything is written: its scheme, its
+    SQLite file's folder, its server's answer (tracking/uri_check.py)."""
+    from raytune_fl.tracking.uri_check import check_tracking_uri
+
+    uri = tracking_uri(args)
+    check_tracking_uri(uri, "--mlflow-uri" if args.mlflow_uri else "--mlflow-uri (the default)")
+    return uri
+
+
+def check_new_folder(path: Path, option: str) -> None:
+    """That `option`'s folder exists and takes files, or can be made; nothing is made."""
+    from raytune_fl.runtime.storage import check_creatable
+
+    try:
+        check_creatable(path)
+    except OSError as error:
+        raise ConfigError(f"{option}: cannot create {path}: {error.strerror or error}") from None
 
 
 def check_data(base: ExperimentConfig) -> FederatedData:
@@ -201,8 +316,8 @@ def check_user_model(name: str, in_channels: int, num_classes: int, image_size: 
 
 
 def start_ray_early(address: str | None, plugins: Sequence[str]) -> RayStart | None:
-    """A private local cluster's start, begun on a thread before the last checks (tune.py's MLflow and Optuna
-    stores); None where Ray is joined instead (started in `join_ray`, once everything is checked)."""
+    """A private local cluster's start, once every check passed, begun on a thread while tune.py makes its MLflow
+    and Optuna stores; None where Ray is joined instead (`join_ray`)."""
     from raytune_fl.plugins import runtime_env
     from raytune_fl.runtime import cluster as ray_cluster
 
@@ -233,7 +348,7 @@ def join_ray(
         raise ConfigError(
             f"{source}: cannot join the Ray cluster: {first}\n"
             "  is the head running (`ray status --address <head>:6379`)? with token authentication, set "
-            "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (README, 'Running on a cluster')"
+            "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (docs/how-to/cluster.md)"
         ) from None
     where, cluster, nodes = ray_cluster.cluster_view()
     print(f"Ray cluster: {where} ({cluster.get('CPU', 0):g} CPU, {cluster.get('GPU', 0):g} GPU)", flush=True)

@@ -5,7 +5,9 @@
     raytune-fl dashboard ...  = python dashboards/build.py ...
     raytune-fl reproduce ...  = python scripts/reproduce.py ...
 
-A command's module is imported only when it is chosen, so `raytune-fl --help` answers at once.
+A command's module is imported only when it is chosen, so `raytune-fl --help` answers at once. `raytune-fl reproduce`
+writes the results page without the dashboard's PNG: drawing it takes Chromium, which the package does not drive
+(scripts/reproduce.py passes tools/dashboard_png.py's screenshot).
 """
 
 from __future__ import annotations
@@ -13,16 +15,15 @@ from __future__ import annotations
 import difflib
 import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib import metadata
-from pathlib import Path
 
 # command -> (module with main(argv), one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("raytune_fl.cli.tune", "tune each ablation variant of a search-space file (Ray Tune + Optuna + ASHA)"),
     "ablate": ("raytune_fl.cli.ablate", "re-run each variant's tuned config over seeds x settings; table, dashboard"),
     "dashboard": ("raytune_fl.cli.dashboard", "build the self-contained HTML dashboard of a space's MLflow runs"),
-    "reproduce": ("raytune_fl.cli.reproduce", "one paper-shaped table end to end (run from a clone of the repo)"),
+    "reproduce": ("raytune_fl.cli.reproduce", "a paper-shaped table end to end (run in a clone)"),
 }
 
 
@@ -69,21 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     module = importlib.import_module(COMMANDS[command][0])
     sys.argv[0] = f"raytune-fl {command}"  # argparse's usage line names the command as typed
-    if command == "reproduce":
-        return module.main(rest, screenshot=_screenshot())
     return module.main(rest)
-
-
-def _screenshot() -> Callable[[Path, Path], Path | None] | None:
-    """The dashboard screenshot lives in the repository's tools/ (it drives Chromium; the package holds no browser
-    code): found from a clone (editable install or the working directory), else the results page links the HTML."""
-    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
-        if (root / "tools" / "dashboard_png.py").is_file():
-            sys.path.insert(0, str(root))
-            from tools.dashboard_png import screenshot
-
-            return screenshot
-    return None
 
 
 def run() -> None:

@@ -26,6 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         space = load_space(args.space, plugins=args.plugin)
+        uri = common.check_mlflow_uri(args)
     except ConfigError as error:
         return common.fail(error)
     except (OSError, UnicodeDecodeError) as error:
@@ -35,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     out = Path(args.out) if args.out else Path("reports") / re.sub(r"[^\w.-]", "_", space.name) / "dashboard.html"
     try:
-        build_dashboard(common.tracking_uri(args), space, out, log_artifact=not args.no_log)
-    except DashboardError as error:
-        return common.fail(error)
+        build_dashboard(uri, space, out, log_artifact=not args.no_log)
+    except DashboardError as error:  # no store, or no experiment of the space's name, at the tracking URI
+        return common.fail(f"--mlflow-uri: {error}")
     return 0

@@ -22,8 +22,19 @@ from pathlib import Path
 
 from raytune_fl.cli import common
 from raytune_fl.config import ConfigError, load_space
+from raytune_fl.registry import UnknownNameError
 
-PAPERS_DIR = Path(__file__).resolve().parents[2] / "search_spaces" / "papers"
+
+def _papers_dir() -> Path:
+    """The paper spaces of the clone this package runs from (an editable install), else of the working directory
+    (a wheel install run from a clone); where neither has them, loading the space names the missing file."""
+    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
+        if (root / "search_spaces" / "papers").is_dir():
+            return root / "search_spaces" / "papers"
+    return Path.cwd() / "search_spaces" / "papers"
+
+
+PAPERS_DIR = _papers_dir()
 
 
 @dataclass(frozen=True)
@@ -61,7 +72,7 @@ DEFAULT_ALPHAS = "0.1,0.5"  # the papers' harshest label skew and a milder one
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="reproduce.py",
+        prog=common.console_prog("reproduce.py"),
         description="Reproduce one paper-shaped table on the embedded data: tune each searched variant "
         "(validation accuracy), ablate every variant over seeds x Dirichlet alphas (test accuracy), and write "
         "the results page.",
@@ -106,23 +117,36 @@ def main(argv: Sequence[str] | None = None, screenshot: Screenshot | None = None
     args = build_parser().parse_args(argv)
     paper = PAPERS[args.name]
     space_file = paper.space_file(args.name)
-    try:
+    work = Path(args.work or Path("reports") / "reproduce" / args.name).resolve()
+    try:  # what the two stages would refuse, before the work folder is made or Ray starts
         if args.seeds < 1:
             raise ConfigError(f"--seeds: at least 1 (got {args.seeds})")
         alphas = _alphas(args.alphas)
-        space = load_space(space_file)
-    except ConfigError as error:
+        common.check_new_folder(work, "--work")
+        common.check_new_folder(Path(args.out), "--out")
+        stages = argparse.Namespace(
+            space=str(space_file),
+            plugin=[],
+            rounds=args.rounds,
+            num_samples=args.num_samples,
+            set=args.set,
+            variants=None,
+            address=args.address,
+            storage=str(work / "ray_results"),
+        )
+        space, _ = common.resolve_space(stages, warnings=False)  # the stages say the warnings
+        common.check_address(args.address)
+    except (ConfigError, UnknownNameError) as error:
         return common.fail(error)
-    work = Path(args.work or Path("reports") / "reproduce" / args.name).resolve()
     work.mkdir(parents=True, exist_ok=True)
     uri = f"sqlite:///{work / 'mlflow.db'}"
     shared = ["--space", str(space_file), "--mlflow-uri", uri, "--storage", str(work / "ray_results")]
-    shared += [f"--set={s}" for s in args.set] + ([f"--rounds={args.rounds}"] if args.rounds else [])
+    shared += [f"--set={s}" for s in args.set] + ([f"--rounds={args.rounds}"] if args.rounds is not None else [])
     shared += ["--address", args.address] if args.address else []
     shared += ["--verbose"] if args.verbose else []
     searched = [name for name, variant in space.variants.items() if variant.search]
     tune_argv = [*shared, "--variants", ",".join(searched), "--no-models"]
-    tune_argv += [f"--num-samples={args.num_samples}"] if args.num_samples else []
+    tune_argv += [f"--num-samples={args.num_samples}"] if args.num_samples is not None else []
     grid = "alpha=" + ",".join(f"{a:g}" for a in alphas)
     ablate_argv = [*shared, "--seeds", str(args.seeds), "--grid", grid, "--out", str(work / "ablation")]
 

@@ -58,27 +58,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
+    try:  # every check, before anything is written and before Ray starts
         space, variants = common.resolve_space(args)
-    except (ConfigError, UnknownNameError) as error:
-        return common.fail(error)
-
-    try:
         if space.base.partition.val_fraction == 0:  # tuning selects on validation, never on the test set
             raise ConfigError(
                 f"base.partition.val_fraction: 0 leaves no validation split for tune.metric {space.tune.metric!r}; "
-                "hold some out (e.g. 0.1), or run the fixed variants with scripts/ablate.py --ignore-studies"
+                "hold some out (e.g. 0.1), or run the fixed variants with "
+                f"{common.command_line('ablate')} --ignore-studies"
             )
+        uri = common.check_mlflow_uri(args)
+        optuna_url, optuna_new = _check_optuna_storage(args, space, variants, uri)
+        common.check_address(args.address)
+        common.check_cluster_fits(args.address, space.base.resources)
+        manifest = _resumed_manifest(args, space, uri, optuna_url) if args.resume else None
         data = common.check_data(space.base)
-    except ConfigError as error:
+    except (ConfigError, UnknownNameError) as error:
         return common.fail(error)
     summary = data.num_clients, len(data.dataset.y_train), len(data.val_indices), len(data.dataset.y_test)
     print("data: {} clients, {} train samples ({} held out for validation), {} test samples".format(*summary))
 
-    # bad input found from here on (the MLflow and Optuna stores, --resume's record) ends this cluster again
+    # what the study writes, made from here on; a store that fails to open ends this cluster again
     ray_start = common.start_ray_early(args.address, space.plugins)
+    if ray_start is None:  # a cluster to join: joined, and one trial's fit on it checked, before anything is made
+        try:
+            common.join_ray(args.address, space.base.resources, plugins=space.plugins)
+        except ConfigError as error:
+            return common.fail(error)
     try:
-        uri, tracker, manifest, optuna_url = _open_stores(args, space, variants)
+        tracker, manifest = _open_stores(args, space, uri, (optuna_url, optuna_new), manifest)
     except BaseException as error:
         code = common.fail(error) if isinstance(error, ConfigError) else None  # said before the cluster's end
         if ray_start is not None:
@@ -110,16 +117,18 @@ def _run_variants(
     exporter: ModelExporter | None,
     ray_start: RayStart | None,
 ) -> int:
-    """Join Ray (or wait for its start) and run each variant's study; the summary and what to run next."""
+    """Wait for a private cluster's start (a joined one is joined already) and run each variant's study; the summary
+    and what to run next."""
     from raytune_fl.tune import run_variant
     from raytune_fl.tune.study import partition_title
 
     # drawn on a thread while Ray finishes its start and the first variant sets up; its parent run logs it there
     tracker.render_partition(data, partition_title(space.base))
-    try:
-        common.join_ray(args.address, space.base.resources, ray_start, space.plugins)
-    except ConfigError as error:
-        return common.fail(error)
+    if ray_start is not None:  # a private cluster's start, begun beside the stores' opening (else joined already)
+        try:
+            common.join_ray(args.address, space.base.resources, ray_start, space.plugins)
+        except ConfigError as error:
+            return common.fail(error)
     started = time.time()
     outcomes = []
     for name in variants:
@@ -149,37 +158,67 @@ def _run_variants(
     return 0 if all(o.best_metrics for o in outcomes) else 1
 
 
+def _check_optuna_storage(
+    args: argparse.Namespace, space: SearchSpace, variants: list[str], uri: str
+) -> tuple[str | None, bool]:
+    """The Optuna storage URL the searched variants persist to (None: nothing searched, no Optuna study, no file),
+    its form and (SQLite) folder checked, and an existing database opened and write-probed; a new SQLite file is
+    made (and probed) by `_open_stores`: whether it is one comes second."""
+    if not any(space.variants[name].search for name in variants):
+        return None, False
+    from raytune_fl.runtime import optuna_storage
+
+    url = optuna_storage.resolve_url(args.optuna_storage, uri)
+    optuna_storage.check_form(url, given=args.optuna_storage is not None)
+    new = optuna_storage.is_new_file(url)
+    if not new:  # a database server, an existing file: opened and write-probed now (the probe study deleted)
+        optuna_storage.check(url, given=args.optuna_storage is not None)
+    return url, new
+
+
+def _resumed_manifest(args: argparse.Namespace, space: SearchSpace, uri: str, optuna_url: str | None) -> StudyManifest:
+    """--resume's study record, read (never made): none, another space or another store is refused here."""
+    from raytune_fl.tune.manifest import StudyManifest
+
+    manifest = StudyManifest.load(args.storage, space, uri)
+    if optuna_url is not None:
+        from raytune_fl.runtime import optuna_storage
+
+        manifest.check_optuna_storage(optuna_storage.masked(optuna_url))
+    return manifest
+
+
 def _open_stores(
-    args: argparse.Namespace, space: SearchSpace, variants: list[str]
-) -> tuple[str, StudyTracker, StudyManifest, str | None]:
-    """The MLflow store, the study's record in --storage and the Optuna storage, each checked: a ConfigError names
-    the option that is wrong."""
+    args: argparse.Namespace,
+    space: SearchSpace,
+    uri: str,
+    optuna: tuple[str | None, bool],
+    manifest: StudyManifest | None,
+) -> tuple[StudyTracker, StudyManifest]:
+    """Once every check passed: the --storage folder, the MLflow experiment, the Optuna storage and (last, a fresh
+    study's) the study record. A ConfigError names the option that is wrong."""
+    from raytune_fl.runtime.storage import make_storage
     from raytune_fl.tracking import StudyTracker
     from raytune_fl.tune.manifest import StudyManifest
 
-    uri = common.tracking_uri(args)
     print(f"MLflow tracking URI: {uri}  (experiment {space.name!r})", flush=True)
     print(f"Ray Tune results:    {args.storage.uri}", flush=True)
-    # a resume of a study that does not exist (or changed) fails here
-    manifest = (
-        StudyManifest.load(args.storage, space, uri) if args.resume else StudyManifest.start(args.storage, space, uri)
-    )
     try:
         tracker = StudyTracker(uri, space.name)
     except Exception as error:  # each tracking backend (files, SQLAlchemy, HTTP) fails with its own exception types
         raise ConfigError(f"--mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}") from None
-    optuna_url = None
-    if any(space.variants[name].search for name in variants):  # nothing searched: no Optuna study, no file
+    optuna_url, new = optuna
+    if optuna_url is not None:
         from raytune_fl.runtime import optuna_storage
 
-        # an unreachable or read-only storage fails here
-        optuna_url = optuna_storage.resolve_url(args.optuna_storage, uri)
-        optuna_storage.check(optuna_url, given=args.optuna_storage is not None)
-        if args.resume:
-            manifest.check_optuna_storage(optuna_storage.masked(optuna_url))
+        if new:  # made, opened and write-probed (a probe study, deleted)
+            optuna_storage.check(optuna_url, given=args.optuna_storage is not None)
         shown = optuna_storage.masked(optuna_url)
         print(f"Optuna studies:      {shown}  (view with: {optuna_storage.dashboard_command(optuna_url)})", flush=True)
-    return uri, tracker, manifest, optuna_url
+    make_storage(args.storage)
+    if manifest is None:
+        manifest = StudyManifest.start(args.storage, space, uri)
+    return tracker, manifest
 
 
 def print_summary(outcomes: list, uri: str, experiment: str, wall_s: float) -> None:
@@ -222,7 +261,7 @@ def print_next_steps(args: argparse.Namespace, uri: str, experiment: str, experi
     if uri.startswith("sqlite:"):
         print(f"  compare the variants in the MLflow UI:  mlflow ui --backend-store-uri {uri} --port 5000")
         print(f"    then open {runs_url('http://127.0.0.1:5000', experiment_id)}")
-        print(f"    (experiment {experiment!r}, the runs table; README: 'Comparing variants in the MLflow UI')")
+        print(f"    (experiment {experiment!r}, the runs table; docs/tutorial/reading-results.md)")
     elif uri.startswith(("http://", "https://")):
         print(f"  compare the variants in the MLflow UI:  {runs_url(uri, experiment_id)}")
     else:
@@ -230,8 +269,9 @@ def print_next_steps(args: argparse.Namespace, uri: str, experiment: str, experi
     storages = list(dict.fromkeys(o.optuna_storage for o in outcomes if o.optuna_study))
     for storage in storages:
         print(f"  the Optuna studies (history, importances, contours):  optuna-dashboard {storage}")
-    print(f"  ablate the selected configurations over seeds:  python scripts/ablate.py --space {space} --seeds 3")
-    print(f"  the study as an HTML dashboard:  python dashboards/build.py --space {space}")
+    ablate, dashboard = common.command_line("ablate"), common.command_line("dashboard")
+    print(f"  ablate the selected configurations over seeds:  {ablate} --space {space} --seeds 3")
+    print(f"  the study as an HTML dashboard:  {dashboard} --space {space}")
     model = next((o.model_id for o in outcomes if o.model_id), None)
     if model:
         print(f"  a trained model:  mlflow.pytorch.load_model('models:/{model}')  (with MLFLOW_TRACKING_URI={uri})")

@@ -89,7 +89,7 @@ def worker_spec(
 
 def client_batch(experiment: ExperimentConfig, data: FederatedData, method: str, model: ModelSpec) -> int:
     """resources.client_batch resolved: `auto` sized to client_batch_memory_gb where the clients train on a GPU and
-    1 on the CPU (where batching measured slower: README, "Client batching"); 1 for a method that cannot batch
+    1 on the CPU (where batching measured slower: docs/how-to/client-batching.md); 1 for a method that cannot batch
     (with a one-line notice on stderr)."""
     resources = experiment.resources
     if resources.client_batch == 1:

@@ -21,6 +21,87 @@ def _probe(address: str, timeout_s: float = 10.0) -> None:
         raise ConnectionError(f"nothing answers at {address} ({error})") from None
 
 
+PROBE_TIMEOUT_S = 3.0  # the address check's own limit: Ray itself retries an unreachable head for minutes
+# HTTP/2's client preface and an empty SETTINGS frame: a gRPC server (the GCS, a Ray Client server) answers with
+# a SETTINGS frame of its own (type 4, the fourth byte of a frame's 9-byte header); an HTTP/1 server, a database
+# or ssh answer something else, or close. Ray keeps retrying those for minutes, logging every try
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def check_address(address: str | None, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Before Ray starts: that `address` (None: RAY_ADDRESS, else a private local cluster) names a cluster that can
+    be joined. host:port and ray://host:port: a gRPC server answers there within `timeout_s` (a TCP connect and
+    HTTP/2's opening, nothing logged; with RAY_USE_TLS the connect only); 'auto': Ray finds a running cluster on
+    this machine. Raises ConnectionError (nothing there) or ValueError (not usable), saying why in one line."""
+    address = address or os.environ.get("RAY_ADDRESS") or "local"
+    if address == "local":
+        return
+    if address == "auto":
+        address = _running_cluster()
+        if address == "auto":
+            return
+    elif address.startswith("ray://"):
+        _check_ray_client()
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")  # an IPv6 literal
+    try:
+        connection = socket.create_connection((host, int(port)), timeout=timeout_s)
+    except (OSError, ValueError) as error:
+        reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or str(error))
+        raise ConnectionError(f"nothing answers at {address} within {timeout_s:g} s ({reason})") from None
+    with connection:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            return  # the server speaks TLS first: the connect is all a quiet probe can see
+        try:
+            connection.sendall(_H2_PREFACE)
+            reply = b""
+            while len(reply) < 9:
+                chunk = connection.recv(9 - len(reply))
+                if not chunk:
+                    break
+                reply += chunk
+        except TimeoutError:  # silent: cannot tell; Ray may still get through
+            return
+        except ConnectionError:  # reset or closed on the preface: not an HTTP/2 server
+            reply = b""
+        except OSError:  # cannot tell
+            return
+    if len(reply) < 4 or reply[3] != 0x04:
+        shown = reply[:16].decode("ascii", "replace").strip() or "it closed the connection"
+        raise ValueError(
+            f"{address} answers, but not as a Ray cluster (no gRPC; it said {shown!r}): give the head's GCS "
+            "address, port 6379 unless `ray start --head --port` chose another"
+        )
+
+
+def _running_cluster() -> str:
+    """The cluster 'auto' joins: RAY_ADDRESS, else the one `ray start` last started on this machine, else a running
+    one found there (as ray.init finds it)."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address_or_die
+    except ImportError:  # pragma: no cover - another Ray: ray.init finds it, or says why
+        return "auto"
+    try:
+        return canonicalize_bootstrap_address_or_die("auto")
+    except ConnectionError as error:
+        raise ConnectionError(
+            f"no running Ray cluster found on this machine ({str(error).split('.')[0]}); start one with "
+            "`ray start --head`, give its host:port, or leave the address out for a private local cluster"
+        ) from None
+
+
+def _check_ray_client() -> None:
+    try:
+        from ray._private.utils import get_ray_client_dependency_error
+    except ImportError:  # pragma: no cover - another Ray: ray.init says why
+        return
+    if get_ray_client_dependency_error() is not None:
+        raise ValueError(
+            "a ray:// address needs Ray Client, which is not installed (pip install 'ray[client]'); or give the "
+            "head's GCS address host:port"
+        )
+
+
 def start_ray(address: str | None, runtime_env: dict[str, Any] | None = None) -> None:
     """Join `address` ('auto', host:port, ray://...; default RAY_ADDRESS), else start a private local cluster.
     `runtime_env`: the job's (raytune_fl.plugins.runtime_env: the plugins every worker imports), or None."""
@@ -66,6 +147,19 @@ def starts_private_cluster(address: str | None) -> bool:
     import ray
 
     return (address or os.environ.get("RAY_ADDRESS") or "local") == "local" and not ray.is_initialized()
+
+
+def private_cluster_resources() -> dict[str, float] | None:
+    """The CPUs and GPUs a private local cluster started by this process would have, counted as `ray.init` counts
+    them (its own resource spec: cgroup CPU limits, visible GPUs, RAY_OVERRIDE_RESOURCES), without starting it;
+    None where Ray's internals moved (the check after the start still applies)."""
+    try:
+        from ray._private.resource_and_label_spec import ResourceAndLabelSpec
+
+        spec = ResourceAndLabelSpec().resolve(is_head=True, node_ip_address="127.0.0.1")
+        return {"CPU": float(spec.num_cpus or 0), "GPU": float(spec.num_gpus or 0)}
+    except Exception:  # pragma: no cover - another Ray
+        return None
 
 
 class RayStart:
@@ -146,8 +240,17 @@ def start_local(*, log_to_driver: bool = False, **init_kwargs: Any) -> None:
     the node it builds is amended while it starts; if Ray's internals moved, the cluster starts with them."""
     import ray
 
-    with _lean_node_parameters(include_log_monitor=log_to_driver):
+    with _lean_node_parameters(include_log_monitor=log_to_driver), _without_record(_AUTH_LOGGER, _AUTH_BANNER):
         ray.init(address="local", include_dashboard=False, log_to_driver=log_to_driver, **init_kwargs)
+
+
+# Ray 2.60 turns token authentication on for every new local cluster (RAY_AUTH_MODE unset: a token made once in
+# ~/.ray/auth_token) and says so at each start with a WARNING. The cluster stays token-protected; only that line
+# goes: it is news the first time and noise at every study after. (Setting RAY_AUTH_MODE=token instead would also
+# silence it, but a process that already read Ray's config before the variable was set then speaks without its
+# token to its own cluster.) RAY_AUTH_MODE=disabled still opts out, as Ray's line said.
+_AUTH_LOGGER = logging.getLogger("ray._private.authentication.authentication_token_setup")
+_AUTH_BANNER = "Token authentication is enabled for this Ray cluster"
 
 
 @contextlib.contextmanager

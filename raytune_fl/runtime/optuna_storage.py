@@ -15,6 +15,7 @@ recorded in the study manifest.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,12 +25,13 @@ from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from raytune_fl.config import ConfigError
 
 OPTION = "--optuna-storage"
 DEFAULT_FILE = "optuna.db"
+DATABASES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")  # SQLAlchemy's own dialects
 FAIL_REASON = "still RUNNING when its Tune study ended (its driver was killed before Tune recorded the trial)"
 
 
@@ -66,6 +68,41 @@ def resolve_url(option: str | None, mlflow_uri: str, cwd: str | Path = ".") -> s
         if not Path(url.database).is_absolute():
             return url.set(database=str((Path(cwd) / url.database).resolve())).render_as_string(hide_password=False)
     return text
+
+
+def check_form(url: str, *, given: bool = True) -> None:
+    """Before anything is made: SQLAlchemy knows the URL's database kind and its driver is installed, and a SQLite
+    file's folder exists. Opening and writing are `check`'s, once every check of the command passed."""
+    where = "" if given else f" (the default; choose another with {OPTION} URL)"
+    parsed = make_url(url)
+    try:
+        dialect = parsed.get_dialect()
+    except NoSuchModuleError:
+        kind = parsed.drivername.split("+", 1)[0]
+        close = difflib.get_close_matches(kind, DATABASES, n=1)
+        raise ConfigError(
+            f"{OPTION} {masked(url)!r}: no database kind {kind!r}{where}; "
+            + (f"did you mean {close[0]}://? " if close else "")
+            + f"known: {', '.join(DATABASES)}, e.g. sqlite:///path/to/optuna.db or postgresql://user:password@host/db"
+        ) from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as error:
+        raise ConfigError(
+            f"{OPTION} {masked(url)!r}: its driver is not installed ({error}){where}; install it, or name another "
+            "driver (e.g. postgresql+psycopg2://)"
+        ) from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database:
+        folder = Path(parsed.database).absolute().parent
+        if not folder.is_dir():
+            what = "is a file" if folder.exists() else "does not exist"
+            raise ConfigError(f"{OPTION} {masked(url)!r}: the folder of the database, {folder}, {what}{where}")
+
+
+def is_new_file(url: str) -> bool:
+    """A SQLite database that does not exist yet: `check` would make it (so a command checks it last)."""
+    parsed = make_url(url)
+    return parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file()
 
 
 def masked(url: str) -> str:

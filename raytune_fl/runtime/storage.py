@@ -9,8 +9,11 @@ credentials do not, so every node needs its own (AWS_ACCESS_KEY_ID/AWS_SECRET_AC
 
 from __future__ import annotations
 
+import errno
+import os
 import posixpath
 import re
+import tempfile
 import threading
 import uuid
 from dataclasses import dataclass
@@ -67,12 +70,50 @@ class Storage:
 
 def resolve_storage(text: str | Path | Storage) -> Storage:
     """`--storage` as a filesystem and a path in it, made and checked writable; errors name `--storage`."""
+    return _resolve(text, create=True)
+
+
+def check_storage(text: str | Path | Storage) -> Storage:
+    """`resolve_storage`'s checks, leaving nothing behind: a local directory that does not exist yet is not made
+    (its nearest existing parent must take a new folder); `make_storage` makes it once every check passed. A
+    bucket is write-probed as by `resolve_storage` (the probe object deleted)."""
+    return _resolve(text, create=False)
+
+
+def make_storage(storage: Storage) -> Storage:
+    """The checked local directory made (an object store has none to make); errors name `--storage`."""
+    if storage.is_local:
+        try:
+            Path(storage.path).mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ConfigError(f"--storage: cannot write to {storage.uri}: {error.strerror}") from None
+    return storage
+
+
+def check_creatable(path: Path) -> None:
+    """That the directory `path` exists and takes a file, or could be made: its nearest existing parent is a
+    directory that takes a new folder. Probes leave nothing behind; raises OSError."""
+    path = path.absolute()
+    existing = path
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if existing == path:
+        probe = path / f".write-test-{uuid.uuid4().hex}"
+        probe.write_text("")  # a file in its place fails: Not a directory
+        probe.unlink()
+        return
+    if not existing.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
+    os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=existing))
+
+
+def _resolve(text: str | Path | Storage, create: bool) -> Storage:
     if isinstance(text, Storage):
         return text
     text = str(text)
     scheme = _SCHEME.match(text)
     if scheme is None:
-        return _local(Path(text), text)
+        return _local(Path(text), text, create)
     try:  # pyarrow parses the URI: percent-escapes, query options such as ?endpoint_override=host:port
         filesystem, path = pafs.FileSystem.from_uri(text)
     except (pa.ArrowException, OSError, ValueError) as error:
@@ -81,7 +122,7 @@ def resolve_storage(text: str | Path | Storage) -> Storage:
             "(expected a directory, or a file://, s3://, gs:// or hdfs:// URI)"
         ) from None
     if isinstance(filesystem, pafs.LocalFileSystem):
-        return _local(Path(path), text)
+        return _local(Path(path), text, create)
     path = path.rstrip("/")
     if not path:
         raise ConfigError(f"--storage: {_without_query(text)} names no bucket; e.g. s3://bucket/ray_results")
@@ -90,12 +131,15 @@ def resolve_storage(text: str | Path | Storage) -> Storage:
     return storage
 
 
-def _local(path: Path, given: str) -> Storage:
+def _local(path: Path, given: str, create: bool = True) -> Storage:
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_text("")
-        probe.unlink()
+        if create:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / ".write-test"
+            probe.write_text("")
+            probe.unlink()
+        else:
+            check_creatable(path)
     except OSError as error:
         raise ConfigError(f"--storage: cannot write to {given}: {error.strerror}") from None
     return Storage(pafs.LocalFileSystem(), str(path.resolve()), str(path.resolve()))

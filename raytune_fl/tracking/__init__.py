@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from raytune_fl.tracking.tracker import ParentRun, StudyTracker, default_tracking_uri
+    from raytune_fl.tracking.tracker import ParentRun, StudyTracker
     from raytune_fl.tracking.trials import TrialRun, TrialTracker
+    from raytune_fl.tracking.uri_check import default_tracking_uri
 
 _HOMES = {
     "ParentRun": "tracker",
     "StudyTracker": "tracker",
-    "default_tracking_uri": "tracker",
+    "default_tracking_uri": "uri_check",  # standard library only: the commands' checks import no MLflow
     "TrialRun": "trials",
     "TrialTracker": "trials",
 }

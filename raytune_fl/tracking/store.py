@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ __all__ = [
     "StudyRecord",
     "ablation_results",
     "child_runs",
+    "existing_experiment",
     "experiment_id",
     "find_ablation_parent",
     "is_child",
@@ -73,6 +75,28 @@ T = TypeVar("T")
 
 def open_client(tracking_uri: str) -> MlflowClient:
     return MlflowClient(tracking_uri)
+
+
+def existing_experiment(tracking_uri: str, name: str) -> tuple[MlflowClient, str] | None:
+    """A client of the store and the id of its experiment `name`, or None where the store or the experiment does not
+    exist yet; nothing is made (a client would make a SQLite file, or a directory store, that is not there)."""
+    local = _local_store(tracking_uri)
+    if local is not None and not local.exists():
+        return None
+    client = open_client(tracking_uri)
+    found = experiment_id(client, name)
+    return None if found is None else (client, found)
+
+
+def _local_store(uri: str) -> Path | None:
+    """The file (SQLite) or folder (a directory store) a local store keeps; None for a server or a database."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+    if uri.startswith("file:"):
+        return Path(urllib.parse.unquote(urllib.parse.urlparse(uri).path))
+    if "://" in uri or uri in ("databricks", "databricks-uc", "uc"):
+        return None
+    return Path(uri)
 
 
 def _tag(name: str, value: str) -> str:

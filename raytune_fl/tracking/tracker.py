@@ -116,10 +116,6 @@ class PartitionDrawings:
         self.__init__()
 
 
-def default_tracking_uri(directory: str | Path = ".") -> str:
-    return f"sqlite:///{(Path(directory) / 'mlflow.db').resolve()}"
-
-
 class StudyTracker:
     def __init__(self, tracking_uri: str, experiment_name: str) -> None:
         self.uri = tracking_uri

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from ray import tune
+from typing import TYPE_CHECKING
 
 from raytune_fl.config import ResourcesConfig
 from raytune_fl.devices import gpu_shares
+
+if TYPE_CHECKING:  # Ray Tune (seconds to import) only where a placement group is made: the checks run before it
+    from ray import tune
 
 
 def trial_bundles(resources: ResourcesConfig) -> list[dict[str, float]]:
@@ -23,6 +26,8 @@ def _bundle(cpus: float, gpus: float) -> dict[str, float]:
 
 
 def placement_group_factory(resources: ResourcesConfig) -> tune.PlacementGroupFactory:
+    from ray import tune
+
     return tune.PlacementGroupFactory(trial_bundles(resources))
 
 

@@ -1,29 +1,43 @@
-"""Issue #5: every bad search-space field and command-line value is refused before Ray starts.
+"""Issues #5 and #35: every bad search-space field and command-line value is refused before Ray starts, and before
+anything is written.
 
-Each case runs `tune.py` end to end (`raytune_fl.cli.main`) and expects exit code 2, a message that names
-the field and the allowed values, no traceback, and no Ray cluster. (The MLflow and Optuna stores are checked
-once the data is, beside the private cluster's start: a case refused there ends that cluster, which
-tests/runtime/test_local_cluster.py shows on a real one; here its start is refused too.)
+Each case runs `tune.py` end to end (`raytune_fl.cli.main`) and expects exit code 2 within a few seconds, the field
+or option named on the first line of the message, the allowed values (and, for a misspelt name, the likely one),
+no traceback, no Ray cluster, and nothing made: no --storage folder, no MLflow store or experiment, no Optuna
+database or study. The other commands (ablate.py, dashboards/build.py, reproduce.py) are run on the options they
+share. The address and tracking-server checks probe a closed local port, and a local server that is not Ray's.
 """
 
 from __future__ import annotations
 
+import http.server
+import shutil
+import socket
+import threading
+import time
 from dataclasses import dataclass, field
 
 import pytest
 import yaml
 
-from raytune_fl.cli import main
+from raytune_fl.cli import ablate, dashboard, main, reproduce
+from raytune_fl.cli.common import resolve_space
+from raytune_fl.cli.tune import build_parser
 from raytune_fl.runtime import cluster
 from tests.support import DELETE, changed_space, tiny_space
+
+REFUSED_WITHIN_S = 5.0  # generous: a refusal is a file read and a probe or two; Ray's start alone takes longer
 
 
 @dataclass(frozen=True)
 class Case:
     id: str
-    expected: list[str]  # fragments stderr must contain; "{tmp}" stands for tmp_path
+    # fragments stderr must contain, the first one on its first line; "{tmp}" stands for tmp_path, "{port}" for a
+    # closed local port, "{http}" for the port of a local HTTP server (not Ray's, not MLflow's)
+    expected: list[str]
     space: dict | str | bytes = field(default_factory=tiny_space)  # a dict is dumped as YAML, else written as is
     args: list[str] = field(default_factory=list)  # after --space/--storage/--mlflow-uri, so they override them
+    env: dict[str, str] = field(default_factory=dict)  # environment variables set for the case
 
 
 UNIVARFL_SEARCH = {"mu": {"loguniform": [0.01, 1.0]}}
@@ -236,12 +250,12 @@ CASES = [
     # ---------------------------------------------------------------- file structure and tune settings
     Case(
         "unknown-top-level-key",
-        ["tuning", "Extra inputs are not permitted", "known keys:", "variants"],
+        ["tuning", "Extra inputs are not permitted", "did you mean 'tune'?", "known keys:", "variants"],
         changed_space(("tuning", {"num_samples": 2})),
     ),
     Case(
         "misspelt-base-key",
-        ["base.rouns", "Extra inputs are not permitted", "known keys:", "rounds"],
+        ["base.rouns", "Extra inputs are not permitted", "did you mean 'rounds'?", "known keys:", "rounds"],
         changed_space(("base.rouns", 5)),
     ),
     Case("empty-name", ["name", "at least 1 character"], changed_space(("name", ""))),
@@ -282,7 +296,7 @@ CASES = [
     ),
     Case(
         "set-unknown-key",
-        ["base.rouns", "Extra inputs are not permitted", "known keys:", "rounds"],
+        ["base.rouns", "Extra inputs are not permitted", "did you mean 'rounds'?", "known keys:", "rounds"],
         args=["--set", "base.rouns=3"],
     ),
     Case(
@@ -315,6 +329,154 @@ CASES = [
         ["--mlflow-uri", "{tmp}/space.yaml/m.db"],
         args=["--mlflow-uri", "sqlite:///{tmp}/space.yaml/m.db"],
     ),
+    # ---------------------------------------------------------------- issue 35: a name that would leave --storage
+    Case(
+        "space-name-escapes-storage",
+        ["name", "'../a/b'", "letters, digits, '_' and '-' only", "--storage"],
+        changed_space(("name", "../a/b")),
+    ),
+    Case("space-name-dot-dot", ["name", "'..'", "letters, digits"], changed_space(("name", ".."))),
+    Case("space-name-absolute", ["name", "'/tmp/x'", "letters, digits"], changed_space(("name", "/tmp/x"))),
+    # ---------------------------------------------------------------- issue 35: checks that used to wait for Ray
+    Case("resume-nothing-to-resume", ["--resume", "no study of 'tiny' to resume under {tmp}/ray"], args=["--resume"]),
+    Case(
+        "mlflow-uri-unknown-scheme",
+        ["--mlflow-uri 'foo://bar'", "no tracking store for scheme 'foo'", "sqlite:///path.db", "http(s)://"],
+        args=["--mlflow-uri", "foo://bar"],
+    ),
+    Case(
+        "mlflow-uri-misspelt-scheme",
+        ["--mlflow-uri", "scheme 'sqlit'", "did you mean sqlite://?"],
+        args=["--mlflow-uri", "sqlit:///{tmp}/m.db"],
+    ),
+    Case(
+        "mlflow-uri-server-unreachable",
+        ["--mlflow-uri http://127.0.0.1:{port}", "does not answer", "Connection refused"],
+        args=["--mlflow-uri", "http://127.0.0.1:{port}"],
+    ),
+    Case(
+        "mlflow-uri-directory-under-a-file",
+        ["--mlflow-uri", "{tmp}/space.yaml", "is a file"],
+        args=["--mlflow-uri", "{tmp}/space.yaml/mlruns"],
+    ),
+    Case(
+        "address-unreachable",
+        ["--address: cannot join the Ray cluster: nothing answers at 127.0.0.1:{port} within 3 s"],
+        args=["--address", "127.0.0.1:{port}"],
+    ),
+    Case(
+        "address-not-a-ray-cluster",
+        ["--address: cannot join", "127.0.0.1:{http} answers, but not as a Ray cluster", "6379"],
+        args=["--address", "127.0.0.1:{http}"],
+    ),
+    Case(
+        "address-ray-client-unreachable",  # refused for want of ray[client], or for the closed port
+        ["--address: cannot join the Ray cluster: "],
+        args=["--address", "ray://127.0.0.1:{port}"],
+    ),
+    Case(
+        "address-auto-finds-an-unreachable-one",  # 'auto' follows RAY_ADDRESS, as ray.init does
+        ["--address: cannot join", "nothing answers at ", ":{port} within 3 s"],  # at this host's address
+        args=["--address", "auto"],
+        env={"RAY_ADDRESS": "127.0.0.1:{port}"},
+    ),
+    Case(
+        "ray-address-variable-unreachable",
+        ["RAY_ADDRESS: cannot join", "nothing answers at 127.0.0.1:{port}"],
+        env={"RAY_ADDRESS": "127.0.0.1:{port}"},
+    ),
+    Case("ray-address-variable-malformed", ["RAY_ADDRESS 'nowhere'", "host:port"], env={"RAY_ADDRESS": "nowhere"}),
+    Case(
+        "optuna-storage-unknown-database",
+        ["--optuna-storage 'foo://x'", "no database kind 'foo'", "sqlite, postgresql"],
+        args=["--optuna-storage", "foo://x"],
+    ),
+    Case(
+        "optuna-storage-misspelt-database",
+        ["--optuna-storage", "no database kind 'sqlit'", "did you mean sqlite://?"],
+        args=["--optuna-storage", "sqlit:///{tmp}/o.db"],
+    ),
+    Case(
+        "optuna-storage-sqlite-folder-missing",
+        ["--optuna-storage", "the folder of the database, {tmp}/nowhere, does not exist"],
+        args=["--optuna-storage", "sqlite:///{tmp}/nowhere/o.db"],
+    ),
+    Case(
+        "optuna-storage-not-a-url",
+        ["--optuna-storage 'optuna.db'", "expected a SQLAlchemy URL"],
+        args=["--optuna-storage", "optuna.db"],
+    ),
+    # ---------------------------------------------------------------- issue 35: "did you mean", typed values
+    Case(
+        "misspelt-method",
+        ["variants.full.method", "unknown method 'fedprx'; did you mean 'fedprox'? known:"],
+        changed_space(("variants.full", {"method": "fedprx"})),
+    ),
+    Case(
+        "misspelt-dataset",
+        ["base.dataset", "unknown dataset 'digit'; did you mean 'digits'?"],
+        changed_space(("base.dataset", "digit")),
+    ),
+    Case(
+        "misspelt-model",
+        ["base.model", "unknown model 'simple_cn'; did you mean 'simple_cnn'?"],
+        changed_space(("base.model", "simple_cn")),
+    ),
+    Case(
+        "misspelt-partition-kind",
+        ["base.partition.kind", "unknown partitioner 'dirichlt'; did you mean 'dirichlet'?"],
+        changed_space(("base.partition.kind", "dirichlt")),
+    ),
+    Case(
+        "misspelt-variant-key",
+        ["variants.full.serch", "Extra inputs are not permitted", "did you mean 'search'?"],
+        changed_space(("variants.full.serch", {"mu": {"uniform": [0, 1]}})),
+    ),
+    Case(
+        "misspelt-hyperparameter",
+        ["variants.full.search.lamda", "no hyperparameter lamda", "did you mean 'lambda'?"],
+        changed_space(("variants.full.search.lamda", {"uniform": [0.5, 3.0]})),
+    ),
+    Case(
+        "misspelt-sampler",
+        ["tune.sampler", "'tpf'", "did you mean 'tpe'?"],
+        changed_space(("tune.sampler", "tpf")),
+    ),
+    Case(
+        "set-misspelt-key",
+        ["base.partition.alpah", "did you mean 'alpha'?", "known keys:"],
+        args=["--set", "base.partition.alpah=0.5"],
+    ),
+    Case(
+        "set-misspelt-section",
+        ["bse.rounds", "no section 'bse'", "did you mean 'base'?"],
+        args=["--set", "bse.rounds=3"],
+    ),
+    Case(
+        "set-misspelt-variant",
+        ["variants.ful.fixed.mu", "no section 'variants.ful'", "did you mean 'full'?"],
+        args=["--set", "variants.ful.fixed.mu=0.1"],
+    ),
+    Case(
+        "variants-misspelt",
+        ["--variants", "unknown variant(s) ful", "did you mean 'full'?"],
+        args=["--variants", "ful"],
+    ),
+    Case(
+        "fixed-text-that-is-no-number",
+        ["variants.prox.fixed.mu", "must be a number >= 0", "'1e-3x'"],
+        changed_space(("variants.prox", {"method": "fedprox", "fixed": {"mu": "1e-3x"}})),
+    ),
+    Case(
+        "fixed-int-not-integral",
+        ["variants.buf.fixed.buffer_size", "must be an integer >= 1", "'2.5'"],
+        changed_space(("variants.buf", {"method": "fedbuff", "fixed": {"buffer_size": "2.5"}})),
+    ),
+    Case(
+        "search-choice-text-that-is-no-number",
+        ["variants.full.search.mu", "choice value 'small'", "must be a number >= 0"],
+        changed_space(("variants.full.search.mu", {"choice": ["1e-3", "small"]})),
+    ),
 ]
 
 
@@ -324,41 +486,239 @@ def no_ray(monkeypatch):
     the last checks (runtime/cluster.py::RayStart) raises this on its thread, where a refused command drops it."""
     import ray
 
-    def refuse(address):
+    def refuse(*args):
         raise AssertionError("main() went on to start Ray: the bad input was not caught")
 
     monkeypatch.setattr(cluster, "start_ray", refuse)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     return ray
 
 
-def _run(tmp_path, case: Case) -> tuple[int, list[str]]:
+@pytest.fixture(scope="module", autouse=True)
+def warm():
+    """What the checks import and load once per process (the data's packages and the digits, MLflow, Optuna, Ray
+    Tune for the study record), so that each case's time is its own."""
+    from raytune_fl.data import load_dataset
+    from raytune_fl.runtime import optuna_storage  # noqa: F401
+    from raytune_fl.tracking import store  # noqa: F401
+    from raytune_fl.tune import manifest  # noqa: F401
+
+    load_dataset("digits")
+
+
+@pytest.fixture(scope="module")
+def ports():
+    """{port}: a local port nothing listens on (bound, then closed); {http}: a local HTTP server's, which is no Ray
+    cluster (and answers the tracking-server probe: it is reachable)."""
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):  # no lines on stderr
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    yield {"port": str(port), "http": str(server.server_address[1])}
+    server.shutdown()
+
+
+def _fill_all(texts, tmp_path, ports) -> list[str]:
+    return [
+        text.replace("{tmp}", str(tmp_path)).replace("{port}", ports["port"]).replace("{http}", ports["http"])
+        for text in texts
+    ]
+
+
+def _write_space(tmp_path, space: dict | str | bytes):
     path = tmp_path / "space.yaml"
-    if isinstance(case.space, bytes):
-        path.write_bytes(case.space)
+    if isinstance(space, bytes):
+        path.write_bytes(space)
     else:
-        text = case.space if isinstance(case.space, str) else yaml.safe_dump(case.space)
+        text = space if isinstance(space, str) else yaml.safe_dump(space)
         path.write_text(text.replace("{tmp}", str(tmp_path)))
-    argv = ["--space", str(path), "--storage", str(tmp_path / "ray"), "--mlflow-uri", f"sqlite:///{tmp_path}/m.db"]
-    argv += [a.replace("{tmp}", str(tmp_path)) for a in case.args]
-    return main(argv), [e.replace("{tmp}", str(tmp_path)) for e in case.expected]
+    return path
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input_is_refused_before_ray(tmp_path, capsys, no_ray, case):
-    # True only where another test module already started the session's cluster; start_ray is refused either way
-    ray_was_up = no_ray.is_initialized()
-    code, expected = _run(tmp_path, case)
+def _refused(run, tmp_path, capsys, no_ray, expected: list[str]) -> str:
+    """`run()` exits 2 within REFUSED_WITHIN_S, says `expected` (the first fragment on the first line), starts no
+    Ray and leaves nothing but the space file in tmp_path; its stderr."""
+    ray_was_up = no_ray.is_initialized()  # True only where another test module already started the session's cluster
+    started = time.perf_counter()
+    code = run()
+    elapsed = time.perf_counter() - started
     out, err = capsys.readouterr()
     assert code == 2, (out, err)
     assert err.startswith("error: "), err
+    first = err.splitlines()[0]
+    assert expected[0] in first, f"{expected[0]!r} is not on the first line:\n{err}"
     for fragment in expected:
         assert fragment in err, f"{fragment!r} missing from:\n{err}"
     assert "Traceback" not in out + err
     assert no_ray.is_initialized() is ray_was_up  # run on its own: False
+    assert elapsed < REFUSED_WITHIN_S, f"refused after {elapsed:.1f} s"
+    made = sorted(p.name for p in tmp_path.iterdir())
+    assert made == ["space.yaml"], f"a refused command made {made}"  # no --storage, MLflow or Optuna store
+    return err
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_refused_before_ray(tmp_path, capsys, monkeypatch, no_ray, ports, case):
+    path = _write_space(tmp_path, case.space)
+    for name, value in case.env.items():
+        monkeypatch.setenv(name, *_fill_all([value], tmp_path, ports))
+    argv = ["--space", str(path), "--storage", str(tmp_path / "ray"), "--mlflow-uri", f"sqlite:///{tmp_path}/m.db"]
+    argv += _fill_all(case.args, tmp_path, ports)
+    _refused(lambda: main(argv), tmp_path, capsys, no_ray, _fill_all(case.expected, tmp_path, ports))
 
 
 def test_there_are_enough_distinct_cases():
-    assert len({c.id for c in CASES}) == len(CASES) >= 35
+    assert len({c.id for c in CASES}) == len(CASES) >= 110
+
+
+@pytest.fixture(scope="module")
+def earlier_stores(tmp_path_factory):
+    """An MLflow store (MLflow's Default experiment only) and an Optuna database (study 'earlier') made once."""
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    stores = tmp_path_factory.mktemp("stores")
+    MlflowClient(f"sqlite:///{stores}/m.db").search_experiments()
+    optuna.create_study(storage=f"sqlite:///{stores}/optuna.db", study_name="earlier")
+    return stores
+
+
+LATE = [  # refused by the last checks, after the tracking and Optuna stores' own checks passed
+    (["--address", "127.0.0.1:{port}"], "--address"),
+    (["--address", "127.0.0.1:{http}"], "--address"),
+    (["--resume"], "--resume"),
+    (["--set", "base.partition.clients=5000"], "base.partition.clients"),
+]
+
+
+@pytest.mark.parametrize(("args", "named"), LATE, ids=["address", "not-ray", "resume", "data"])
+def test_a_refused_study_adds_nothing_to_existing_stores(tmp_path, capsys, no_ray, ports, earlier_stores, args, named):
+    """The MLflow store and the Optuna database exist (earlier studies): no experiment, study or record is added,
+    and --storage stays unmade."""
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    stores = tmp_path / "stores"
+    shutil.copytree(earlier_stores, stores)
+    uri, optuna_url = f"sqlite:///{stores}/m.db", f"sqlite:///{stores}/optuna.db"  # the default beside m.db
+    before = sorted(p.name for p in stores.iterdir())
+    space = _write_space(tmp_path, tiny_space())
+    argv = ["--space", str(space), "--storage", str(tmp_path / "ray"), "--mlflow-uri", uri]
+    assert main([*argv, *_fill_all(args, tmp_path, ports)]) == 2
+    assert named in capsys.readouterr().err.splitlines()[0]
+    assert [e.name for e in MlflowClient(uri).search_experiments()] == ["Default"]
+    assert optuna.get_all_study_names(optuna_url) == ["earlier"]
+    assert sorted(p.name for p in stores.iterdir()) == before and not (tmp_path / "ray").exists()
+
+
+OTHER_COMMANDS = [
+    ("ablate", ["--address", "127.0.0.1:{port}"], ["--address: cannot join", "nothing answers at 127.0.0.1:{port}"]),
+    ("ablate", ["--address", "127.0.0.1:{http}"], ["--address", "not as a Ray cluster"]),
+    ("ablate", ["--mlflow-uri", "http://127.0.0.1:{port}"], ["--mlflow-uri", "does not answer"]),
+    ("ablate", ["--mlflow-uri", "foo://bar"], ["--mlflow-uri 'foo://bar'", "scheme 'foo'"]),
+    ("ablate", ["--resume"], ["--resume", "no ablation with this plan", "experiment 'tiny'"]),
+    ("ablate", ["--out", "{tmp}/space.yaml/out"], ["--out", "Not a directory"]),
+    ("ablate", ["--set", "variants.full.method=fedprx"], ["variants.full.method", "did you mean 'fedprox'?"]),
+    ("dashboard", ["--mlflow-uri", "foo://bar"], ["--mlflow-uri 'foo://bar'", "scheme 'foo'"]),
+    ("dashboard", ["--mlflow-uri", "http://127.0.0.1:{port}"], ["--mlflow-uri", "does not answer"]),
+    ("dashboard", ["--mlflow-uri", "sqlite:///{tmp}/absent.db"], ["--mlflow-uri", "no MLflow store at"]),
+    ("reproduce", ["--address", "127.0.0.1:{port}"], ["--address: cannot join", "nothing answers at 127.0.0.1:{port}"]),
+    ("reproduce", ["--set", "base.rouns=3"], ["base.rouns", "did you mean 'rounds'?"]),
+    ("reproduce", ["--rounds", "0"], ["base.rounds", "greater than or equal to 1"]),
+    ("reproduce", ["--work", "{tmp}/space.yaml/work"], ["--work", "Not a directory"]),
+    ("reproduce", ["--out", "{tmp}/space.yaml/results"], ["--out", "Not a directory"]),
+]
+
+
+def _other_argv(command: str, space, tmp_path) -> list[str]:
+    if command == "reproduce":  # its own space file; everything it writes under --work and --out
+        return ["feduv_table4", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "results")]
+    argv = ["--space", str(space), "--mlflow-uri", f"sqlite:///{tmp_path}/m.db"]
+    if command == "tune":
+        return [*argv, "--storage", str(tmp_path / "ray")]
+    if command == "ablate":
+        return [*argv, "--storage", str(tmp_path / "ray"), "--out", str(tmp_path / "out"), "--seeds", "1"]
+    return [*argv, "--out", str(tmp_path / "d.html")]
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "expected"), OTHER_COMMANDS, ids=[f"{c}-{i}" for i, (c, _, _) in enumerate(OTHER_COMMANDS)]
+)
+def test_the_other_commands_refuse_before_ray_and_write_nothing(
+    tmp_path, capsys, no_ray, ports, command, args, expected
+):
+    space = _write_space(tmp_path, tiny_space())
+    argv = [*_other_argv(command, space, tmp_path), *_fill_all(args, tmp_path, ports)]
+    run = {"ablate": ablate.main, "dashboard": dashboard.main, "reproduce": reproduce.main}[command]
+    _refused(lambda: run(argv), tmp_path, capsys, no_ray, _fill_all(expected, tmp_path, ports))
+
+
+@pytest.mark.parametrize("command", ["tune", "ablate"])
+def test_a_trial_too_big_for_the_private_cluster_is_refused_before_it_starts(tmp_path, capsys, no_ray, command):
+    if no_ray.is_initialized():  # this process's cluster is joined, and checked once joined
+        pytest.skip("another test module started this process's Ray cluster")
+    space = _write_space(tmp_path, changed_space(("base.resources.actors", 100_000)))
+    argv = _other_argv(command, space, tmp_path)
+    run = ablate.main if command == "ablate" else main
+    expected = ["base.resources", "one trial needs 100000 CPU", "(this machine's private Ray cluster)"]
+    _refused(lambda: run(argv), tmp_path, capsys, no_ray, expected)
+
+
+@pytest.mark.parametrize("command", ["ablate", "dashboard"])
+def test_a_space_name_that_leaves_its_folders_is_refused_by_every_command(tmp_path, capsys, no_ray, command):
+    space = _write_space(tmp_path, changed_space(("name", "../a/b")))
+    run = {"ablate": ablate.main, "dashboard": dashboard.main}[command]
+    _refused(lambda: run(_other_argv(command, space, tmp_path)), tmp_path, capsys, no_ray, ["name", "'../a/b'"])
+
+
+# ------------------------------------------------------------------------------- one field given twice: a warning
+
+
+def _resolved(tmp_path, *args):
+    space = _write_space(tmp_path, tiny_space())
+    return resolve_space(build_parser().parse_args(["--space", str(space), "--storage", str(tmp_path / "r"), *args]))
+
+
+def test_a_key_set_twice_warns_once_on_one_line_and_the_last_value_is_used(tmp_path, capsys):
+    space, _ = _resolved(tmp_path, "--set", "base.rounds=2", "--set", " base.rounds =4", "--set", "tune.seed=1")
+    assert space.base.rounds == 4
+    assert capsys.readouterr().err.splitlines() == [
+        "WARNING: --set base.rounds is given twice (2, then 4): the last, 4, is used"
+    ]
+
+
+def test_seed_and_a_set_seed_that_disagree_warn_and_the_set_one_is_used(tmp_path, capsys):
+    space, _ = _resolved(tmp_path, "--seed", "3", "--set", "base.seed=5")
+    assert (space.base.seed, space.tune.seed) == (5, 3)  # --set is applied after the other options
+    assert capsys.readouterr().err.splitlines() == [
+        "WARNING: base.seed: --set base.seed=5 and --seed 3 disagree: 5 is used (--set is applied after the other "
+        "options); tune.seed stays 3 from --seed"
+    ]
+    space, _ = _resolved(tmp_path, "--rounds", "2", "--set", "base.rounds=6", "--seed", "3", "--set", "tune.seed=3")
+    assert (space.base.rounds, space.base.seed, space.tune.seed) == (6, 3, 3)  # tune.seed: the same value, no word
+    assert capsys.readouterr().err.splitlines() == [
+        "WARNING: base.rounds: --set base.rounds=6 and --rounds 2 disagree: 6 is used (--set is applied after the "
+        "other options)"
+    ]
+
+
+def test_options_that_agree_say_nothing(tmp_path, capsys):
+    space, _ = _resolved(tmp_path, "--seed", "3", "--set", "base.seed=3", "--rounds", "2", "--set", "base.rounds=2")
+    assert (space.base.seed, space.tune.seed, space.base.rounds) == (3, 3, 2)
+    assert capsys.readouterr().err == ""
+    assert not (tmp_path / "r").exists()  # resolve_space checks --storage; it does not make it
+
+
+def test_a_set_hyperparameter_in_yaml_float_text_is_the_float(tmp_path):
+    """--set reads values as YAML 1.1 (`1e-3` is text there), as a file's fixed: block does."""
+    space, _ = _resolved(tmp_path, "--set", "variants.fedavg={method: fedprox, fixed: {mu: 1e-3}}")
+    assert space.variants["fedavg"].fixed == {"mu": 0.001} and isinstance(space.variants["fedavg"].fixed["mu"], float)
 
 
 @pytest.mark.parametrize(

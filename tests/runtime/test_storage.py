@@ -12,7 +12,7 @@ import pytest
 from raytune_fl.cli import main
 from raytune_fl.config import ConfigError, parse_space
 from raytune_fl.runtime import cluster
-from raytune_fl.runtime.storage import resolve_storage
+from raytune_fl.runtime.storage import check_storage, make_storage, resolve_storage
 from raytune_fl.tune.manifest import StudyManifest
 from tests.support import tiny_space
 from tests.support.s3 import FAKE_KEYS, bucket_keys, free_port
@@ -39,12 +39,22 @@ def test_a_file_uri_is_the_same_local_directory(tmp_path):
     assert resolve_storage(storage) is storage  # already resolved: passed through, not probed again
 
 
+def test_check_storage_makes_nothing_and_make_storage_makes_the_checked_folder(tmp_path):
+    storage = check_storage(f"{tmp_path}/results/study")  # checked before the command's other checks
+    assert storage.path == str(tmp_path / "results" / "study") and list(tmp_path.iterdir()) == []
+    assert make_storage(storage) is storage and (tmp_path / "results" / "study").is_dir()
+    assert check_storage(f"file://{tmp_path}/results/study").path == storage.path  # exists: probed inside
+    assert list((tmp_path / "results" / "study").iterdir()) == []  # the probes leave nothing
+
+
+@pytest.mark.parametrize("check", [resolve_storage, check_storage])
 @pytest.mark.parametrize("form", ["{tmp}/file/sub", "file://{tmp}/file/sub"])
-def test_an_unwritable_path_names_storage(tmp_path, form):
+def test_an_unwritable_path_names_storage(tmp_path, form, check):
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError) as error:
-        resolve_storage(form.format(tmp=tmp_path))
+        check(form.format(tmp=tmp_path))
     assert str(error.value).startswith(f"--storage: cannot write to {form.format(tmp=tmp_path)}: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 
 @pytest.mark.parametrize(

@@ -129,13 +129,14 @@ def test_a_cluster_started_on_a_thread_outlives_the_start(request):
 
 # a tune.py process that starts a cluster and ends it: ~15 s
 def test_tune_refused_after_the_early_ray_start_ends_that_cluster(tmp_path, request):
-    """tune.py starts its private cluster once the data is checked, beside the MLflow and Optuna checks; bad input
-    found there is said, and the cluster ends with the command."""
+    """tune.py starts its private cluster once every check passed, beside making the MLflow and Optuna stores; a
+    store that then fails to open is said, and the cluster ends with the command."""
     ray_tmp = tempfile.mkdtemp(prefix="re", dir="/tmp")
     request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(tiny_space()))
-    bad_uri = f"sqlite:///{space}/m.db"  # under a file
+    (tmp_path / "m.db").write_text("not a database")  # passes the checks before Ray (its folder exists); MLflow fails
+    bad_uri = f"sqlite:///{tmp_path}/m.db"
     command = [sys.executable, str(REPO / "scripts" / "tune.py"), "--space", str(space)]
     command += ["--storage", str(tmp_path / "ray"), "--mlflow-uri", bad_uri]
     out = subprocess.run(command, capture_output=True, text=True, timeout=240, env=_private_ray_environment(ray_tmp))
