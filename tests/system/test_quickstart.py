@@ -1,5 +1,6 @@
-"""The README's first command, as a new user runs it: search_spaces/quickstart.yaml, unchanged, through tune.py in
-a fresh directory (its default MLflow store, Optuna storage and Ray results land there)."""
+"""The README's first command, as a new user runs it: search_spaces/quickstart.yaml, unchanged, through the
+`raytune-fl` console entry point in a fresh directory (its default MLflow store, Optuna storage and Ray results land
+there)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,19 @@ from mlflow.tracking import MlflowClient
 from raytune_fl.config import load_space
 from tests.support import REPO
 
+CONSOLE = "from raytune_fl.cli.console import run; run()"  # what the installed `raytune-fl` script runs
+
 
 def test_the_quick_start_runs_as_the_readme_says(tmp_path):
     space = load_space(REPO / "search_spaces" / "quickstart.yaml")
     assert len(space.variants) == 3 and space.base.rounds <= 5 and space.tune.num_samples <= 4  # stays quick
     readme = (REPO / "README.md").read_text()
-    assert "python scripts/tune.py --space search_spaces/quickstart.yaml" in readme.split("## Run a study")[0]
+    quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert "raytune-fl tune --space search_spaces/quickstart.yaml" in quick_start
     # a private local cluster of its own, as on a laptop (not the test session's)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "tune.py"), "--space", str(REPO / "search_spaces" / "quickstart.yaml")],
+        [sys.executable, "-c", CONSOLE, "tune", "--space", str(REPO / "search_spaces" / "quickstart.yaml")],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -39,6 +43,7 @@ def test_the_quick_start_runs_as_the_readme_says(tmp_path):
     next_steps = out.split("=== next ===\n", 1)[1]
     assert f"mlflow ui --backend-store-uri {uri} --port 5000" in next_steps
     assert f"optuna-dashboard sqlite:///{tmp_path / 'optuna.db'}" in next_steps
+    assert "raytune-fl ablate --space " in next_steps  # the commands in the form the user typed
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("quickstart").experiment_id])
     parents = {r.data.tags["variant"]: r for r in runs if "mlflow.parentRunId" not in r.data.tags}
