@@ -306,7 +306,24 @@ class DiagnosticsConfig(_Strict):
         description="FedLD's loss decomposition (loss_local, loss_shift, loss_aggregation): costly, it evaluates "
         "every sampled client's model",
     )
+    # off by default: it adds a backward pass per loss term on the probed batches
+    gradient_norms: bool = Field(
+        False,
+        description="on the costly rounds, the norms of the gradients of cross-entropy, of each weighted loss term "
+        "and of their sum, and each term's cosine with cross-entropy's, on the first batch of every local epoch "
+        "(grad_norm_*, grad_cos_*); clients then train one at a time",
+    )
     every: int = Field(5, ge=0, description="rounds between costly diagnostics (and the last round); 0 = off")
+
+    @model_validator(mode="after")
+    def _gradient_norms_need_rounds(self) -> DiagnosticsConfig:
+        if self.gradient_norms and self.every == 0:
+            raise ValueError("gradient_norms: runs on the costly rounds, and every: 0 leaves none (set every >= 1)")
+        return self
+
+    def costly(self, round_index: int, rounds: int) -> bool:
+        """Whether round `round_index` (1-based) of `rounds` runs the costly diagnostics: every `every`, the last."""
+        return self.every > 0 and (round_index % self.every == 0 or round_index == rounds)
 
 
 class BatchNormConfig(_Strict):

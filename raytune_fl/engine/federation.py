@@ -71,6 +71,7 @@ def worker_spec(
         drop_last=experiment.drop_last,
         bn_running=experiment.batchnorm.local_training == "running",
         schedule=LrSchedule.of(opt.schedule, experiment.rounds),
+        probe_rounds=probe_rounds(experiment),
     )
     local_statistics = experiment.batchnorm.aggregate == "local"
     deterministic = experiment.reproducibility.deterministic
@@ -87,6 +88,14 @@ def worker_spec(
     )
 
 
+def probe_rounds(experiment: ExperimentConfig) -> frozenset[int]:
+    """The rounds whose local training measures the gradient norms (diagnostics.gradient_norms: the costly ones)."""
+    diagnostics, rounds = experiment.diagnostics, experiment.rounds
+    if not diagnostics.gradient_norms:
+        return frozenset()
+    return frozenset(r for r in range(1, rounds + 1) if diagnostics.costly(r, rounds))
+
+
 def client_batch(experiment: ExperimentConfig, data: FederatedData, method: str, model: ModelSpec) -> int:
     """resources.client_batch resolved: `auto` sized to client_batch_memory_gb where the clients train on a GPU and
     1 on the CPU (where batching measured slower: docs/how-to/client-batching.md); 1 for a method that cannot batch
@@ -98,10 +107,15 @@ def client_batch(experiment: ExperimentConfig, data: FederatedData, method: str,
     if reason:
         print(f"notice: resources.client_batch: {method} trains its clients one at a time ({reason})", file=sys.stderr)
         return 1
+    if resources.client_batch == "auto" and (resources.device == "cpu" or not resources.gpus_per_actor):
+        return 1  # the clients train on the CPU
+    if experiment.diagnostics.gradient_norms:  # the probe lives in the one-client loop
+        print(
+            "notice: resources.client_batch: clients train one at a time (diagnostics.gradient_norms)", file=sys.stderr
+        )
+        return 1
     if resources.client_batch != "auto":
         return int(resources.client_batch)
-    if resources.device == "cpu" or not resources.gpus_per_actor:  # the clients train on the CPU
-        return 1
     sample = torch.zeros(data.dataset.in_channels, *data.dataset.image_size, device="cpu")  # estimated on the CPU
     return auto_client_batch(
         model.build(), sample, experiment.batch_size, resources.client_batch_memory_gb, data.num_clients
@@ -179,8 +193,7 @@ class Federation:
         return self.evaluator.evaluate(self.weights, self.method.personalise, self.client_states, extra)
 
     def costly_round(self, round_index: int) -> bool:
-        every = self.experiment.diagnostics.every
-        return every > 0 and (round_index % every == 0 or round_index == self.experiment.rounds)
+        return self.experiment.diagnostics.costly(round_index, self.experiment.rounds)
 
     # ---- the run ---------------------------------------------------------------------------------
 

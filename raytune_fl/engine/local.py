@@ -26,6 +26,7 @@ class LocalSettings:
     drop_last: bool = False  # skip an epoch's incomplete last batch (off: only a batch of one sample is skipped)
     bn_running: bool = False  # BatchNorm in eval mode while training: use, never update, its running statistics
     schedule: LrSchedule = LrSchedule()  # `lr` is the base rate; `for_round` applies the schedule
+    probe_rounds: frozenset[int] = frozenset()  # rounds that measure gradient norms (diagnostics.gradient_norms)
 
     def for_round(self, round_index: int) -> LocalSettings:
         """These settings at the learning rate of round `round_index` (the same object when the rate is constant)."""
@@ -70,14 +71,18 @@ def train_local(
     # on the training device: the per-step sums never wait for the GPU; one read at the end of the round
     sums = torch.zeros(len(names), dtype=torch.float64, device=x.device)
     counts = [0] * len(names)  # a term is averaged over the steps it was on (plain ints: no device work)
+    probe = (
+        GradientProbe([t.name for t in method.terms], x.device) if ctx.round_index in settings.probe_rounds else None
+    )
     for phase in method.phases:
-        _train_phase(model, method, phase, x, y, settings, generator, num_classes, ctx, max_steps, sums, counts)
+        _train_phase(model, method, phase, x, y, settings, generator, num_classes, ctx, max_steps, sums, counts, probe)
     means = [total / max(count, 1) for total, count in zip(sums.tolist(), counts)]
     if ctx.steps and not all(map(_finite, means)):
         raise NonFiniteLossError(f"non-finite local loss: {dict(zip(names, means))}")
     for hook in hooks:
         hook.on_round_end(ctx)
-    return LocalResult(ctx.steps, dict(zip(names, means)), dict(ctx.new_state), dict(ctx.extras))
+    metrics = dict(zip(names, means)) | (probe.means() if probe else {})
+    return LocalResult(ctx.steps, metrics, dict(ctx.new_state), dict(ctx.extras))
 
 
 def _train_phase(
@@ -93,6 +98,7 @@ def _train_phase(
     max_steps: int | None,
     sums: Tensor,
     counts: list[int],
+    probe: GradientProbe | None = None,
 ) -> None:
     frozen = _freeze_outside(model, phase.trains)
     set_phase_modes(model, phase, settings)
@@ -136,6 +142,8 @@ def _train_phase(
                     value = term.loss(batch)
                     values.append(value)
                     loss = loss + term.weight * value
+            if probe is not None and batch_number == 0:  # the first batch of every pass: early and late in the round
+                probe.measure(values, [term.weight for term in terms], optimizer.params)
             optimizer.zero_grad()
             loss.backward()
             for hook in hooks:
@@ -148,6 +156,46 @@ def _train_phase(
     for p in frozen:
         p.requires_grad_(True)
     model.train()
+
+
+class GradientProbe:
+    """diagnostics.gradient_norms: on the batches it is shown, the norms of the gradients of cross-entropy, of
+    each weighted loss term and of their sum, and each term's cosine with cross-entropy's; averaged over them.
+
+    Why: a regulariser can only correct drift if its gradient is not negligible next to cross-entropy's. Hooks
+    that edit gradients after backward (FedProx's proximal pull) are not loss terms and are not measured. The
+    gradients come from `torch.autograd.grad`, so training (the `.grad` the step uses, the random numbers) is
+    the same with the probe as without it.
+    """
+
+    def __init__(self, term_names: list[str], device: torch.device) -> None:
+        self.term_names = term_names
+        self.names = ["grad_norm_total", "grad_norm_ce"]
+        self.names += [f"grad_norm_{name}" for name in term_names] + [f"grad_cos_{name}" for name in term_names]
+        self.sums = torch.zeros(len(self.names), dtype=torch.float64, device=device)
+        self.count = 0
+
+    def measure(self, values: list[Tensor], weights: list[float], params: list[Tensor]) -> None:
+        """`values`: cross-entropy, then the terms of this phase (none in a phase that trains without them)."""
+        ce = _flat_gradient(values[0], params)
+        weighted = [weight * _flat_gradient(value, params) for value, weight in zip(values[1:], weights)]
+        weighted += [torch.zeros_like(ce)] * (len(self.term_names) - len(weighted))
+        total = ce + sum(weighted, torch.zeros_like(ce))
+        norms = [total.norm(), ce.norm(), *(g.norm() for g in weighted)]
+        cosines = [F.cosine_similarity(g, ce, dim=0) for g in weighted]  # 0 where either gradient is 0
+        self.sums += torch.stack(norms + cosines).double()
+        self.count += 1
+
+    def means(self) -> dict[str, float]:
+        return dict(zip(self.names, (self.sums / max(self.count, 1)).tolist()))
+
+
+def _flat_gradient(value: Tensor, params: list[Tensor]) -> Tensor:
+    """d value / d params, flattened into one vector (zeros where `value` does not depend on a parameter)."""
+    if not value.requires_grad:
+        return torch.cat([torch.zeros_like(p).flatten() for p in params])
+    grads = torch.autograd.grad(value, params, retain_graph=True, allow_unused=True)
+    return torch.cat([(torch.zeros_like(p) if g is None else g).flatten() for p, g in zip(params, grads)])
 
 
 def set_phase_modes(model: nn.Module, phase: Phase, settings: LocalSettings) -> None:

@@ -266,6 +266,12 @@ def logged_rounds(client: MlflowClient, run_id: str, keys: Iterable[str]) -> lis
     return [by_round[step] for step in sorted(by_round)]
 
 
+def prefixed_rounds(client: MlflowClient, run_id: str, prefixes: tuple[str, ...]) -> list[dict[str, Any]]:
+    """logged_rounds of every metric of the run whose name starts with one of `prefixes` (e.g. grad_norm_)."""
+    keys = [key for key in client.get_run(run_id).data.metrics if key.startswith(prefixes)]
+    return logged_rounds(client, run_id, keys)
+
+
 # ---------------------------------------------------------------- artifacts
 
 

@@ -115,3 +115,69 @@ def test_fedbn_is_also_scored_with_each_clients_own_batchnorm():
     plain: list[dict] = []
     Federation(_experiment(every=0), "fedavg", {}).run(plain.append)
     assert not any(k.startswith("personal_") for k in plain[-1])  # the global model is every FedAvg client's
+
+
+# ---- gradient norms (diagnostics.gradient_norms)
+
+
+def test_gradient_probe_by_hand():
+    import torch
+
+    from raytune_fl.engine.local import GradientProbe
+
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    probe = GradientProbe(["a", "b"], w.device)
+    ce = (w**2).sum() / 2  # gradient w = [1, 2], norm sqrt(5)
+    term_a = 3 * w[0]  # gradient [3, 0]; weighted by 2: [6, 0], norm 6, cosine with [1, 2]: 6 / (6 sqrt 5)
+    term_b = torch.tensor(4.0)  # depends on no parameter: gradient 0, cosine 0
+    probe.measure([ce, term_a, term_b], [2.0, 5.0], [w])
+    probe.measure([ce * 3], [], [w])  # a phase without its terms: gradient [3, 6], terms 0
+    means = probe.means()
+    # total gradients [7, 2] (norm sqrt 53) and [3, 6] (norm sqrt 45); CE's norms sqrt 5 and 3 sqrt 5
+    assert means["grad_norm_total"] == pytest.approx((53**0.5 + 45**0.5) / 2)
+    assert means["grad_norm_ce"] == pytest.approx((5**0.5 + 3 * 5**0.5) / 2)
+    assert means["grad_norm_a"] == pytest.approx(6 / 2)
+    assert means["grad_cos_a"] == pytest.approx(5**-0.5 / 2)
+    assert means["grad_norm_b"] == 0.0 and means["grad_cos_b"] == 0.0
+    assert w.grad is None  # measured with autograd.grad: nothing left in .grad for the step
+
+
+def test_gradient_norms_are_logged_on_the_costly_rounds_and_leave_training_unchanged():
+    from tests.support.rounds import learning
+
+    plain: list[dict] = []
+    probed: list[dict] = []
+    Federation(_experiment(), "univarfl", {}).run(plain.append)
+    Federation(_experiment(gradient_norms=True), "univarfl", {}).run(probed.append)
+    names = {"grad_norm_total", "grad_norm_ce", "grad_norm_variance", "grad_norm_energy"}
+    names |= {"grad_cos_variance", "grad_cos_energy"}
+    # every = 2 and the last round (3)
+    assert [names <= row.keys() for row in probed] == [False, True, True]
+    for row in probed[1:]:
+        assert row["grad_norm_ce"] > 0 and row["grad_norm_variance"] > 0 and row["grad_norm_energy"] > 0
+        assert -1 <= row["grad_cos_variance"] <= 1
+    for a, b in zip(plain, probed, strict=True):  # the same weights, losses and scores round by round
+        kept = {k: v for k, v in learning(b).items() if not k.startswith("grad_")}
+        assert learning(a) == kept
+
+
+def test_gradient_norms_need_costly_rounds():
+    with pytest.raises(ValueError, match="gradient_norms: runs on the costly rounds"):
+        _experiment(gradient_norms=True, every=0)
+
+
+def test_gradient_norms_probe_the_costly_rounds_one_client_at_a_time(capsys):
+    from raytune_fl.engine.federation import client_batch, probe_rounds
+
+    experiment = _experiment(gradient_norms=True).model_copy(update={"rounds": 12})
+    assert probe_rounds(experiment) == {2, 4, 6, 8, 10, 12}
+    assert probe_rounds(_experiment()) == frozenset()
+    five = experiment.model_copy(
+        update={
+            "diagnostics": experiment.diagnostics.model_copy(update={"every": 5}),
+            "resources": experiment.resources.model_copy(update={"client_batch": 4}),
+        }
+    )
+    assert probe_rounds(five) == {5, 10, 12}
+    assert client_batch(five, None, "fedavg", None) == 1
+    assert "clients train one at a time (diagnostics.gradient_norms)" in capsys.readouterr().err

@@ -73,3 +73,24 @@ def test_deterministic_kernels_make_two_gpu_runs_bit_identical():
     # it trained: the model moved between the rounds (2 rounds on 8x8 digits do not get far above chance; an
     # H200 run gave test_acc 0.089 twice, bit for bit)
     assert first[0]["val_loss"] != first[1]["val_loss"] and first[0]["train_loss"] != first[1]["train_loss"]
+
+
+def test_gradient_norms_are_measured_on_the_gpu_as_on_the_cpu():
+    """diagnostics.gradient_norms on CUDA: the probe's sums live on the training device; round 1's norms (the same
+    weights and batches on both devices, before float orders drift apart) agree with the CPU's to rounding."""
+    from raytune_fl.engine.federation import Federation
+
+    base = _digits(False, rounds=1)
+    experiment = base.model_copy(
+        update={"diagnostics": base.diagnostics.model_copy(update={"gradient_norms": True, "every": 1})}
+    )
+    rows = {}
+    for device in ("cpu", "cuda"):
+        found: list[dict] = []
+        Federation(experiment, "univarfl", {}, device=device).run(found.append)
+        rows[device] = {k: v for k, v in found[0].items() if k.startswith("grad_")}
+    assert {"grad_norm_ce", "grad_norm_variance", "grad_norm_energy", "grad_cos_energy"} <= rows["cuda"].keys()
+    for name, value in rows["cpu"].items():
+        # a cosine near 0 (near-orthogonal gradients) moves by the kernels' rounding over the norm: an H200 gave
+        # 0.0005 on the CPU, -0.002 on CUDA (TF32 convolutions)
+        assert rows["cuda"][name] == pytest.approx(value, rel=0.05, abs=0.01 if "cos" in name else 1e-3), name
