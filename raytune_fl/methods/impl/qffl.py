@@ -41,12 +41,15 @@ class GlobalLoss(ClientHook):
 
 
 class QFairAggregator(ServerAggregator):
-    def __init__(self, q: float, lr: float) -> None:
+    def __init__(self, q: float, lr: float, momentum: float = 0.0, lipschitz: str = "per_step") -> None:
         self.q = float(q)
         self.lr = float(lr)
+        self.momentum = float(momentum)  # the clients' SGD momentum: their effective local step counts
+        self.lipschitz = lipschitz
 
     def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
         missing = [u.client_id for u in updates if NAME not in u.extras]
         if missing:
             raise ValueError(f"q-FFL: clients {missing} sent no global-model loss (extras[{NAME!r}])")
-        return qffl(global_weights, updates, [float(u.extras[NAME]) for u in updates], self.q, self.lr)
+        losses = [float(u.extras[NAME]) for u in updates]
+        return qffl(global_weights, updates, losses, self.q, self.lr, self.momentum, self.lipschitz)
