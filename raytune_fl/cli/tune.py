@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from raytune_fl.cli import common, progress
 from raytune_fl.config import ConfigError, SearchSpace
 from raytune_fl.registry import UnknownNameError
+from raytune_fl.tune.uncertainty import NOISE_Z, accuracy_se, has_binomial_se, within_noise
 
 if TYPE_CHECKING:
     from raytune_fl.engine.data import FederatedData
@@ -153,7 +154,8 @@ def _run_variants(
         )
         manifest.finished(name, outcome)
         outcomes.append(outcome)
-    print_summary(outcomes, uri, space.name, time.time() - started)
+    val_samples = len(data.val_indices)  # every variant's scores are over the same validation images
+    print_summary(outcomes, uri, space.name, time.time() - started, metric=space.tune.metric, val_samples=val_samples)
     print_next_steps(args, uri, space.name, tracker.experiment_id, outcomes)
     return 0 if all(o.best_metrics for o in outcomes) else 1
 
@@ -221,20 +223,43 @@ def _open_stores(
     return tracker, manifest
 
 
-def print_summary(outcomes: list, uri: str, experiment: str, wall_s: float) -> None:
-    metric, nan = "val_acc", float("nan")
+def print_summary(
+    outcomes: list,
+    uri: str,
+    experiment: str,
+    wall_s: float,
+    *,
+    metric: str = "val_acc",
+    val_samples: int | None = None,
+) -> None:
+    """Each variant's selected configuration and score; an accuracy with its binomial standard error over the
+    `val_samples` validation images (else the outcomes' own count), and which variants that noise cannot rank."""
+    nan = float("nan")
+    if val_samples is None:  # an API caller's outcomes carry it (run_variant)
+        val_samples = next((o.val_samples for o in outcomes if o.val_samples), None)
+    errors = _standard_errors(outcomes, metric, val_samples)
     print("\n=== best configuration per variant (selected on validation; test reported beside) ===")
+    print(_scores_line(metric, val_samples))
     for o in outcomes:
         if not o.best_metrics:
             print(f"{o.variant:>16}: no successful trial ({o.trials}); first error: {o.errors[:1]}")
             continue
         m = o.best_metrics
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.best_params.items())
+        if o.variant in errors:
+            score = f"{metric} {100 * m[metric]:.1f} % ± {100 * errors[o.variant]:.1f}"
+            test = f"test_acc {100 * m.get('test_acc', nan):.1f} %"
+        else:
+            score, test = f"{metric}={m.get(metric, nan):.4f}", f"test_acc={m.get('test_acc', nan):.4f}"
         print(
-            f"{o.variant:>16}: {metric}={m.get(metric, nan):.4f} test_acc={m.get('test_acc', nan):.4f} "
-            f"(round {int(m.get('round', 0))}) [{params or 'no hyperparameters'}] "
-            f"trials {o.trials} {o.wall_time_s:.0f}s"
+            f"{o.variant:>16}: {score}  {test} (round {int(m.get('round', 0))}) "
+            f"[{params or 'no hyperparameters'}] trials {o.trials} {o.wall_time_s:.0f}s"
         )
+    if errors:
+        scores = {o.variant: (o.best_metrics[metric], errors[o.variant]) for o in outcomes if o.variant in errors}
+        ranked = within_noise(scores, maximize=True, z=NOISE_Z)  # an accuracy: higher is better
+        if ranked is not None:
+            print(_noise_line(*ranked, z=NOISE_Z))
     print(f"\ntotal wall time: {wall_s:.0f}s")
     print(f"MLflow: experiment {experiment!r} at {uri}")
     if uri.startswith("sqlite:"):
@@ -250,6 +275,47 @@ def print_summary(outcomes: list, uri: str, experiment: str, wall_s: float) -> N
         for o in studies:
             if o.optuna_storage == storage:
                 print(f"  {o.variant}: optuna.load_study(study_name={o.optuna_study!r}, storage={storage!r})")
+
+
+def _standard_errors(outcomes: list, metric: str, val_samples: int | None) -> dict[str, float]:
+    """variant -> the binomial standard error of its best `metric`, for the variants that have one: an accuracy on
+    the validation set, its size known."""
+    if not has_binomial_se(metric):
+        return {}
+    errors = {}
+    for o in outcomes:
+        se = accuracy_se(o.best_metrics[metric], val_samples) if metric in (o.best_metrics or {}) else None
+        if se is not None:
+            errors[o.variant] = se
+    return errors
+
+
+def _scores_line(metric: str, val_samples: int | None) -> str:
+    """What the scores below are, said once: the validation set's size and what the ± is."""
+    single = "one trial, one seed per variant"
+    if not has_binomial_se(metric):
+        return f"{metric}: {single}; no standard error computed (only an accuracy has one: binomial over the images)"
+    if not val_samples:
+        return f"{metric}: {single}; no standard error (the validation set's size is unknown)"
+    return (
+        f"{metric}: {single}, on {val_samples} validation images (all clients' held-out parts); "
+        f"± is one binomial standard error (SE), sqrt(p(1-p)/{val_samples})"
+    )
+
+
+def _noise_line(best: str, close: list[str], z: float) -> str:
+    """Which variants the validation set's noise cannot rank against the best, or that the best stands out."""
+    if not close:
+        return (
+            f"{best} leads the others by more than {z:g} standard errors (sampling noise of the validation "
+            'images; seed-to-seed variation comes on top: the ablation in "next" below measures it)'
+        )
+    names = close[0] if len(close) == 1 else ", ".join(close[:-1]) + f" and {close[-1]}"
+    verb = "is" if len(close) == 1 else "are"
+    return (
+        f"{names} {verb} within {z:g} standard errors of {best}: one trial and seed each cannot rank them; "
+        'the ablation in "next" below ranks them over seeds (x settings with --grid)'
+    )
 
 
 def print_next_steps(args: argparse.Namespace, uri: str, experiment: str, experiment_id: str, outcomes: list) -> None:
@@ -270,7 +336,9 @@ def print_next_steps(args: argparse.Namespace, uri: str, experiment: str, experi
     for storage in storages:
         print(f"  the Optuna studies (history, importances, contours):  optuna-dashboard {storage}")
     ablate, dashboard = common.command_line("ablate"), common.command_line("dashboard")
-    print(f"  ablate the selected configurations over seeds:  {ablate} --space {space} --seeds 3")
+    # the summary's scores are one trial and seed each: the ablation is what ranks the variants
+    what = "ablate the selected configurations over seeds (what ranks the variants)"
+    print(f"  {what}:  {ablate} --space {space} --seeds 3")
     print(f"  the study as an HTML dashboard:  {dashboard} --space {space}")
     model = next((o.model_id for o in outcomes if o.model_id), None)
     if model:

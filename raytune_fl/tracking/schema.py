@@ -137,3 +137,27 @@ def decode_choice(text: str, choices: tuple[Any, ...] | list[Any]) -> Any:
         if text == encode_value(choice):
             return choice
     raise ValueError(f"{text!r} is none of the choices {list(choices)}")
+
+
+# ---------------------------------------------------------------- tune parents: the best score's uncertainty
+
+# Metrics of a tune parent beside best_val_acc: val_samples, the validation images it is a proportion of, and
+# best_val_acc_se, its binomial standard error sqrt(p(1-p)/val_samples) (tune/uncertainty.py).
+METRIC_VAL_SAMPLES = "val_samples"
+METRIC_BEST_VAL_ACC_SE = "best_val_acc_se"
+# tune parent: what the best score rests on ("single trial, seed 0"): not a seed-averaged ranking. Not "best.":
+# that prefix holds the selected hyperparameters.
+TAG_BEST_BASIS = "best_basis"
+
+
+# ---------------------------------------------------------------- ablations: the split as a source of noise
+
+# Appended (constants only). ablation cell: the partition seed it trained on (every cell; with
+# `ablate.py --partition-seeds N` > 1 the cells of one (variant, seed, setting) differ in it). Ablation parent, only
+# when N > 1: the partition seeds, comma-separated.
+TAG_PARTITION_SEED = "partition_seed"
+TAG_PARTITION_SEEDS = "partition_seeds"
+# ablation parent: per (variant, setting) the table metric's mean, sd, n, ci_low and ci_high (the 95 % t-interval
+# of the mean) as metrics named ablation/<variant>/<setting folder>/<metric>_<statistic>
+SUMMARY_STATISTICS = ("mean", "sd", "n", "ci_low", "ci_high")
+ABLATION_SUMMARY_FILE = "summary.csv"  # ablation parent, under ablation/: summarise()'s rows

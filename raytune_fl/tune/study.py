@@ -30,8 +30,10 @@ from raytune_fl.runtime.storage import Storage, resolve_storage
 from raytune_fl.tracking import ParentRun, StudyTracker
 from raytune_fl.tracking.describe import trial_description, variant_description
 from raytune_fl.tracking.schema import (
+    METRIC_VAL_SAMPLES,
     RUN_FAILED,
     RUN_FINISHED,
+    TAG_BEST_BASIS,
     TAG_BEST_PREFIX,
     TAG_DATASET,
     TAG_METHOD,
@@ -51,6 +53,7 @@ from raytune_fl.tune.resources import placement_group_factory
 from raytune_fl.tune.selection import best_of, candidacy
 from raytune_fl.tune.space import optuna_space
 from raytune_fl.tune.trainable import federated_trial
+from raytune_fl.tune.uncertainty import accuracy_se
 
 
 @dataclass
@@ -67,6 +70,7 @@ class VariantOutcome:
     optuna_study: str | None = None  # its Optuna study (searched variants with an Optuna storage)
     optuna_storage: str | None = None  # that study's storage URL, password masked
     model_id: str | None = None  # the selected trial's global model in MLflow (models:/<model_id>)
+    val_samples: int | None = None  # the validation images every score is on (all clients' held-out parts)
 
 
 def sampler_seed(seed: int, variant: str) -> int:
@@ -192,6 +196,8 @@ def run_variant(
 
     partitioned = data or (prepare_data(base) if tracker is not None else None)  # what every trial builds, seeded
     identity = data_identity_of(base, partitioned) if partitioned is not None else None
+    # what val_acc is a proportion of: its standard error's n (tune/uncertainty.py)
+    val_samples = identity.sizes["val_samples"] if identity is not None else None
 
     def start_parent() -> str:
         run_id = tracker.start_parent(
@@ -223,6 +229,8 @@ def run_variant(
 
     def close_parent(parent: ParentRun) -> None:
         parent.metrics["wall_time_s"] = time.time() - started
+        if val_samples is not None:  # beside best_val_acc in the runs table: what its standard error is over
+            parent.metrics[METRIC_VAL_SAMPLES] = val_samples
 
     parent_run_id = resume.parent_run_id if resume else None
     with tracker.parent_run(start_parent, parent_run_id) if tracker is not None else nullcontext() as parent:
@@ -276,16 +284,19 @@ def run_variant(
             settings.metric,
             settings.mode,
             base.rounds,
+            val_samples,
         )
         outcome.parent_run_id, outcome.storage = parent_run_id, storage.uri
         outcome.optuna_study, outcome.optuna_storage = optuna_study, shown_storage
-        outcome.wall_time_s = time.time() - started
+        outcome.wall_time_s, outcome.val_samples = time.time() - started, val_samples
         if parent is not None:
             parent.status = RUN_FINISHED if outcome.best_metrics else RUN_FAILED
             if outcome.best_metrics:
                 parent.metrics.update({f"best_{k}": v for k, v in outcome.best_metrics.items()})
                 parent.metrics.update({f"trials_{k}": v for k, v in outcome.trials.items()})
                 parent.tags = {f"{TAG_BEST_PREFIX}{k}": v for k, v in outcome.best_params.items()}
+                # the best is one trial's score at one seed: a ranking of variants needs the ablation's seeds
+                parent.tags[TAG_BEST_BASIS] = f"single trial, seed {base.seed}"
             if best is not None and log_model:
                 outcome.model_id = _log_best_model(
                     tracker, parent, best, base, variant.method, variant.fixed, partitioned, out, exporter
@@ -392,8 +403,12 @@ def summarise(
     metric: str,
     mode: str,
     rounds: int,
+    val_samples: int | None = None,
 ) -> tuple[VariantOutcome, tune.Result | None]:
-    """The variant's outcome, and the selected trial's result (None when no trial succeeded)."""
+    """The variant's outcome, and the selected trial's result (None when no trial succeeded).
+
+    With `val_samples` (the validation set's size) the best metrics gain `val_acc_se`, the binomial standard error
+    of the selected trial's val_acc (its parent run logs it as best_val_acc_se)."""
     counts = {TRIAL_FINISHED: 0, TRIAL_STOPPED_EARLY: 0, TRIAL_DIVERGED: 0, TRIAL_ERROR: 0}
     candidates, errors = [], []
     for result in results:
@@ -424,5 +439,8 @@ def summarise(
         "personal_val_acc",
     )
     best_metrics = {k: float(best.metrics[k]) for k in keep if k in best.metrics}
+    se = accuracy_se(best_metrics["val_acc"], val_samples) if "val_acc" in best_metrics else None
+    if se is not None:
+        best_metrics["val_acc_se"] = se
     params = METHODS.get(method).describe({**fixed, **best.config})  # the outcome: no experiment needed
     return VariantOutcome(variant, method, params, best_metrics, counts, None, "", 0.0, errors), best

@@ -4,11 +4,14 @@ there)."""
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import subprocess
 import sys
 
 import optuna
+import pytest
 from mlflow.tracking import MlflowClient
 
 from raytune_fl.config import load_space
@@ -39,6 +42,18 @@ def test_the_quick_start_runs_as_the_readme_says(tmp_path):
     assert "\r" not in out and "\x1b" not in out and " round 1/4 " not in out
     for variant in space.variants:
         assert f"[{variant}] done: " in out
+    # the summary: each best validation accuracy with its standard error over the validation images, said once, and
+    # whether single trials can rank the variants
+    summary = out.split("=== best configuration per variant", 1)[1].split("\ntotal wall time", 1)[0]
+    val_samples = int(re.search(r"\((\d+) held out for validation\)", out)[1])
+    assert f"val_acc: one trial, one seed per variant, on {val_samples} validation images" in summary
+    assert f"sqrt(p(1-p)/{val_samples})" in summary
+    shown = {
+        m[0]: (float(m[1]), float(m[2])) for m in re.findall(r"^ +(\w+): val_acc (\S+) % ± (\S+)  ", summary, re.M)
+    }
+    assert set(shown) == set(space.variants)
+    flag = summary.rstrip().splitlines()[-1]
+    assert " within 2 standard errors of " in flag or " leads the others by more than 2 standard errors" in flag
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     next_steps = out.split("=== next ===\n", 1)[1]
     assert f"mlflow ui --backend-store-uri {uri} --port 5000" in next_steps
@@ -51,6 +66,10 @@ def test_the_quick_start_runs_as_the_readme_says(tmp_path):
     for variant, parent in parents.items():
         assert parent.info.status == "FINISHED" and parent.data.tags["model_id"].startswith("m-"), variant
         assert parent.inputs.dataset_inputs[0].dataset.name == "mnist5k/dirichlet-0.1/10-clients"
+        metrics, p = parent.data.metrics, parent.data.metrics["best_val_acc"]
+        assert metrics["val_samples"] == val_samples and parent.data.tags["best_basis"] == "single trial, seed 0"
+        assert metrics["best_val_acc_se"] == pytest.approx(math.sqrt(p * (1 - p) / val_samples))
+        assert shown[variant] == (round(100 * p, 1), round(100 * metrics["best_val_acc_se"], 1)), variant
     for variant in ("fedprox", "univarfl"):
         study = optuna.load_study(study_name=f"quickstart-{variant}", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
         assert len(study.trials) == space.tune.num_samples

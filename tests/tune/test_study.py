@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import io
+import math
+from contextlib import redirect_stdout
+
 import pandas as pd
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
 from raytune_fl.cli import main
+from raytune_fl.config import SearchSpace
+from raytune_fl.engine.data import prepare_data
 from tests.support import tiny_space
 
 
@@ -17,8 +23,15 @@ def study(ray_cluster, tmp_path_factory):
     space = root / "tiny.yaml"
     space.write_text(yaml.safe_dump(tiny_space("tiny-study")))
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    code = main(["--space", str(space), "--mlflow-uri", uri, "--storage", str(root / "ray"), "--seed", "0"])
-    return code, MlflowClient(uri), root
+    printed = io.StringIO()  # what the command prints (capsys does not reach a module fixture)
+    with redirect_stdout(printed):
+        code = main(["--space", str(space), "--mlflow-uri", uri, "--storage", str(root / "ray"), "--seed", "0"])
+    return code, MlflowClient(uri), root, printed.getvalue()
+
+
+def _val_samples() -> int:
+    """The validation images of the tiny space: every client's held-out part (the partition is seeded)."""
+    return len(prepare_data(SearchSpace.model_validate(tiny_space("tiny-study")).base).val_indices)
 
 
 def _runs(client: MlflowClient, filter_string: str = ""):
@@ -26,14 +39,22 @@ def _runs(client: MlflowClient, filter_string: str = ""):
     return client.search_runs([experiment.experiment_id], filter_string, max_results=100)
 
 
-def test_study_exits_cleanly_and_prints_the_summary(study, capsys):
-    code, _, root = study
+def test_study_exits_cleanly_and_prints_the_summary(study):
+    code, client, root, printed = study
     assert code == 0
     assert (root / "ray").is_dir() and any((root / "ray").iterdir())  # Tune results under --storage
+    summary = printed.split("=== best configuration per variant", 1)[1].split("\ntotal wall time", 1)[0]
+    n = _val_samples()
+    assert f"val_acc: one trial, one seed per variant, on {n} validation images" in summary
+    for parent in _runs(client, "tags.stage = 'tune'"):
+        if "mlflow.parentRunId" not in parent.data.tags:
+            p, variant = parent.data.metrics["best_val_acc"], parent.data.tags["variant"]
+            assert f"{variant:>16}: val_acc {100 * p:.1f} % ± {100 * math.sqrt(p * (1 - p) / n):.1f}" in summary
+    assert "standard errors" in summary.splitlines()[-1]  # two variants: flagged, or the best stands out
 
 
 def test_a_parent_run_per_variant_and_a_child_per_trial(study):
-    _, client, _ = study
+    client = study[1]
     parents = {
         r.data.tags["variant"]: r
         for r in _runs(client, "tags.stage = 'tune'")
@@ -54,7 +75,7 @@ def test_a_parent_run_per_variant_and_a_child_per_trial(study):
 
 
 def test_metrics_per_round_with_step_equal_to_round(study):
-    _, client, _ = study
+    client = study[1]
     runs = [r for r in _runs(client) if r.data.tags.get("variant") == "full" and "mlflow.parentRunId" in r.data.tags]
     finished = [r for r in runs if r.data.tags["trial_status"] == "finished"]
     assert finished, "ASHA (grace 1) keeps at least the best trial to the end"
@@ -85,7 +106,7 @@ def test_metrics_per_round_with_step_equal_to_round(study):
 
 
 def test_parent_records_the_validation_selected_best(study):
-    _, client, _ = study
+    client = study[1]
     parent = next(r for r in _runs(client, "tags.variant = 'full'") if "mlflow.parentRunId" not in r.data.tags)
     children = [r for r in _runs(client, f"tags.mlflow.parentRunId = '{parent.info.run_id}'")]
     finished = [r for r in children if r.data.tags["trial_status"] == "finished"]
@@ -93,3 +114,8 @@ def test_parent_records_the_validation_selected_best(study):
     assert parent.data.metrics["best_val_acc"] == pytest.approx(best.data.metrics["val_acc"])
     assert parent.data.metrics["best_test_acc"] == pytest.approx(best.data.metrics["test_acc"])
     assert float(parent.data.tags["best.mu"]) == pytest.approx(float(best.data.params["mu"]))
+    # its uncertainty beside it: the validation set's size and the binomial standard error over it
+    n, p = _val_samples(), best.data.metrics["val_acc"]
+    assert parent.data.metrics["val_samples"] == n
+    assert parent.data.metrics["best_val_acc_se"] == pytest.approx(math.sqrt(p * (1 - p) / n))
+    assert parent.data.tags["best_basis"] == "single trial, seed 0"
