@@ -1,7 +1,9 @@
 """The ablation: each variant's best configuration re-run over seeds x settings, as one grid of Tune trials.
 
 A cell is one (variant, seed, setting) run. Every cell of an ablation shares the base experiment of the
-search-space file, changed only by its setting (e.g. alpha=0.01, rho=0.5) and its training seed.
+search-space file, changed only by its setting (e.g. alpha=0.01, rho=0.5) and its training seed. With
+`--partition-seeds N` (N > 1) each of those also runs on N splits, base.partition.seed + 0..N-1, so the table's
+spread includes the partition's noise; a cell is then a (variant, seed, split, setting) run.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from raytune_fl.tracking.schema import (
     STAGE_ABLATION,
     TAG_CELL,
     TAG_METHOD,
+    TAG_PARTITION_SEED,
     TAG_ROLE,
     TAG_SEED,
     TAG_SETTING,
@@ -144,10 +147,20 @@ class AblationCell:
     experiment: ExperimentConfig
     params: dict[str, Any]
     study_run_id: str | None
+    split: int | None = None  # its partition seed when the plan varies the split; None: the setting's own
 
     @property
     def key(self) -> str:  # the run name: what a person filters and reads in the MLflow UI
-        return f"{self.variant}/seed{self.seed}/{self.setting}"
+        return f"{self.variant}/seed{self.seed}/{split_label(self.setting, self.split)}"
+
+    @property
+    def partition_seed(self) -> int:
+        return self.experiment.partition.seed
+
+    @property
+    def data_label(self) -> str:
+        """Which of the driver's partitions this cell trains on (`splits`): its setting's, or its split's."""
+        return split_label(self.setting, self.split)
 
     @property
     def trial(self) -> TrialSpec:
@@ -155,9 +168,28 @@ class AblationCell:
         return TrialSpec.resolve(self.experiment, self.method, self.params)
 
 
+def split_label(setting: str, split: int | None) -> str:
+    """`alpha=0.1`, or `split3/alpha=0.1` for partition seed 3 when the plan varies the split."""
+    return setting if split is None else f"split{split}/{setting}"
+
+
+def splits(experiments: dict[str, ExperimentConfig], partition_seeds: int = 1) -> dict[str, ExperimentConfig]:
+    """Each partition the cells train on: the settings themselves when `partition_seeds` is 1, else every setting at
+    partition seeds base.partition.seed + 0..N-1, labelled as `split_label` (the driver checks and logs each)."""
+    if partition_seeds == 1:
+        return dict(experiments)
+    out = {}
+    for setting, experiment in experiments.items():
+        for offset in range(partition_seeds):
+            split = experiment.partition.seed + offset
+            partition = experiment.partition.model_copy(update={"seed": split})
+            out[split_label(setting, split)] = experiment.model_copy(update={"partition": partition})
+    return out
+
+
 @dataclass(frozen=True)
 class AblationPlan:
-    """What an ablation runs: settings (the table's columns) x variants (its rows) x seeds."""
+    """What an ablation runs: settings (the table's columns) x variants (its rows) x seeds (x partition seeds)."""
 
     space: SearchSpace
     axes: list[GridAxis]
@@ -165,6 +197,17 @@ class AblationPlan:
     experiments: dict[str, ExperimentConfig]  # setting label -> base experiment
     sources: dict[str, VariantSource]
     cells: list[AblationCell]
+    partition_seeds: int = 1  # splits per (variant, seed, setting); 1: each setting's own partition.seed
+
+    @property
+    def partitions(self) -> dict[str, ExperimentConfig]:
+        """Data label -> the experiment whose partition the cells of that label train on (`splits`)."""
+        return splits(self.experiments, self.partition_seeds)
+
+    @property
+    def split_seeds(self) -> list[int]:
+        """The distinct partition seeds the cells train on, sorted."""
+        return sorted({cell.partition_seed for cell in self.cells})
 
     @property
     def fingerprint(self) -> str:
@@ -180,9 +223,22 @@ class AblationPlan:
         return max(cell.experiment.rounds for cell in self.cells)
 
     def summary_line(self) -> str:
+        splits = f" x {self.partition_seeds} partition seeds" if self.partition_seeds > 1 else ""
         return (
-            f"ablation: {len(self.sources)} variants x {len(self.seeds)} seeds x {len(self.experiments)} settings "
-            f"= {len(self.cells)} runs (settings: {', '.join(self.experiments)})"
+            f"ablation: {len(self.sources)} variants x {len(self.seeds)} seeds{splits} x {len(self.experiments)} "
+            f"settings = {len(self.cells)} runs (settings: {', '.join(self.experiments)})"
+        )
+
+
+def check_partition_seeds(partition_seeds: int, axes: list[GridAxis]) -> None:
+    """`--partition-seeds` at least 1, and not beside a grid over the partition seed (both would set it)."""
+    if partition_seeds < 1:
+        raise ConfigError(f"--partition-seeds: at least 1 (got {partition_seeds})")
+    gridded = next((axis.name for axis in axes if axis.field == "partition.seed"), None)
+    if partition_seeds > 1 and gridded is not None:
+        raise ConfigError(
+            f"--partition-seeds: {partition_seeds} splits per cell, but --grid {gridded} already sets "
+            "base.partition.seed; use one of the two"
         )
 
 
@@ -192,9 +248,12 @@ def make_plan(
     seeds: list[int],
     experiments: dict[str, ExperimentConfig],
     sources: dict[str, VariantSource],
+    partition_seeds: int = 1,
 ) -> AblationPlan:
+    check_partition_seeds(partition_seeds, axes)
     optimizers = {name: v.optimizer for name, v in space.variants.items() if v.optimizer is not None}
-    return AblationPlan(space, axes, seeds, experiments, sources, build_cells(sources, experiments, seeds, optimizers))
+    cells = build_cells(sources, experiments, seeds, optimizers, partition_seeds)
+    return AblationPlan(space, axes, seeds, experiments, sources, cells, partition_seeds)
 
 
 def build_cells(
@@ -202,26 +261,41 @@ def build_cells(
     experiments: dict[str, ExperimentConfig],
     seeds: list[int],
     optimizers: dict[str, OptimizerConfig] | None = None,
+    partition_seeds: int = 1,
 ) -> list[AblationCell]:
-    """Every (setting, variant, seed); a variant in `optimizers` trains with its own optimiser in every setting."""
+    """Every (setting, variant, seed), and with `partition_seeds` N > 1 every split of it (the setting's
+    partition.seed + 0..N-1: crossed with the training seeds, so runs pair by (seed, split) across variants); a
+    variant in `optimizers` trains with its own optimiser in every setting."""
     optimizers = optimizers or {}
     cells = []
     for setting, experiment in experiments.items():
         for source in sources.values():
             for seed in seeds:
-                cells.append(
-                    AblationCell(
-                        source.variant,
-                        source.method,
-                        seed,
-                        setting,
-                        experiment.model_copy(
-                            update={"seed": seed, "optimizer": optimizers.get(source.variant, experiment.optimizer)}
-                        ),
-                        source.params,
-                        source.study_run_id,
+                update = {"seed": seed, "optimizer": optimizers.get(source.variant, experiment.optimizer)}
+                if partition_seeds == 1:  # the setting's own split: the cells (keys, fingerprint) as they always were
+                    trained = experiment.model_copy(update=update)
+                    cells.append(
+                        AblationCell(
+                            source.variant, source.method, seed, setting, trained, source.params, source.study_run_id
+                        )
                     )
-                )
+                    continue
+                for offset in range(partition_seeds):
+                    split = experiment.partition.seed + offset
+                    partition = experiment.partition.model_copy(update={"seed": split})
+                    trained = experiment.model_copy(update={**update, "partition": partition})
+                    cells.append(
+                        AblationCell(
+                            source.variant,
+                            source.method,
+                            seed,
+                            setting,
+                            trained,
+                            source.params,
+                            source.study_run_id,
+                            split,
+                        )
+                    )
     return cells
 
 
@@ -241,6 +315,7 @@ def cell_run(cell: AblationCell) -> tuple[str, dict[str, str], dict[str, Any]]:
         TAG_VARIANT: cell.variant,
         TAG_METHOD: cell.method,
         TAG_SEED: str(cell.seed),
+        TAG_PARTITION_SEED: str(cell.partition_seed),  # every cell: the split it trained on, varied or not
         TAG_SETTING: cell.setting,
         TAG_CELL: cell.key,
         TAG_STUDY_RUN_ID: cell.study_run_id or NO_STUDY,

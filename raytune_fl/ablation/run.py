@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ import pandas as pd
 from ray import tune
 
 from raytune_fl.ablation.plan import AblationCell, AblationPlan, ablation_trial, cell_run
-from raytune_fl.ablation.table import summarise, to_csv, to_markdown
+from raytune_fl.ablation.table import LEVEL, summarise, to_csv, to_markdown
 from raytune_fl.config import flatten
 from raytune_fl.data.identity import DataIdentity
 from raytune_fl.engine.data import FederatedData, data_identity_of
@@ -24,11 +25,14 @@ from raytune_fl.tracking.describe import ablation_description, cell_description
 from raytune_fl.tracking.schema import (
     ABLATION_FOLDER,
     ABLATION_RESULTS_FILE,
+    ABLATION_SUMMARY_FILE,
     PARTITION_FOLDER,
     ROLE_PARENT,
     STAGE_ABLATION,
+    SUMMARY_STATISTICS,
     TAG_CONFIG_SOURCE_PREFIX,
     TAG_GRID,
+    TAG_PARTITION_SEEDS,
     TAG_PLAN,
     TAG_ROLE,
     TAG_SEEDS,
@@ -51,8 +55,8 @@ TABLE_METRIC = "test_acc"  # the papers report final test accuracy; selection al
 class AblationOutcome:
     parent_run_id: str
     results: pd.DataFrame  # one row per cell (ablation_results columns)
-    summary: pd.DataFrame  # one row per (variant, setting): mean, std, n, runs, best
-    files: dict[str, Path] = field(default_factory=dict)  # results.parquet, table.md, table.csv
+    summary: pd.DataFrame  # one row per (variant, setting): table.summarise's columns
+    files: dict[str, Path] = field(default_factory=dict)  # results.parquet, table.md, table.csv, summary.csv
     wall_time_s: float = 0.0
 
     @property
@@ -61,8 +65,10 @@ class AblationOutcome:
 
 
 def start_parent(tracker: StudyTracker, plan: AblationPlan, data: dict[str, FederatedData]) -> str:
-    """The ablation's parent run: the plan, where each variant's configuration came from, each setting's partition."""
+    """The ablation's parent run: the plan, where each variant's configuration came from, each setting's partition
+    (each split's, with partition seeds)."""
     sources = plan.sources.values()
+    varied = plan.partition_seeds > 1  # only then anything is added: an N = 1 parent is logged as it always was
     run_id = tracker.start_run(
         "ablation",
         tags={
@@ -70,32 +76,45 @@ def start_parent(tracker: StudyTracker, plan: AblationPlan, data: dict[str, Fede
             TAG_ROLE: ROLE_PARENT,
             TAG_PLAN: plan.fingerprint,
             TAG_SEEDS: ",".join(map(str, plan.seeds)),
+            **({TAG_PARTITION_SEEDS: ",".join(map(str, plan.split_seeds))} if varied else {}),
             TAG_GRID: json.dumps({axis.name: list(axis.values) for axis in plan.axes}, default=str),
             TAG_VARIANTS: ",".join(plan.sources),
             TAG_STUDY_RUN_IDS: json.dumps({s.variant: s.study_run_id for s in sources}),
             **{f"{TAG_CONFIG_SOURCE_PREFIX}{s.variant}": s.note[:500] for s in sources},
         },
-        params={**flatten(plan.space.base.model_dump(mode="json")), "seeds": len(plan.seeds)},
+        params={
+            **flatten(plan.space.base.model_dump(mode="json")),
+            "seeds": len(plan.seeds),
+            **({"partition_seeds": plan.partition_seeds} if varied else {}),
+        },
         config={
             "name": plan.space.name,
             "base": plan.space.base.model_dump(mode="json"),
             "grid": {a.name: {"field": f"base.{a.field}", "values": list(a.values)} for a in plan.axes},
             "seeds": plan.seeds,
+            **({"partition_seeds": plan.split_seeds} if varied else {}),
             "variants": {s.variant: {"method": s.method, "params": s.params, "source": s.note} for s in sources},
         },
     )
-    for label, experiment in plan.experiments.items():
+    partitions = plan.partitions
+    for label, experiment in partitions.items():
         part = experiment.partition
-        folder = PARTITION_FOLDER if len(plan.experiments) == 1 else f"{PARTITION_FOLDER}/{setting_folder(label)}"
+        folder = PARTITION_FOLDER if len(partitions) == 1 else f"{PARTITION_FOLDER}/{setting_folder(label)}"
         tracker.log_partition(run_id, data[label], f"{experiment.dataset}: {part.kind}, {label}", folder)
     tracker.log_datasets(run_id, list(identities(plan, data).values()))
-    tracker.describe(run_id, ablation_description(plan.space, list(plan.sources), plan.seeds, list(plan.experiments)))
+    text = ablation_description(plan.space, list(plan.sources), plan.seeds, list(plan.experiments))
+    if varied:
+        text += (
+            f"\n\nEvery (variant, seed, setting) also runs on partition seeds {', '.join(map(str, plan.split_seeds))}: "
+            "the table's spread includes the split's noise."
+        )
+    tracker.describe(run_id, text)
     return run_id
 
 
 def identities(plan: AblationPlan, data: dict[str, FederatedData]) -> dict[str, DataIdentity]:
-    """Each setting's data (a grid over the partition gives each setting its own)."""
-    return {label: data_identity_of(experiment, data[label]) for label, experiment in plan.experiments.items()}
+    """Each partition's data, by data label (a grid over the partition, or partition seeds, give each its own)."""
+    return {label: data_identity_of(experiment, data[label]) for label, experiment in plan.partitions.items()}
 
 
 def log_cell_models(
@@ -112,7 +131,7 @@ def log_cell_models(
         cell = cells.get((result.config or {}).get("cell"))
         if result.error is not None or cell is None:
             continue
-        done = log_trial_model(tracker, parent_run_id, result, cell.trial, data[cell.setting], link_parent=False)
+        done = log_trial_model(tracker, parent_run_id, result, cell.trial, data[cell.data_label], link_parent=False)
         if done is not None:
             logged += 1
             model_id, _, trained = done
@@ -159,16 +178,44 @@ def plan_order(results: pd.DataFrame, cells: list[AblationCell]) -> pd.DataFrame
     return results.assign(_pos=order).sort_values("_pos", kind="stable").drop(columns="_pos").reset_index(drop=True)
 
 
-def write_table(results: pd.DataFrame, seeds: int, out_dir: Path) -> tuple[pd.DataFrame, dict[str, Path]]:
+def with_partition_seeds(results: pd.DataFrame, cells: list[AblationCell]) -> pd.DataFrame:
+    """A partition_seed column after seed: each row's cell's split (-1 for a run of no cell of the plan, as
+    ablation_results says -1 for a missing seed). What report.comparison pairs runs on, with the seed."""
+    seeds = {cell.key: cell.partition_seed for cell in cells}
+    column = results["cell"].map(seeds).fillna(-1).astype(int)
+    out = results.drop(columns="partition_seed", errors="ignore")
+    at = out.columns.get_loc("seed") + 1 if "seed" in out else len(out.columns)
+    out.insert(at, "partition_seed", column)
+    return out
+
+
+def summary_metrics(summary: pd.DataFrame, metric: str = TABLE_METRIC) -> dict[str, float]:
+    """The parent's per-(variant, setting) metrics: ablation/<variant>/<setting folder>/<metric>_<statistic>, for
+    mean, sd, n, ci_low and ci_high (the 95 % t-interval of the mean); MLflow drops the NaN ones (n < 2)."""
+    out: dict[str, float] = {}
+    for row in summary.itertuples(index=False):
+        # MLflow names allow letters, digits and _-. /: a setting's '=' and ',' become setting_folder's '-' and '_'
+        where = "/".join(re.sub(r"[^\w.\- ]", "_", part) for part in (str(row.variant), setting_folder(row.setting)))
+        values = dict(zip(SUMMARY_STATISTICS, (row.mean, row.std, row.n, row.ci_low, row.ci_high), strict=True))
+        out.update({f"{ABLATION_FOLDER}/{where}/{metric}_{name}": float(value) for name, value in values.items()})
+    return out
+
+
+def write_table(
+    results: pd.DataFrame, seeds: int, out_dir: Path, partition_seeds: int = 1
+) -> tuple[pd.DataFrame, dict[str, Path]]:
     summary = summarise(results, TABLE_METRIC)
     files = {
         ABLATION_RESULTS_FILE: out_dir / "ablation_results.parquet",
         "table.md": out_dir / "ablation_table.md",
         "table.csv": out_dir / "ablation_table.csv",
+        ABLATION_SUMMARY_FILE: out_dir / "ablation_summary.csv",
     }
     results.to_parquet(files[ABLATION_RESULTS_FILE], index=False)
-    files["table.md"].write_text(to_markdown(summary, TABLE_METRIC, seeds=seeds))
+    files["table.md"].write_text(to_markdown(summary, TABLE_METRIC, seeds=seeds, partition_seeds=partition_seeds))
     files["table.csv"].write_text(to_csv(summary))
+    # the numbers behind the table: mean, std, n, runs and the 95 % t-interval of the mean (ci_low, ci_high)
+    summary.drop(columns="best").assign(level=LEVEL).to_csv(files[ABLATION_SUMMARY_FILE], index=False)
     return summary, files
 
 
@@ -197,9 +244,9 @@ def run_ablation(
         cell = by_key[config["cell"]]
         name, tags, params = cell_run(cell)
         note = plan.sources[cell.variant].note
-        text = cell_description(cell.variant, cell.method, cell.seed, cell.setting, cell.params, note)
+        text = cell_description(cell.variant, cell.method, cell.seed, cell.data_label, cell.params, note)
         return TrialRun(
-            name, tags, params, rounds=cell.experiment.rounds, datasets=(datasets[cell.setting],), description=text
+            name, tags, params, rounds=cell.experiment.rounds, datasets=(datasets[cell.data_label],), description=text
         )
 
     outcome = AblationOutcome("", pd.DataFrame(), pd.DataFrame())
@@ -207,12 +254,15 @@ def run_ablation(
     def close_parent(parent: ParentRun) -> None:
         """Whatever finished is in MLflow: the table is written from it even after an interruption."""
         results = ablation_results(tracker.client, tracker.experiment_id, parent.run_id)
-        outcome.results = plan_order(latest_per_cell(results), plan.cells)
+        outcome.results = with_partition_seeds(plan_order(latest_per_cell(results), plan.cells), plan.cells)
         counts = outcome.results["status"].value_counts().to_dict() if len(outcome.results) else {}
         outcome.wall_time_s = time.time() - started
         parent.metrics = {"wall_time_s": outcome.wall_time_s, **{f"runs_{k}": float(v) for k, v in counts.items()}}
         if len(outcome.results):
-            outcome.summary, outcome.files = write_table(outcome.results, len(plan.seeds), out_dir)
+            outcome.summary, outcome.files = write_table(
+                outcome.results, len(plan.seeds), out_dir, partition_seeds=plan.partition_seeds
+            )
+            parent.metrics.update(summary_metrics(outcome.summary))
             tracker.log_files(parent.run_id, outcome.files, ABLATION_FOLDER)  # the run keeps its own copy
 
     with tracker.parent_run(lambda: start_parent(tracker, plan, data), parent_run_id) as parent:

@@ -1,30 +1,53 @@
 """The paper-style ablation table: rows variants, columns settings, cells mean ± std over seeds.
 
-Pure pandas: results in, table out. Every number in a cell can be recomputed from `ablation/results.parquet`.
+Pandas (and scipy's t quantile): results in, table out. Every number in a cell can be recomputed from
+`ablation/results.parquet`.
 """
 
 from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 
 import pandas as pd
 
 # Only runs that trained every round count towards a cell: a diverged or failed seed is shown as missing
 # (n/runs) rather than averaged in as 0 % or silently dropped.
 COUNTED = "finished"
+LEVEL = 0.95  # the confidence level of every interval the tables and dashboards draw
+
+
+def mean_interval(values: Sequence[float] | pd.Series, level: float = LEVEL) -> tuple[float, float]:
+    """Student's t-interval of the mean: mean ± t_{(1+level)/2, n-1} * s / sqrt(n), s the sample std (ddof=1).
+
+    (NaN, NaN) under 2 values: one run says nothing about the spread. It is the interval of the *mean* over the runs
+    (95 % of such intervals cover the mean of infinitely many runs), not the range a single run falls in.
+    """
+    from scipy import stats  # imported when an interval is wanted: the table itself needs only pandas
+
+    data = pd.Series(values, dtype=float).dropna()
+    if len(data) < 2:
+        return math.nan, math.nan
+    mean, half = float(data.mean()), float(data.std(ddof=1)) / math.sqrt(len(data))
+    half *= float(stats.t.ppf((1 + level) / 2, len(data) - 1))
+    return mean - half, mean + half
 
 
 def summarise(results: pd.DataFrame, metric: str = "test_acc") -> pd.DataFrame:
     """One row per (variant, setting): mean and sample std (ddof=1) of `metric` over the counted seeds.
 
-    `results` has one row per run with columns variant, setting, status and `metric`. Returns columns
-    variant, setting, mean, std, n (runs counted), runs (runs made), best (the highest mean of its setting;
-    ties are all marked). Variants and settings keep their order of first appearance.
+    `results` has one row per run with columns variant, setting, status and `metric` (and partition_seed when the
+    ablation varied the split). Returns columns variant, setting, mean, std, n (runs counted), runs (runs made),
+    ci_low and ci_high (the 95 % t-interval of the mean, `mean_interval`; NaN under 2 counted runs),
+    partition_seeds (the distinct splits among the counted runs; 1 without the column), best (the highest mean of
+    its setting; ties are all marked). Variants and settings keep their order of first appearance.
     """
     rows = []
     for (variant, setting), group in results.groupby(["variant", "setting"], sort=False):
-        counted = group.loc[(group["status"] == COUNTED) & group[metric].notna(), metric].astype(float)
+        kept = group[(group["status"] == COUNTED) & group[metric].notna()]
+        counted = kept[metric].astype(float)
+        low, high = mean_interval(counted)
         rows.append(
             {
                 "variant": variant,
@@ -33,9 +56,13 @@ def summarise(results: pd.DataFrame, metric: str = "test_acc") -> pd.DataFrame:
                 "std": float(counted.std(ddof=1)) if len(counted) > 1 else math.nan,
                 "n": len(counted),
                 "runs": len(group),
+                "ci_low": low,
+                "ci_high": high,
+                "partition_seeds": int(kept["partition_seed"].nunique()) if "partition_seed" in kept else 1,
             }
         )
-    summary = pd.DataFrame(rows, columns=["variant", "setting", "mean", "std", "n", "runs"])
+    columns = ["variant", "setting", "mean", "std", "n", "runs", "ci_low", "ci_high", "partition_seeds"]
+    summary = pd.DataFrame(rows, columns=columns)
     column_best = summary.groupby("setting", sort=False)["mean"].transform("max")
     summary["best"] = summary["mean"].notna() & (summary["mean"] == column_best)
     return summary
@@ -67,14 +94,27 @@ def wide(summary: pd.DataFrame, best_marker: tuple[str, str] = ("**", "**"), per
     return table
 
 
-def to_markdown(summary: pd.DataFrame, metric: str = "test_acc", seeds: int | None = None) -> str:
-    """A GitHub-flavoured Markdown table plus one line saying what the cells are."""
+def noise(seeds: int | None, partition_seeds: int = 1) -> str:
+    """What a cell's spread is over: '3 training seeds', or '3 training seeds x 2 partition seeds (the split
+    varies)'."""
+    text = f"{seeds} training seeds" if seeds else "training seeds"
+    return text + (f" x {partition_seeds} partition seeds (the split varies)" if partition_seeds > 1 else "")
+
+
+def to_markdown(
+    summary: pd.DataFrame, metric: str = "test_acc", seeds: int | None = None, partition_seeds: int | None = None
+) -> str:
+    """A GitHub-flavoured Markdown table plus one line saying what the cells are; `partition_seeds` defaults to the
+    most splits any cell counted (summarise's column)."""
     table = wide(summary)
     header = ["variant", *table.columns]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + [":---:"] * len(table.columns)) + "|"]
     for variant, row in table.iterrows():
         lines.append("| " + " | ".join([str(variant), *(str(v) for v in row)]) + " |")
-    over = f"{seeds} seeds" if seeds else "seeds"
+    if partition_seeds is None:
+        counted = summary["partition_seeds"] if "partition_seeds" in summary else pd.Series(dtype=float)
+        partition_seeds = max(1, int(counted.max())) if counted.notna().any() else 1
+    over = noise(seeds, partition_seeds)
     lines.append("")
     lines.append(
         f"Cells: final-round {metric} in %, mean ± sample std (ddof=1) over {over}; **bold** = best in its column; "

@@ -19,6 +19,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seeds", type=int, default=3, help="training seeds per cell: base.seed, base.seed+1, ...")
     parser.add_argument(
+        "--partition-seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="splits per cell, crossed with --seeds: base.partition.seed + 0..N-1, so the table's spread includes "
+        "the partition's noise (default: %(default)s, the file's split only)",
+    )
+    parser.add_argument(
         "--grid",
         action="append",
         default=[],
@@ -55,13 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from raytune_fl.ablation.plan import make_plan, parse_grid, settings, variant_source
+    from raytune_fl.ablation.plan import check_partition_seeds, make_plan, parse_grid, settings, splits, variant_source
 
     try:  # everything that can be wrong with the command line or the data, before anything is written or Ray starts
         if args.seeds < 1:
             raise ConfigError(f"--seeds: at least 1 (got {args.seeds})")
+        if args.partition_seeds < 1:  # before the space is read: the option alone is wrong
+            raise ConfigError(f"--partition-seeds: at least 1 (got {args.partition_seeds})")
         space, variants = common.resolve_space(args)
         axes = parse_grid(args.grid)
+        check_partition_seeds(args.partition_seeds, axes)
         experiments = settings(space, axes)
         uri = common.check_mlflow_uri(args)
         common.check_address(args.address)
@@ -69,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out_dir = Path(args.out or Path("reports") / space.name)
         common.check_new_folder(out_dir, "--out")
         data = {}
-        for label, experiment in experiments.items():  # every setting's partition
+        for label, experiment in splits(experiments, args.partition_seeds).items():  # every partition cells train on
             try:
                 data[label] = common.check_data(experiment)
             except ConfigError as error:
@@ -98,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for source in sources.values():
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in source.params.items())
         print(f"[{source.variant}] {source.method}: {source.note} [{shown or 'method defaults'}]", flush=True)
-    plan = make_plan(space, axes, seeds, experiments, sources)
+    plan = make_plan(space, axes, seeds, experiments, sources, args.partition_seeds)
     print(plan.summary_line(), flush=True)
     resume = None
     if args.resume:
@@ -137,7 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         watch=progress.console(args.verbose),
     )
     files = outcome.files
-    print(f"\n=== {space.name}: final-round test accuracy (%), mean ± std over {len(seeds)} seeds ===")
+    splits_text = f" x {args.partition_seeds} partition seeds" if args.partition_seeds > 1 else ""
+    print(f"\n=== {space.name}: final-round test accuracy (%), mean ± std over {len(seeds)} seeds{splits_text} ===")
     print(files["table.md"].read_text() if files else "(no run finished)")
     for what, path in files.items():
         print(f"{what:>16}: {path}")

@@ -37,11 +37,17 @@ def _papers_dir() -> Path:
 PAPERS_DIR = _papers_dir()
 
 
+DEFAULT_ALPHAS = "0.1,0.5"  # the papers' harshest label skew and a milder one
+
+
 @dataclass(frozen=True)
 class PaperTable:
     title: str
     reference: str  # the variant every other one is compared with
     shape: str  # what the paper's table compares, and where the numbers here differ in kind from the paper's
+    alphas: str = DEFAULT_ALPHAS  # the ablation's Dirichlet alphas unless --alphas is given
+    seeds: int = 3  # training seeds per cell unless --seeds is given
+    partition_seeds: int = 1  # splits per cell (1: the file's partition seed) unless --partition-seeds is given
 
     def space_file(self, name: str) -> Path:
         return PAPERS_DIR / f"{name}.yaml"
@@ -59,6 +65,15 @@ PAPERS: dict[str, PaperTable] = {
         reference="fedavg",
         shape="the baselines UniVarFL's paper compares with, UniVarFL, and each of its two terms alone.",
     ),
+    "univarfl_paper": PaperTable(
+        "UniVarFL under its own protocol's shape: E = 10, all clients, alpha 0.01 and 0.1",
+        reference="fedavg",
+        shape="FedAvg, FedProx, MOON, FedUV (official code), UniVarFL at the paper's defaults and tuned, and "
+        "UniVarFL's two terms alone, at 10 local epochs per round on digits (the paper: STL-10/CIFAR, longer).",
+        alphas="0.01,0.1",
+        seeds=2,
+        partition_seeds=2,
+    ),
     "fedld_table2": PaperTable(
         "FedLD (MICCAI 2024), Table 2's shape: margin control x principal-gradient aggregation",
         reference="neither",
@@ -66,8 +81,6 @@ PAPERS: dict[str, PaperTable] = {
         "aggregation alone, and both.",
     ),
 }
-
-DEFAULT_ALPHAS = "0.1,0.5"  # the papers' harshest label skew and a milder one
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,9 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
         "the results page.",
     )
     parser.add_argument("name", choices=sorted(PAPERS), help="which table")
-    parser.add_argument("--seeds", type=int, default=3, help="training seeds per cell (default: %(default)s)")
+    parser.add_argument("--seeds", type=int, help="training seeds per cell (default: the table's, 3 or 2)")
     parser.add_argument(
-        "--alphas", default=DEFAULT_ALPHAS, help="Dirichlet alphas of the ablation (default: %(default)s)"
+        "--partition-seeds",
+        type=int,
+        help="partition seeds per cell, crossed with --seeds (default: the table's, 1 = the file's split)",
+    )
+    parser.add_argument(
+        "--alphas", help=f"Dirichlet alphas of the ablation (default: the table's, {DEFAULT_ALPHAS} or 0.01,0.1)"
     )
     parser.add_argument("--num-samples", type=int, help="trials per searched variant (default: the file's)")
     parser.add_argument("--rounds", type=int, help="override base.rounds in both stages (default: the file's)")
@@ -118,10 +136,14 @@ def main(argv: Sequence[str] | None = None, screenshot: Screenshot | None = None
     paper = PAPERS[args.name]
     space_file = paper.space_file(args.name)
     work = Path(args.work or Path("reports") / "reproduce" / args.name).resolve()
+    seeds = paper.seeds if args.seeds is None else args.seeds
+    partition_seeds = paper.partition_seeds if args.partition_seeds is None else args.partition_seeds
     try:  # what the two stages would refuse, before the work folder is made or Ray starts
-        if args.seeds < 1:
-            raise ConfigError(f"--seeds: at least 1 (got {args.seeds})")
-        alphas = _alphas(args.alphas)
+        if seeds < 1:
+            raise ConfigError(f"--seeds: at least 1 (got {seeds})")
+        if partition_seeds < 1:
+            raise ConfigError(f"--partition-seeds: at least 1 (got {partition_seeds})")
+        alphas = _alphas(paper.alphas if args.alphas is None else args.alphas)
         common.check_new_folder(work, "--work")
         common.check_new_folder(Path(args.out), "--out")
         stages = argparse.Namespace(
@@ -148,7 +170,8 @@ def main(argv: Sequence[str] | None = None, screenshot: Screenshot | None = None
     tune_argv = [*shared, "--variants", ",".join(searched), "--no-models"]
     tune_argv += [f"--num-samples={args.num_samples}"] if args.num_samples is not None else []
     grid = "alpha=" + ",".join(f"{a:g}" for a in alphas)
-    ablate_argv = [*shared, "--seeds", str(args.seeds), "--grid", grid, "--out", str(work / "ablation")]
+    ablate_argv = [*shared, "--seeds", str(seeds), "--grid", grid, "--out", str(work / "ablation")]
+    ablate_argv += ["--partition-seeds", str(partition_seeds)] if partition_seeds > 1 else []
 
     from raytune_fl.cli.ablate import main as ablate_main
     from raytune_fl.cli.tune import main as tune_main
@@ -159,7 +182,8 @@ def main(argv: Sequence[str] | None = None, screenshot: Screenshot | None = None
         if (code := tune_main(tune_argv)) != 0:
             return code
     tuned_s = time.time() - started
-    print(f"=== {args.name}: ablation over {args.seeds} seeds x {grid} ===", flush=True)
+    splits = f" x {partition_seeds} partition seeds" if partition_seeds > 1 else ""
+    print(f"=== {args.name}: ablation over {seeds} seeds{splits} x {grid} ===", flush=True)
     code = ablate_main(ablate_argv)
     results_file = work / "ablation" / "ablation_results.parquet"
     if not results_file.exists():
@@ -244,9 +268,11 @@ def write_results(name, paper, space_file, uri, results_file, assets, shot, comm
     space = load_space(space_file)
     results = pd.read_parquet(results_file)
     seeds = results["seed"].nunique()
+    splits = results["partition_seed"].nunique() if "partition_seed" in results else 1
     summary = summarise(results)
     (assets / "table.csv").write_text(summary.to_csv(index=False))
-    columns = ["variant", "method", "setting", "seed", "status", "rounds_completed", "test_acc", "val_acc"]
+    columns = ["variant", "method", "setting", "seed", "partition_seed", "status", "rounds_completed", "test_acc"]
+    columns = [c for c in [*columns, "val_acc"] if c in results]
     results[columns].to_csv(assets / "runs.csv", index=False)
     tracker = StudyTracker(uri, space.name)
     tuned = ["| variant | method | tuned values | best val acc (%) |", "|---|---|---|:---:|"]
@@ -281,7 +307,9 @@ def write_results(name, paper, space_file, uri, results_file, assets, shot, comm
         *(f"> {line}" if line else ">" for line in protocol),
         "",
         f"Space file: `search_spaces/papers/{space_file.name}`; {rounds} rounds in the ablation; "
-        f"{seeds} seeds per cell; per-run results in `{relative}/runs.csv`.",
+        f"{seeds} training seeds"
+        + (f" x {splits} partition seeds (splits)" if splits > 1 else "")
+        + f" per cell; per-run results in `{relative}/runs.csv`.",
         "",
         "## Tuned values (selected on validation accuracy at the file's alpha)",
         "",
@@ -289,13 +317,14 @@ def write_results(name, paper, space_file, uri, results_file, assets, shot, comm
         "",
         "## Final-round test accuracy",
         "",
-        to_markdown(summary, seeds=seeds).rstrip(),
+        to_markdown(summary, seeds=seeds, partition_seeds=splits).rstrip(),
         "",
         f"## Against {paper.reference}",
         "",
         comparison.to_markdown(found, paper.reference).rstrip(),
         "",
     ]
+    lines += gradient_section(tracker.client, results)
     if shot is not None:
         lines += [
             "## Dashboard",
@@ -312,3 +341,29 @@ def write_results(name, paper, space_file, uri, results_file, assets, shot, comm
     page = assets.parent / f"{name}.md"
     page.write_text("\n".join(lines))
     return page
+
+
+def gradient_section(client, results) -> list[str]:
+    """The runs' gradient norms (diagnostics.gradient_norms): each loss term's pull next to cross-entropy's per
+    variant and setting, and its ratio round by round; nothing when no run logged them."""
+    from raytune_fl.report import gradients
+    from raytune_fl.tracking.store import prefixed_rounds
+
+    table = gradients.histories(lambda run_id: prefixed_rounds(client, run_id, gradients.PREFIXES), results)
+    if table.empty:
+        return []
+    lines = [
+        "## Gradient norms",
+        "",
+        "The norm of the gradient of each weighted loss term next to cross-entropy's, and their cosine, on the first "
+        "batch of every local epoch of the probed rounds (`diagnostics.gradient_norms`); a sample-weighted mean over "
+        "the clients, then the mean over the probed rounds and the runs. FedAvg's row gives cross-entropy's alone.",
+        "",
+    ]
+    for setting in dict.fromkeys(results["setting"]):
+        ratios = gradients.ratio_by_round(table, setting)
+        lines += [f"### {setting}", "", gradients.term_markdown(gradients.by_term(table, setting)).rstrip(), ""]
+        if not ratios.empty:
+            lines += ["Ratio ‖weight · ∇ term‖ / ‖∇ cross-entropy‖ by round:", ""]
+            lines += [gradients.round_markdown(ratios).rstrip(), ""]
+    return lines

@@ -1,9 +1,20 @@
-"""Each variant against a reference variant, setting by setting: the difference of mean final-round accuracy and
-whether it is larger than the seeds' noise.
+"""Each variant against a reference variant, setting by setting: the difference of final-round accuracy, its 95 %
+interval, and whether it is larger than the runs' noise.
 
-Pure pandas and scipy: ablation results in (one row per run, as `ablation/results.parquet`), verdicts out. A
-difference is called significant only when Welch's t-test over the seeds gives p < `ALPHA_LEVEL`; with 3 seeds per
-cell that takes a difference several times the seeds' spread, and everything smaller is called inside seed noise.
+Pure pandas, numpy and scipy: ablation results in (one row per run, as `ablation/results.parquet`), verdicts out.
+
+`ablate.py` runs every variant with the same training seeds (and, with `--partition-seeds`, the same splits), so a
+variant's run and the reference's run of one (seed, partition seed) share the initialisation, the batch order, the
+sampled clients and the split: they are *paired*. Where at least 2 such pairs exist the comparison uses them: the
+mean of the per-pair differences, the paired t-test over them (the verdict: p < `ALPHA_LEVEL` is called
+significant), the t-interval of that mean, and the Wilcoxon signed-rank test beside it. Pairing removes what the
+two variants' runs of one seed have in common; a seed effect larger than the variants' difference no longer hides
+it. Only runs that cannot be paired (no common seeds, or fewer than 2 pairs while each side has at least 2 runs)
+fall back to Welch's unpaired t-test and its Welch–Satterthwaite interval, and say "unpaired".
+
+Which noise the verdict includes is what the runs varied: training seeds only when the split is fixed (one partition
+seed), training seeds x partition seeds otherwise. The size of the test set is not in it (see
+docs/explanation/statistics.md).
 """
 
 from __future__ import annotations
@@ -12,51 +23,140 @@ import math
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 from scipy import stats
 
-from raytune_fl.ablation.table import COUNTED
+from raytune_fl.ablation.table import COUNTED, LEVEL, mean_interval
 
 ALPHA_LEVEL = 0.05  # the usual two-sided 5 % level; a reader can re-judge from the printed p-values
+PAIR_KEYS = ("seed", "partition_seed")  # what makes two runs a pair (partition_seed where the results have it)
+PAIRED, UNPAIRED = "paired t", "Welch"
 
 
 @dataclass(frozen=True)
 class Difference:
     variant: str
     setting: str
-    delta: float  # mean(variant) - mean(reference), as a fraction (0.01 = one point)
-    p_value: float  # Welch's two-sided t-test over the seeds; NaN when either side has fewer than 2 runs
+    delta: float  # the variant's mean minus the reference's, as a fraction (0.01 = one point); over the pairs if paired
+    p_value: float  # two-sided: the paired t-test if `paired`, else Welch's; NaN when too few runs to judge
     n: int  # counted runs of the variant
     n_reference: int
+    ci_low: float = math.nan  # the 95 % t-interval of `delta` (paired, or Welch–Satterthwaite); NaN with p
+    ci_high: float = math.nan
+    paired: bool = False  # whether `p_value` and the interval come from pairs (same seed and partition seed)
+    n_pairs: int = 0
+    # Wilcoxon's signed-rank p over the pairs, reported beside the t-test but never the verdict: with n pairs its
+    # smallest two-sided p is 2 / 2^n, 0.25 at n = 3, so it cannot reach 0.05 under 6 pairs
+    wilcoxon_p: float = math.nan
+    partition_seeds: int = 1  # distinct splits among the compared runs: 1 = the noise is the training seeds only
+
+    @property
+    def test(self) -> str:
+        return PAIRED if self.paired else UNPAIRED
 
     @property
     def significant(self) -> bool:
         return not math.isnan(self.p_value) and self.p_value < ALPHA_LEVEL
 
     def describe(self) -> str:
-        """'+2.33 points (p = 0.012)' or '-0.23 points, inside seed noise (p = 0.71)'."""
+        """'+2.33 points [+0.81, +3.85] (paired t p = 0.012, Wilcoxon p = 0.25, n = 3)', with ', inside seed noise'
+        after the interval when p ≥ 0.05; unpaired: '(unpaired, Welch p = 0.0036, n = 3 vs 3)'."""
         if math.isnan(self.delta):
             return "– (no finished run)"
         text = f"{self.delta * 100:+.2f} points"
         if math.isnan(self.p_value):
             return text + " (too few seeds to judge)"
-        return text + ("" if self.significant else ", inside seed noise") + f" (p = {self.p_value:.2g})"
+        text += f" [{self.ci_low * 100:+.2f}, {self.ci_high * 100:+.2f}]"
+        text += "" if self.significant else ", inside seed noise"
+        if self.paired:
+            wilcoxon = "–" if math.isnan(self.wilcoxon_p) else f"{self.wilcoxon_p:.2g}"
+            return text + f" (paired t p = {self.p_value:.2g}, Wilcoxon p = {wilcoxon}, n = {self.n_pairs})"
+        return text + f" (unpaired, Welch p = {self.p_value:.2g}, n = {self.n} vs {self.n_reference})"
 
 
-def _counted(results: pd.DataFrame, variant: str, setting: str, metric: str) -> pd.Series:
+def _counted(results: pd.DataFrame, variant: str, setting: str, metric: str) -> pd.DataFrame:
+    """The variant's counted runs in the setting (finished, with a value): the pair keys and the metric."""
     rows = results[(results["variant"] == variant) & (results["setting"] == setting)]
-    return rows.loc[(rows["status"] == COUNTED) & rows[metric].notna(), metric].astype(float)
+    rows = rows[(rows["status"] == COUNTED) & rows[metric].notna()]
+    keys = [k for k in PAIR_KEYS if k in rows.columns]
+    return rows[keys].assign(value=rows[metric].astype(float)).reset_index(drop=True)
+
+
+def pairs(variant: pd.DataFrame, reference: pd.DataFrame) -> pd.Series:
+    """Per-pair differences variant - reference over the (seed, partition seed) keys both sides ran; a key counted
+    twice on a side (a hand-made table; ablate.py keeps one run per cell) is averaged first."""
+    keys = [k for k in PAIR_KEYS if k in variant.columns and k in reference.columns]
+    if not keys:
+        return pd.Series(dtype=float)
+    a = variant.groupby(keys)["value"].mean()
+    b = reference.groupby(keys)["value"].mean()
+    common = a.index.intersection(b.index)
+    return (a.loc[common] - b.loc[common]).reset_index(drop=True)
+
+
+def paired_t(differences: pd.Series | np.ndarray) -> tuple[float, float, float]:
+    """Two-sided p of the paired t-test (t = mean / (sd / sqrt(n)), n - 1 degrees of freedom) and the 95 %
+    t-interval of the mean difference. No spread at all: p is 1 for a zero mean, 0 otherwise (t is undefined),
+    and the interval is the mean itself."""
+    d = np.asarray(differences, dtype=float)
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    if sd == 0:
+        return (1.0 if mean == 0 else 0.0), mean, mean
+    t = mean / (sd / math.sqrt(len(d)))
+    low, high = mean_interval(d, LEVEL)
+    return float(2 * stats.t.sf(abs(t), len(d) - 1)), low, high
+
+
+def wilcoxon_p(differences: pd.Series | np.ndarray) -> float:
+    """Two-sided p of the Wilcoxon signed-rank test (scipy: exact for small n without ties). Zero differences are
+    dropped (Wilcoxon's convention); all zero: 1. With n pairs the smallest possible p is 2 / 2^n: 0.25 for 3 pairs,
+    so with the usual 3 seeds it can never reach 0.05; it is reported, the verdict is the paired t's."""
+    d = np.asarray(differences, dtype=float)
+    if not np.any(d != 0):
+        return 1.0
+    with warnings.catch_warnings():  # ties or zeros make scipy warn that it switched to the normal approximation
+        warnings.simplefilter("ignore")
+        try:
+            return float(stats.wilcoxon(d).pvalue)
+        except ValueError:  # too few non-zero differences for scipy
+            return math.nan
+
+
+def welch(a: pd.Series, b: pd.Series) -> tuple[float, float, float]:
+    """Welch's two-sided t-test of mean(a) - mean(b) and its 95 % interval with the Welch–Satterthwaite degrees of
+    freedom: (p, low, high); NaN under 2 runs a side. Neither side with spread: p is 1 for equal means, 0 otherwise,
+    and the interval is the difference itself."""
+    if len(a) < 2 or len(b) < 2:
+        return math.nan, math.nan, math.nan
+    delta = float(a.mean() - b.mean())
+    va, vb = float(a.var(ddof=1)) / len(a), float(b.var(ddof=1)) / len(b)
+    if va == 0 and vb == 0:  # t is undefined: equal means are no difference, others are
+        return (1.0 if delta == 0 else 0.0), delta, delta
+    se = math.sqrt(va + vb)
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = float(stats.t.ppf((1 + LEVEL) / 2, dof)) * se
+    return float(2 * stats.t.sf(abs(delta) / se, dof)), delta - half, delta + half
 
 
 def welch_p(a: pd.Series, b: pd.Series) -> float:
     """Two-sided p-value of Welch's t-test; NaN under 2 runs a side; 1 or 0 when both sides have no spread."""
-    if len(a) < 2 or len(b) < 2:
-        return math.nan
-    if a.std(ddof=1) == 0 and b.std(ddof=1) == 0:  # t is undefined: equal means are no difference, others are
-        return 1.0 if a.mean() == b.mean() else 0.0
-    with warnings.catch_warnings():  # near-equal seeds make scipy warn about precision; p is still right
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    return welch(a, b)[0]
+
+
+def compare(variant: str, setting: str, other: pd.DataFrame, base: pd.DataFrame) -> Difference:
+    """One variant's counted runs (`_counted`) against the reference's in one setting."""
+    n, n_ref = len(other), len(base)
+    splits = pd.concat([other, base])["partition_seed"].nunique() if "partition_seed" in other else 1
+    d = pairs(other, base)
+    if len(d) >= 2:
+        p, low, high = paired_t(d)
+        return Difference(
+            variant, setting, float(d.mean()), p, n, n_ref, low, high, True, len(d), wilcoxon_p(d), max(1, splits)
+        )
+    delta = float(other["value"].mean() - base["value"].mean()) if n and n_ref else math.nan
+    p, low, high = welch(other["value"], base["value"])  # NaN when a side has under 2 runs: too few to judge
+    return Difference(variant, setting, delta, p, n, n_ref, low, high, False, len(d), math.nan, max(1, splits))
 
 
 def differences(results: pd.DataFrame, reference: str, metric: str = "test_acc") -> list[Difference]:
@@ -67,16 +167,37 @@ def differences(results: pd.DataFrame, reference: str, metric: str = "test_acc")
     for setting in dict.fromkeys(results["setting"]):
         base = _counted(results, reference, setting, metric)
         for variant in dict.fromkeys(results["variant"]):
-            if variant == reference:
-                continue
-            other = _counted(results, variant, setting, metric)
-            delta = float(other.mean() - base.mean()) if len(other) and len(base) else math.nan
-            found.append(Difference(variant, setting, delta, welch_p(other, base), len(other), len(base)))
+            if variant != reference:
+                found.append(compare(variant, setting, _counted(results, variant, setting, metric), base))
     return found
 
 
+def footnote(found: list[Difference]) -> str:
+    """Which test each cell used and which noise it includes."""
+    judged = [d for d in found if not math.isnan(d.p_value)]
+    tests = []
+    if any(d.paired for d in judged):
+        tests.append(
+            "paired: runs paired by training seed (and partition seed), the difference is the mean over the pairs "
+            "with its 95 % t-interval; p from the two-sided paired t-test (the verdict), Wilcoxon's signed-rank p "
+            "beside it (its smallest two-sided p is 2 / 2^n: 0.25 with 3 pairs; it cannot reach 0.05 under 6 pairs)"
+        )
+    if any(not d.paired for d in judged):
+        tests.append(
+            "unpaired (fewer than 2 runs share a seed): Welch's two-sided t-test, the 95 % Welch–Satterthwaite "
+            "interval of the difference of means"
+        )
+    splits = max((d.partition_seeds for d in found), default=1)
+    noise = "training seeds x partition seeds (the split varies)" if splits > 1 else "training seeds only (one split)"
+    return (
+        "Differences of mean final-round accuracy in points, 95 % interval in brackets; "
+        + ("; ".join(tests) + "; " if tests else "")
+        + f"p ≥ {ALPHA_LEVEL} is called inside seed noise. The noise: {noise}."
+    )
+
+
 def to_markdown(found: list[Difference], reference: str) -> str:
-    """Variants down, settings across, each cell the difference from `reference` and its verdict."""
+    """Variants down, settings across, each cell the difference from `reference`, its interval and its verdict."""
     settings = list(dict.fromkeys(d.setting for d in found))
     variants = list(dict.fromkeys(d.variant for d in found))
     cell = {(d.variant, d.setting): d.describe() for d in found}
@@ -87,8 +208,5 @@ def to_markdown(found: list[Difference], reference: str) -> str:
     for variant in variants:
         lines.append(f"| {variant} | " + " | ".join(cell.get((variant, s), "–") for s in settings) + " |")
     lines.append("")
-    lines.append(
-        f"Differences of mean final-round accuracy in points; p from Welch's two-sided t-test over the seeds; "
-        f"p ≥ {ALPHA_LEVEL} is called inside seed noise."
-    )
+    lines.append(footnote(found))
     return "\n".join(lines) + "\n"

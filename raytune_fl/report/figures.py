@@ -14,9 +14,12 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from raytune_fl.ablation.table import mean_interval
+
 PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF")
 TEMPLATE = "plotly_white"
 BAND = "band = min..max over runs"  # said on every curve figure, so nobody reads it as a confidence interval
+BARS = "bars = 95 % t-interval of the mean"  # the error bars: the mean's uncertainty, not the runs' range
 ELAPSED_TITLE = "seconds since the trial started (setup included)"
 
 
@@ -38,22 +41,40 @@ def elapsed_seconds(rounds: pd.DataFrame) -> pd.Series:
 
 
 def band(curves: pd.DataFrame, y: str, x: str = "round") -> pd.DataFrame:
-    """Per round: mean of `x` and mean, min and max of `y` over the runs that reached it (n of them).
+    """Per round: mean of `x` and mean, min and max of `y` over the runs that reached it (n of them), and the 95 %
+    t-interval of that mean (ci_lo, ci_hi; NaN where under 2 runs reached the round).
 
     `curves` is long: one row per (run, round). With x = "round" the x column is the round itself; with another x
     (elapsed seconds, which differs per run) it is that x averaged over the runs at the round.
     """
     rows = curves.dropna(subset=[y])
     grouped = rows.groupby("round", sort=True)
-    return pd.DataFrame(
+    intervals = {r: mean_interval(values) for r, values in grouped[y]}
+    table = pd.DataFrame(
         {
             "x": grouped[x].mean() if x != "round" else grouped["round"].first().astype(float),
             "mean": grouped[y].mean(),
             "lo": grouped[y].min(),
             "hi": grouped[y].max(),
             "n": grouped[y].size(),
+            "ci_lo": pd.Series({r: low for r, (low, _) in intervals.items()}, dtype=float),
+            "ci_hi": pd.Series({r: high for r, (_, high) in intervals.items()}, dtype=float),
         }
-    ).reset_index()
+    )
+    return table.rename_axis("round").reset_index()
+
+
+def error_bars(mean: Sequence[float], low: Sequence[float], high: Sequence[float]) -> dict[str, object]:
+    """plotly's asymmetric `error_y` from an interval's ends (NaN ends: no bar at that point)."""
+    mean, low, high = (pd.Series(list(v), dtype=float) for v in (mean, low, high))
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": list(high - mean),
+        "arrayminus": list(mean - low),
+        "thickness": 1,
+        "width": 3,
+    }
 
 
 def best_so_far(values: Sequence[float], maximize: bool = True) -> list[float]:
@@ -106,8 +127,18 @@ def _rgba(hex_color: str, alpha: float) -> str:
 # ---------------------------------------------------------------- figures
 
 
-def curve_figure(curves: pd.DataFrame, y: str, x: str, x_title: str, title: str, colors: dict[str, str]) -> go.Figure:
-    """Mean line and min..max band per variant, one subplot per setting.
+def curve_figure(
+    curves: pd.DataFrame,
+    y: str,
+    x: str,
+    x_title: str,
+    title: str,
+    colors: dict[str, str],
+    intervals: bool = True,
+) -> go.Figure:
+    """Mean line and min..max band per variant, one subplot per setting; with `intervals`, error bars of the 95 %
+    t-interval of the mean at each round (for runs that differ in seed only: over tune trials, which differ in
+    hyperparameters, such an interval means nothing).
 
     `curves`: long, columns variant, setting, run_id, round, `x`, `y`.
     """
@@ -121,6 +152,8 @@ def curve_figure(curves: pd.DataFrame, y: str, x: str, x_title: str, title: str,
             stats = band(group, y, x)
             color = colors.get(variant, PALETTE[0])
             runs = group["run_id"].nunique()
+            bars = {**error_bars(stats["mean"], stats["ci_lo"], stats["ci_hi"]), "color": color} if intervals else None
+            interval = "<br>95 % interval %{customdata[3]:.4f}..%{customdata[4]:.4f}" if intervals else ""
             fig.add_trace(_band_trace(stats["x"], stats["lo"], stats["hi"], color, 0.18, variant), row=row, col=col)
             fig.add_trace(
                 go.Scatter(
@@ -129,18 +162,53 @@ def curve_figure(curves: pd.DataFrame, y: str, x: str, x_title: str, title: str,
                     mode="lines+markers",
                     name=variant,
                     line={"color": color},
+                    error_y=bars,
                     legendgroup=variant,
                     showlegend=k == 0,
-                    customdata=stats[["n", "lo", "hi"]].to_numpy(),
-                    hovertemplate=f"{variant} ({runs} runs)<br>%{{x:.3g}}: mean %{{y:.4f}}"
+                    customdata=stats[["n", "lo", "hi", "ci_lo", "ci_hi"]].to_numpy(),
+                    hovertemplate=f"{variant} ({runs} runs)<br>%{{x:.3g}}: mean %{{y:.4f}}{interval}"
                     "<br>min..max %{customdata[1]:.4f}..%{customdata[2]:.4f} (n=%{customdata[0]})<extra></extra>",
                 ),
                 row=row,
                 col=col,
             )
     fig.update_xaxes(title_text=x_title, **(_integer_ticks(curves["round"]) if x == "round" else {}))
-    fig.update_yaxes(title_text=f"{y} (mean; {BAND})", col=1)
+    fig.update_yaxes(title_text=f"{y} (mean; {BAND}" + (f"; {BARS})" if intervals else ")"), col=1)
     fig.update_layout(template=TEMPLATE, title=title, height=380 * rows, margin={"t": 80})
+    return fig
+
+
+def final_accuracy_figure(summary: pd.DataFrame, colors: dict[str, str], title: str) -> go.Figure:
+    """The ablation table as points: per setting (x) a point per variant at its mean final accuracy in %, with
+    error bars of the 95 % t-interval of the mean (summarise's ci_low, ci_high; no bar under 2 counted runs).
+
+    `summary`: table.summarise's rows (variant, setting, mean, n, runs, ci_low, ci_high).
+    """
+    fig = go.Figure()
+    for variant, rows in summary.groupby("variant", sort=False):
+        mean, low, high = (rows[c].astype(float) * 100 for c in ("mean", "ci_low", "ci_high"))
+        fig.add_trace(
+            go.Scatter(
+                x=list(rows["setting"]),
+                y=list(mean),
+                mode="markers",
+                name=variant,
+                marker={"color": colors.get(variant, PALETTE[0]), "size": 10},
+                error_y={**error_bars(mean, low, high), "color": colors.get(variant, PALETTE[0]), "width": 6},
+                customdata=list(zip(low, high, rows["n"], rows["runs"])),
+                hovertemplate=f"{html.escape(str(variant))}<br>%{{x}}: mean %{{y:.2f}} %"
+                "<br>95 % interval %{customdata[0]:.2f}..%{customdata[1]:.2f} "
+                "(%{customdata[2]}/%{customdata[3]} runs)<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        template=TEMPLATE,
+        title=title,
+        scattermode="group",  # the variants of a setting side by side, not on top of each other
+        xaxis_title="setting",
+        yaxis_title=f"final-round test accuracy (%; mean, {BARS})",
+        height=420,
+    )
     return fig
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
-from raytune_fl.ablation.table import summarise, to_html
+from raytune_fl.ablation.table import noise, summarise, to_html
 from raytune_fl.report import figures
 from raytune_fl.report.page import figure_div
 from raytune_fl.report.runs import COMPLETED, Store, final_value, representatives, run_label, tune_metric
@@ -28,6 +28,7 @@ from raytune_fl.tracking.schema import (
     SETTING_DEFAULT,
     SPECTRUM_FILE,
     TAG_METHOD,
+    TAG_PARTITION_SEEDS,
     TAG_SEEDS,
     TAG_SETTING,
     TAG_TRIAL_STATUS,
@@ -89,9 +90,18 @@ def ablation_table_section(store: Store) -> Section:
     summary = summarise(results, metric="test_acc")
     section.parts.append(to_html(summary))
     seeds = store.ablation.data.tags.get(TAG_SEEDS, "?")
+    splits = store.ablation.data.tags.get(TAG_PARTITION_SEEDS)  # set only when the ablation varied the split
+    over = f"seeds {seeds}" + (f" x partition seeds {splits} (the split varies)" if splits else "")
     section.note(
-        f"Final-round test accuracy in %, mean ± sample std over seeds {seeds}; bold = best of its column; "
+        f"Final-round test accuracy in %, mean ± sample std over {over}; bold = best of its column; "
         f"(n/runs) = only n runs finished. Ablation run {run_id}, {len(results)} runs."
+    )
+    counts = (len(seeds.split(",")) if seeds != "?" else None, len(splits.split(",")) if splits else 1)
+    title = f"Final-round test accuracy: mean over {noise(*counts)}"
+    _figure(section, figures.final_accuracy_figure(summary, store.colors, title))
+    section.note(
+        f"The chart: the table's means, {figures.BARS} (Student's t with n - 1 degrees of freedom; no bar where "
+        "fewer than 2 runs finished): the uncertainty of the mean over these runs, not the range a single run falls in."
     )
     return section
 
@@ -122,7 +132,8 @@ def _curves(store: Store, runs: Sequence[Run], setting: Callable[[Run], str]) ->
 
 def learning_curves_section(store: Store) -> Section:
     section = Section("learning-curves")
-    if store.ablation_trials:
+    seeds_only = bool(store.ablation_trials)  # the runs differ in seed (and split): their mean has an interval
+    if seeds_only:
         curves, missing = _curves(store, store.ablation_trials, lambda r: r.data.tags.get(TAG_SETTING, SETTING_DEFAULT))
         source = f"ablation run {store.ablation.info.run_id}: runs over seeds, one panel per setting"
     else:
@@ -135,9 +146,13 @@ def learning_curves_section(store: Store) -> Section:
     if curves.empty:
         return section.skip(f"no run has a {ROUND_METRICS_FILE} artifact yet: run scripts/tune.py")
     section.note(
-        f"Source: {source}. Mean line, {figures.BAND}." + (f" {missing} runs without a round table." if missing else "")
+        f"Source: {source}. Mean line, {figures.BAND}"
+        + (f", {figures.BARS}." if seeds_only else ".")
+        + (f" {missing} runs without a round table." if missing else "")
     )
-    by_round = figures.curve_figure(curves, "test_acc", "round", "round", "Test accuracy per round", store.colors)
+    by_round = figures.curve_figure(
+        curves, "test_acc", "round", "round", "Test accuracy per round", store.colors, intervals=seeds_only
+    )
     _figure(section, by_round)
     by_time = figures.curve_figure(
         curves,
@@ -146,6 +161,7 @@ def learning_curves_section(store: Store) -> Section:
         f"{figures.ELAPSED_TITLE}; mean over runs at each round",
         "Test accuracy against wall-clock time",
         store.colors,
+        intervals=seeds_only,
     )
     _figure(section, by_time)
     return section
@@ -286,7 +302,12 @@ def partition_section(store: Store) -> Section:
         for path in store.artifacts.files(run_id, PARTITION_FOLDER):
             if path.endswith(f"/{PARTITION_FILE}"):
                 folder = path.removeprefix(f"{PARTITION_FOLDER}/").removesuffix(PARTITION_FILE).strip("/")
-                title = f"Ablation setting {labels.get(folder, folder)}: samples per class"
+                split, _, setting = folder.partition("/")  # split<P>/<setting> when the ablation varied the split
+                if split.startswith("split") and split[5:].isdigit():
+                    shown = f"{labels.get(setting, setting)}, partition seed {split[5:]}"
+                else:
+                    shown = labels.get(folder, folder)
+                title = f"Ablation setting {shown}: samples per class"
                 _figure(section, figures.partition_figure(store.artifacts.parquet(run_id, path), title))
     if not section.figures:
         return section.skip(f"no {partition_file} on any study or ablation run: run scripts/tune.py")

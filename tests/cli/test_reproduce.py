@@ -23,6 +23,7 @@ def test_every_paper_table_names_a_space_file_that_loads_and_holds_its_reference
     for variant in space.variants.values():
         assert variant.method in METHODS
     assert [v for v in space.variants.values() if v.search], "nothing to tune"
+    assert reproduce._alphas(paper.alphas) and paper.seeds >= 1 and paper.partition_seeds >= 1
 
 
 @pytest.mark.parametrize(
@@ -31,6 +32,7 @@ def test_every_paper_table_names_a_space_file_that_loads_and_holds_its_reference
         (["feduv_table4", "--alphas", "0.1,x"], "--alphas: comma-separated positive numbers"),
         (["feduv_table4", "--alphas", "0.1,-1"], "--alphas: comma-separated positive numbers"),
         (["feduv_table4", "--seeds", "0"], "--seeds: at least 1 (got 0)"),
+        (["univarfl_paper", "--partition-seeds", "0"], "--partition-seeds: at least 1 (got 0)"),
     ],
 )
 def test_bad_options_are_refused_by_name_before_ray_starts(argv, message, capsys, monkeypatch, tmp_path):
