@@ -8,7 +8,7 @@ mu 0.5) and UniVarFL with lambda x10 (25); the same seeds, splits and initial we
 mean over the seeds at one probed round. `ratio` is ‖lambda ∇ L_V‖ / ‖∇ CE‖, the variance hinge's pull next to
 cross-entropy's, `per unit lambda` the same divided by lambda (the term's own gradient).
 
-    python -m benchmarks.term_gradients            # about 5 minutes on 2 cores
+    python -m benchmarks.term_gradients            # about 10 minutes on 2 cores
 """
 
 from __future__ import annotations

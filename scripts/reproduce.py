@@ -1,6 +1,6 @@
 """Reproduce one paper-shaped table end to end: tune, ablate over seeds x alphas, write docs/results/NAME.md.
 
-python scripts/reproduce.py feduv_table4        (also: univarfl_comparison, fedld_table2)
+python scripts/reproduce.py feduv_table4        (also: univarfl_comparison, univarfl_paper, fedld_table2)
 """
 
 import sys
