@@ -10,18 +10,26 @@ from raytune_fl.cli import reproduce
 from raytune_fl.config import load_space
 from tools.dashboard_png import screenshot as dashboard_png
 
-SHRUNKEN = ["--rounds=1", "--num-samples=1", "--seeds=2", "--alphas=0.1,0.5", "--set=base.resources.actors=0"]
+SHRUNKEN = ["--rounds=1", "--num-samples=1", "--alphas=0.1,0.5", "--set=base.resources.actors=0"]
+# 2 runs per cell: 2 training seeds on one split, or (univarfl_paper) 1 seed on 2 splits with its gradient norms
+RUNS_PER_CELL = {"univarfl_paper": ["--seeds=1", "--partition-seeds=2"]}
+# univarfl_comparison runs the same methods through the same code as univarfl_paper (a superset): left out here to
+# keep the slow tier's time (its space file is loaded and checked in tests/cli/test_reproduce.py)
+TABLES = [name for name in sorted(reproduce.PAPERS) if name != "univarfl_comparison"]
 
 
-@pytest.mark.parametrize("name", sorted(reproduce.PAPERS))
+@pytest.mark.parametrize("name", TABLES)
 def test_each_table_reproduces_end_to_end_with_a_shrunken_round_count(name, ray_cluster, tmp_path, capsys):
     space = load_space(reproduce.PAPERS[name].space_file(name))
     screenshot = [] if name == "fedld_table2" else ["--no-screenshot"]  # one screenshot is enough to check it
     out, work = tmp_path / "results", tmp_path / "work"
-    code = reproduce.main([name, *SHRUNKEN, *screenshot, "--out", str(out), "--work", str(work)], dashboard_png)
+    per_cell = RUNS_PER_CELL.get(name, ["--seeds=2", "--partition-seeds=1"])
+    argv = [name, *SHRUNKEN, *per_cell, *screenshot, "--out", str(out), "--work", str(work)]
+    code = reproduce.main(argv, dashboard_png)
     assert code == 0, capsys.readouterr().err[-3000:]
     runs = pd.read_csv(out / name / "runs.csv")
-    assert len(runs) == len(space.variants) * 2 * 2  # variants x seeds x alphas
+    assert len(runs) == len(space.variants) * 2 * 2  # variants x (seeds x splits) x alphas
+    assert runs.groupby(["seed", "partition_seed"]).ngroups == 2
     assert (runs["status"] == "finished").all() and (runs["rounds_completed"] == 1).all()
     assert set(runs["setting"]) == {"alpha=0.1", "alpha=0.5"}
     page = (out / f"{name}.md").read_text()
@@ -35,6 +43,9 @@ def test_each_table_reproduces_end_to_end_with_a_shrunken_round_count(name, ray_
     assert f"| variant − {reproduce.PAPERS[name].reference} |" in page
     assert "python scripts/tune.py" in page and "python scripts/ablate.py" in page
     assert "cores" in page and "torch" in page  # the machine
+    if name == "univarfl_paper":  # the splits vary, the comparison pairs them, and the gradient norms are read back
+        assert "1 training seeds x 2 partition seeds (splits) per cell" in page
+        assert "## Gradient norms" in page and "| univarfl_default | variance |" in page
     if not screenshot:
         assert (out / name / "dashboard.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({name}/dashboard.png)" in page
