@@ -16,7 +16,7 @@ from raytune_fl.ablation.table import format_cell
 from raytune_fl.cli.ablate import main as ablate
 from raytune_fl.config import ConfigError, parse_space
 from raytune_fl.tracking.store import StudyRecord, ablation_results
-from tests.support import tiny_space
+from tests.support import ablate_argv, tiny_space
 
 
 def space(**base):
@@ -137,14 +137,6 @@ def test_a_resumed_cell_keeps_its_finished_run_and_rows_follow_the_plan():
 # ---- bad command lines: exit 2, the option named, Ray not needed ---------------------------------------
 
 
-def _argv(tmp_path) -> list[str]:
-    import yaml
-
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(tiny_space()))
-    return ["--space", str(path), "--mlflow-uri", f"sqlite:///{tmp_path / 'm.db'}", "--out", str(tmp_path / "o")]
-
-
 @pytest.mark.parametrize(
     "extra, needle",
     [
@@ -155,14 +147,14 @@ def _argv(tmp_path) -> list[str]:
     ],
 )
 def test_bad_ablation_command_lines(tmp_path, capsys, extra, needle):
-    argv = _argv(tmp_path)
+    argv = ablate_argv(tmp_path)
     assert ablate([*argv, *extra]) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
 
 
 def test_resume_without_an_earlier_ablation_is_refused(tmp_path, capsys):
-    argv = _argv(tmp_path)
+    argv = ablate_argv(tmp_path)
     assert ablate([*argv, "--resume"]) == 2
     assert "no ablation with this plan" in capsys.readouterr().err
 

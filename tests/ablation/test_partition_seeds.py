@@ -13,7 +13,7 @@ from raytune_fl.ablation.run import summary_metrics, with_partition_seeds, write
 from raytune_fl.ablation.table import mean_interval, summarise, to_markdown
 from raytune_fl.cli.ablate import main as ablate
 from raytune_fl.config import ConfigError, parse_space
-from tests.support import tiny_space
+from tests.support import ablate_argv, tiny_space
 
 T975_2 = 4.302653  # Student's t_{0.975, 2 dof}, from a t-table
 
@@ -90,14 +90,6 @@ def test_partition_seeds_beside_a_grid_over_the_partition_seed_are_refused():
     assert len(make_plan(s, axes, [0], settings(s, axes), sources, 1).cells) == 4  # alone, the grid is fine
 
 
-def _argv(tmp_path) -> list[str]:
-    import yaml
-
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(tiny_space()))
-    return ["--space", str(path), "--mlflow-uri", f"sqlite:///{tmp_path / 'm.db'}", "--out", str(tmp_path / "o")]
-
-
 @pytest.mark.parametrize(
     "extra, first_line",
     [
@@ -106,7 +98,7 @@ def _argv(tmp_path) -> list[str]:
     ],
 )
 def test_the_command_line_refuses_bad_partition_seeds_before_anything_runs(tmp_path, capsys, extra, first_line):
-    assert ablate([*_argv(tmp_path), *extra]) == 2
+    assert ablate([*ablate_argv(tmp_path), *extra]) == 2
     err = capsys.readouterr().err
     assert err.splitlines()[0].removeprefix("error: ").startswith(first_line), err
     assert "Traceback" not in err and not (tmp_path / "o").exists() and not (tmp_path / "m.db").exists()

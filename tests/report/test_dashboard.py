@@ -23,7 +23,7 @@ from raytune_fl.report.dashboard import DashboardReport
 from raytune_fl.report.figures import band, best_so_far, elapsed_seconds
 from raytune_fl.report.sections import SECTIONS
 from raytune_fl.tune.space import parse_param
-from tests.support import tiny_space
+from tests.support import band_curves, tiny_space
 
 
 def _parents(client: MlflowClient, stage: str, name: str) -> list:
@@ -110,14 +110,7 @@ def test_elapsed_seconds_adds_setup_and_the_timed_decomposition():
 
 
 def test_band_is_mean_and_min_max_over_the_runs_that_reached_each_round():
-    curves = pd.DataFrame(
-        {
-            "run_id": ["a", "a", "b", "b", "c"],
-            "round": [1, 2, 1, 2, 1],  # c stopped after round 1
-            "test_acc": [0.2, 0.5, 0.4, 0.7, 0.3],
-            "elapsed_s": [10.0, 12.0, 20.0, 23.0, 30.0],
-        }
-    )
+    curves = band_curves()  # c stopped after round 1
     by_round = band(curves, "test_acc")
     assert list(by_round["x"]) == [1.0, 2.0]
     assert np.allclose(by_round["mean"], [0.3, 0.6])

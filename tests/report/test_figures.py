@@ -8,19 +8,13 @@ import numpy as np
 import pandas as pd
 
 from raytune_fl.report.figures import BARS, band, curve_figure, error_bars, final_accuracy_figure
+from tests.support import band_curves
 
 T975_1, T975_2 = 12.706205, 4.302653  # Student's t quantiles t_{0.975, dof} for 1 and 2 dof, from a t-table
 
 
 def test_band_adds_the_t_interval_of_the_mean_at_each_round():
-    curves = pd.DataFrame(
-        {
-            "run_id": ["a", "a", "b", "b", "c"],
-            "round": [1, 2, 1, 2, 1],  # c stopped after round 1
-            "test_acc": [0.2, 0.5, 0.4, 0.7, 0.3],
-            "elapsed_s": [10.0, 12.0, 20.0, 23.0, 30.0],
-        }
-    )
+    curves = band_curves()  # c stopped after round 1
     by_round = band(curves, "test_acc")
     assert list(by_round["round"]) == [1, 2]
     # round 1: 0.2, 0.4, 0.3: mean 0.3, sd 0.1, half = 4.3027 x 0.1 / sqrt 3 = 0.248414

@@ -74,3 +74,26 @@ def changed_space(*changes: tuple[str, object]) -> dict:
         else:
             node[leaf] = value
     return data
+
+
+def ablate_argv(tmp_path: Path) -> list[str]:
+    """ablate.py's arguments for tiny_space written under tmp_path, its MLflow store and output beside it."""
+    import yaml
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny_space()))
+    return ["--space", str(path), "--mlflow-uri", f"sqlite:///{tmp_path / 'm.db'}", "--out", str(tmp_path / "o")]
+
+
+def band_curves():
+    """Learning curves of three runs for the dashboard's band: c stopped after round 1."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "run_id": ["a", "a", "b", "b", "c"],
+            "round": [1, 2, 1, 2, 1],
+            "test_acc": [0.2, 0.5, 0.4, 0.7, 0.3],
+            "elapsed_s": [10.0, 12.0, 20.0, 23.0, 30.0],
+        }
+    )
