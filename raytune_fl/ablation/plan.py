@@ -120,6 +120,13 @@ def variant_source(space: SearchSpace, name: str, study: StudyRecord | None) -> 
         searched = f"; the method's defaults for the searched {', '.join(variant.search)}" if variant.search else ""
         note = f"no tuned study in MLflow: the YAML's fixed values{searched}"
         return VariantSource(name, variant.method, dict(variant.fixed), None, note)
+    if study.stopped:
+        how = "was interrupted" if study.stopped == "interrupted" else "is still running (or its driver was killed)"
+        finish = study.resume_command or "the tune command that started it, with --resume"
+        raise ConfigError(
+            f"variants.{name}: its newest tune study (MLflow run {study.run_id}) {how} before it selected a "
+            f"configuration; finish it with: {finish}  (or pass --ignore-studies to use the YAML's values)"
+        )
     if study.method != variant.method:
         raise ConfigError(
             f"variants.{name}.method: the latest tuned study of {name!r} (MLflow run {study.run_id}) tuned "

@@ -28,12 +28,14 @@ from raytune_fl.tracking.schema import (
     ABLATION_SUMMARY_FILE,
     PARTITION_FOLDER,
     ROLE_PARENT,
+    RUN_KILLED,
     STAGE_ABLATION,
     SUMMARY_STATISTICS,
     TAG_CONFIG_SOURCE_PREFIX,
     TAG_GRID,
     TAG_PARTITION_SEEDS,
     TAG_PLAN,
+    TAG_RESUME_COMMAND,
     TAG_ROLE,
     TAG_SEEDS,
     TAG_STAGE,
@@ -43,8 +45,9 @@ from raytune_fl.tracking.schema import (
     setting_folder,
 )
 from raytune_fl.tracking.store import ablation_results, one_run_per_cell
-from raytune_fl.tune.callbacks import MlflowTrialLogger, TrialEventsCallback, print_line
+from raytune_fl.tune.callbacks import ForwardInterrupt, MlflowTrialLogger, TrialEventsCallback, print_line
 from raytune_fl.tune.events import Watch, Watcher
+from raytune_fl.tune.interrupt import resume_command, tune_run
 from raytune_fl.tune.resources import placement_group_factory
 from raytune_fl.tune.study import run_config
 
@@ -159,9 +162,12 @@ def run_cells(
         param_space={"cell": tune.grid_search(list(by_key))},
         # the next cell runs in the finished cell's process, with its client actors (actors/pool.py)
         tune_config=tune.TuneConfig(num_samples=1, max_concurrent_trials=max_concurrent, reuse_actors=True),
-        run_config=run_config(name, storage, callbacks, cells[0].experiment.faults.trial_retries),
+        run_config=run_config(
+            name, storage, [*callbacks, ForwardInterrupt()], cells[0].experiment.faults.trial_retries
+        ),
     )
-    return tuner.fit()
+    with tune_run():  # Ctrl-C/SIGTERM: Tune stops the cells, then StudyInterrupted is raised here
+        return tuner.fit()
 
 
 def latest_per_cell(results: pd.DataFrame) -> pd.DataFrame:
@@ -230,6 +236,7 @@ def run_ablation(
     out: Callable[[str], None] = print_line,
     log_models: bool = False,  # each finished cell's final global model as an MLflow model on its run
     watch: Watcher | None = None,  # how the caller follows the cells (the CLI: its console progress)
+    on_parent: Callable[[str], None] | None = None,  # told the parent run's id once it exists (--resume finds it)
 ) -> AblationOutcome:
     """Runs the plan's cells (with `resume`: under that parent, skipping the cells it finished), logs every run to
     MLflow, and writes the results and the table to `out_dir` and to the parent run's `ablation/` artifacts."""
@@ -252,13 +259,14 @@ def run_ablation(
     outcome = AblationOutcome("", pd.DataFrame(), pd.DataFrame())
 
     def close_parent(parent: ParentRun) -> None:
-        """Whatever finished is in MLflow: the table is written from it even after an interruption."""
+        """Whatever finished is in MLflow; the table is written from it unless Ctrl-C or SIGTERM stopped the
+        ablation (--resume runs the rest and writes it: a table of some cells is not the plan's)."""
         results = ablation_results(tracker.client, tracker.experiment_id, parent.run_id)
         outcome.results = with_partition_seeds(plan_order(latest_per_cell(results), plan.cells), plan.cells)
         counts = outcome.results["status"].value_counts().to_dict() if len(outcome.results) else {}
         outcome.wall_time_s = time.time() - started
         parent.metrics = {"wall_time_s": outcome.wall_time_s, **{f"runs_{k}": float(v) for k, v in counts.items()}}
-        if len(outcome.results):
+        if len(outcome.results) and parent.status != RUN_KILLED:
             outcome.summary, outcome.files = write_table(
                 outcome.results, len(plan.seeds), out_dir, partition_seeds=plan.partition_seeds
             )
@@ -267,6 +275,10 @@ def run_ablation(
 
     with tracker.parent_run(lambda: start_parent(tracker, plan, data), parent_run_id) as parent:
         outcome.parent_run_id, parent.on_close = parent.run_id, close_parent
+        if resume_command():
+            parent.interrupt_tags[TAG_RESUME_COMMAND] = resume_command()
+        if on_parent is not None:
+            on_parent(parent.run_id)
         out(f"MLflow ablation run: {parent.run_id}")
         trials = TrialTracker(tracker, parent.run_id, plan.rounds, describe, resuming=bool(done))
         parent.trials.append(trials)

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from raytune_fl.cli import common, progress
+from raytune_fl.cli import common, progress, stopping
 from raytune_fl.config import ConfigError
 from raytune_fl.registry import UnknownNameError
 
@@ -63,6 +63,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with stopping.guarded("ablate", argv):
+        try:
+            return _main(args)
+        except stopping.StudyInterrupted as stop:  # Ctrl-C or SIGTERM: the finished cells are kept in MLflow
+            run_id = getattr(args, "ablation_run", None)
+            what = (
+                f"ablation run {run_id} stopped (KILLED): its finished cells are kept, the cut ones run again on "
+                "--resume; no table was written"
+                if run_id
+                else "before the ablation started"
+            )
+            return stopping.stopped(stop, what, resumable=run_id is not None)
+
+
+def _main(args: argparse.Namespace) -> int:
     from raytune_fl.ablation.plan import check_partition_seeds, make_plan, parse_grid, settings, splits, variant_source
 
     try:  # everything that can be wrong with the command line or the data, before anything is written or Ray starts
@@ -146,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         resume=resume,
         log_models=args.log_models,
         watch=progress.console(args.verbose),
+        on_parent=lambda run_id: setattr(args, "ablation_run", run_id),
     )
     files = outcome.files
     splits_text = f" x {args.partition_seeds} partition seeds" if args.partition_seeds > 1 else ""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from raytune_fl.cli import common
+from raytune_fl.cli import common, stopping
 from raytune_fl.config import ConfigError, load_space
 from raytune_fl.registry import UnknownNameError
 
@@ -113,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--address", help="Ray cluster to join; default: RAY_ADDRESS, else a private local cluster")
     parser.add_argument("--no-screenshot", action="store_true", help="do not screenshot the dashboard")
     parser.add_argument("--verbose", action="store_true", help="tune.py's and ablate.py's --verbose")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a run stopped by Ctrl-C or SIGTERM (same NAME, options and --work): the tuning resumes "
+        "(tune.py --resume), then the ablation (ablate.py --resume) if it had begun",
+    )
     return parser
 
 
@@ -133,9 +139,21 @@ def main(argv: Sequence[str] | None = None, screenshot: Screenshot | None = None
     """`screenshot`: how to draw the dashboard as a PNG (scripts/reproduce.py passes tools/dashboard_png.py's,
     which drives Chromium; the package itself holds no browser tooling). None: the page links the HTML only."""
     args = build_parser().parse_args(argv)
+    with stopping.guarded("reproduce", argv):
+        try:
+            return _main(args, argv, screenshot)
+        except stopping.StudyInterrupted as stop:  # stopped outside the stages (they say it themselves)
+            return stopping.stopped(stop, f"{args.name} stopped", resumable=Path(_work(args)).exists())
+
+
+def _work(args: argparse.Namespace) -> Path:
+    return Path(args.work or Path("reports") / "reproduce" / args.name).resolve()
+
+
+def _main(args: argparse.Namespace, argv: Sequence[str] | None, screenshot: Screenshot | None) -> int:
     paper = PAPERS[args.name]
     space_file = paper.space_file(args.name)
-    work = Path(args.work or Path("reports") / "reproduce" / args.name).resolve()
+    work = _work(args)
     seeds = paper.seeds if args.seeds is None else args.seeds
     partition_seeds = paper.partition_seeds if args.partition_seeds is None else args.partition_seeds
     try:  # what the two stages would refuse, before the work folder is made or Ray starts
@@ -145,6 +163,8 @@ def main(argv: Sequence[str] | None = None, screenshot: Screenshot | None = None
             raise ConfigError(f"--partition-seeds: at least 1 (got {partition_seeds})")
         alphas = _alphas(paper.alphas if args.alphas is None else args.alphas)
         common.check_new_folder(work, "--work")
+        if args.resume and not (work / "mlflow.db").exists():
+            raise ConfigError(f"--resume: no {args.name} run in {work} to resume (no mlflow.db); start it without it")
         common.check_new_folder(Path(args.out), "--out")
         stages = argparse.Namespace(
             space=str(space_file),
@@ -176,6 +196,15 @@ def main(argv: Sequence[str] | None = None, screenshot: Screenshot | None = None
     from raytune_fl.cli.ablate import main as ablate_main
     from raytune_fl.cli.tune import main as tune_main
 
+    if args.resume:  # each stage resumes where it had begun; one that had not begun starts
+        from raytune_fl.tracking.store import has_ablation
+        from raytune_fl.tune.manifest import StudyManifest
+
+        if (work / "ray_results" / Path(StudyManifest.location_name(space))).exists():
+            tune_argv.append("--resume")
+        if has_ablation(uri, space.name):
+            ablate_argv.append("--resume")
+
     started = time.time()
     if searched:
         print(f"=== {args.name}: tuning {', '.join(searched)} ===", flush=True)
@@ -186,7 +215,7 @@ def main(argv: Sequence[str] | None = None, screenshot: Screenshot | None = None
     print(f"=== {args.name}: ablation over {seeds} seeds{splits} x {grid} ===", flush=True)
     code = ablate_main(ablate_argv)
     results_file = work / "ablation" / "ablation_results.parquet"
-    if not results_file.exists():
+    if code in stopping.EXIT_CODES or not results_file.exists():  # stopped: the page waits for --resume
         return code or 1
     wall = {"tune": tuned_s, "ablate": time.time() - started - tuned_s}
 
@@ -215,8 +244,10 @@ def _quoted(argv: Sequence[str]) -> str:
 def _commands(
     argv: Sequence[str] | None, tune_argv: list[str], ablate_argv: list[str], searched: list[str]
 ) -> list[str]:
-    """The reproduce line as given, then the equivalent tune.py + ablate.py pair."""
-    given = list(sys.argv[1:] if argv is None else argv)
+    """The reproduce line as given, then the equivalent tune.py + ablate.py pair (a resumed run's without --resume:
+    the page says how to make it, not how it was finished)."""
+    given = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--resume"]
+    tune_argv, ablate_argv = [a for a in tune_argv if a != "--resume"], [a for a in ablate_argv if a != "--resume"]
     lines = [f"python scripts/reproduce.py {_quoted(given)}"]
     if searched:
         lines.append(f"python scripts/tune.py {_quoted(tune_argv)}")

@@ -7,9 +7,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from raytune_fl.cli import common, progress
+from raytune_fl.cli import common, progress, stopping
 from raytune_fl.config import ConfigError, SearchSpace
 from raytune_fl.registry import UnknownNameError
+from raytune_fl.tune import interrupt
 from raytune_fl.tune.uncertainty import NOISE_Z, accuracy_se, has_binomial_se, within_noise
 
 if TYPE_CHECKING:
@@ -59,6 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with stopping.guarded("tune", argv):
+        try:
+            return _main(args)
+        except stopping.StudyInterrupted as stop:  # Ctrl-C or SIGTERM: what was cut is said, --resume goes on
+            made = getattr(args, "study_record", None) is not None
+            return stopping.stopped(stop, getattr(args, "cut", "before any variant started"), made)
+
+
+def _main(args: argparse.Namespace) -> int:
     try:  # every check, before anything is written and before Ray starts
         space, variants = common.resolve_space(args)
         if space.base.partition.val_fraction == 0:  # tuning selects on validation, never on the test set
@@ -87,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return common.fail(error)
     try:
         tracker, manifest = _open_stores(args, space, uri, (optuna_url, optuna_new), manifest)
+        args.study_record = manifest  # from here on a stop leaves a study --resume continues
     except BaseException as error:
         code = common.fail(error) if isinstance(error, ConfigError) else None  # said before the cluster's end
         if ray_start is not None:
@@ -130,34 +141,61 @@ def _run_variants(
             common.join_ray(args.address, space.base.resources, ray_start, space.plugins)
         except ConfigError as error:
             return common.fail(error)
+    interrupt.reassert()  # ray.init on this thread (a joined cluster) sets its own SIGTERM handler
     started = time.time()
     outcomes = []
-    for name in variants:
-        done = manifest.outcome(name) if args.resume else None
-        if done is not None:
+    for index, name in enumerate(variants):
+        state = manifest.state(name) if args.resume else "new"
+        args.cut = _cut(None, [o.variant for o in outcomes], variants[index:])  # a stop between variants
+        if state == "finished":
             print(f"=== variant {name}: finished before the interruption, kept ===", flush=True)
-            outcomes.append(done)
+            outcomes.append(manifest.outcome(name))
             continue
-        print(f"=== variant {name} (method {space.variants[name].method}) ===", flush=True)
-        outcome = run_variant(
-            space,
-            name,
-            storage=args.storage,
-            tracker=tracker,
-            data=data,
-            resume=manifest.run(name) if args.resume else None,
-            on_start=lambda run, name=name: manifest.started(name, run),
-            log_model=not args.no_models,
-            optuna_storage=optuna_url,
-            watch=progress.console(args.verbose),
-            exporter=exporter,
-        )
+        print(f"=== variant {name} (method {space.variants[name].method}){_RESUMING.get(state, '')} ===", flush=True)
+        try:
+            outcome = run_variant(
+                space,
+                name,
+                storage=args.storage,
+                tracker=tracker,
+                data=data,
+                resume=manifest.run(name) if args.resume else None,
+                on_start=lambda run, name=name: manifest.started(name, run),
+                log_model=not args.no_models,
+                optuna_storage=optuna_url,
+                watch=progress.console(args.verbose),
+                exporter=exporter,
+            )
+        except stopping.StudyInterrupted as stop:
+            manifest.interrupted(name, stop.name)
+            args.cut = _cut(name, [o.variant for o in outcomes], variants[index + 1 :])
+            raise
         manifest.finished(name, outcome)
         outcomes.append(outcome)
+    args.cut = "every variant had finished; the summary was not printed"
     val_samples = len(data.val_indices)  # every variant's scores are over the same validation images
     print_summary(outcomes, uri, space.name, time.time() - started, metric=space.tune.metric, val_samples=val_samples)
     print_next_steps(args, uri, space.name, tracker.experiment_id, outcomes)
     return 0 if all(o.best_metrics for o in outcomes) else 1
+
+
+# what --resume does with a variant the study record names as started but not finished (tune/manifest.py)
+_RESUMING = {
+    "interrupted": ": interrupted; its finished trials kept, the cut ones resumed from their checkpoints",
+    "killed": ": its driver was killed; its finished trials kept, the cut ones resumed from their checkpoints",
+}
+
+
+def _cut(variant: str | None, finished: list[str], left: list[str]) -> str:
+    """One line: the variant whose study was cut (nothing selected for it), and the others' state."""
+    parts = []
+    if variant is not None:
+        parts.append(f"variant {variant!r} stopped mid-study, nothing selected for it (its parent run KILLED)")
+    if finished:
+        parts.append(f"finished: {', '.join(finished)}")
+    if left:
+        parts.append(f"not started: {', '.join(left)}")
+    return "; ".join(parts) or "before any variant started"
 
 
 def _check_optuna_storage(

@@ -86,6 +86,9 @@ class ModelExporter:
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
             env={**os.environ, PLUGINS_ENV_VAR: ",".join(plugins)},
+            # out of the terminal's process group: a Ctrl-C is the study's to handle (tune/interrupt.py), and the
+            # study ends this process itself (close(), or the socket's end when the study's process is gone)
+            start_new_session=True,
         )
         theirs.close()
         self._pipe = Connection(ours.detach())

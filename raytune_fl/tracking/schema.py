@@ -47,6 +47,9 @@ TAG_STUDY_RUN_ID = "study_run_id"
 TAG_TRIAL_ID = "trial_id"  # trial run: Tune's trial id (a resumed trial finds its run by it)
 TAG_TRIAL_STATUS = "trial_status"
 TAG_RESUMED = "resumed"
+# tune and ablation parents stopped by SIGINT/SIGTERM (KILLED): "true"; removed when --resume reopens the run
+TAG_INTERRUPTED = "interrupted"
+TAG_RESUME_COMMAND = "resume_command"  # beside it: the command line that continues the stopped study
 TAG_REPLAY_DIFFERED = "replay_differed"  # rounds a resumed trial replayed with other values (re-logged)
 TAG_DIVERGENCE = "divergence"
 TAG_ROUNDS_COMPLETED = "rounds_completed"

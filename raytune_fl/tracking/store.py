@@ -23,15 +23,18 @@ from mlflow.tracking import MlflowClient
 from raytune_fl.tracking.schema import (
     ROLE_PARENT,
     RUN_FINISHED,
+    RUN_KILLED,
     RUN_RUNNING,
     STAGE_ABLATION,
     STAGE_TUNE,
     TAG_BEST_PREFIX,
     TAG_CELL,
     TAG_DATASET,
+    TAG_INTERRUPTED,
     TAG_METHOD,
     TAG_PARENT_RUN,
     TAG_PLAN,
+    TAG_RESUME_COMMAND,
     TAG_ROLE,
     TAG_ROUNDS_COMPLETED,
     TAG_SEED,
@@ -117,7 +120,7 @@ def is_child(run: Run) -> bool:
 
 @dataclass(frozen=True)
 class StudyRecord:
-    """A finished tune-stage parent run: what the variant's study selected."""
+    """A tune-stage parent run: what the variant's study selected, or (`stopped`) that it was cut before it did."""
 
     run_id: str
     method: str
@@ -125,6 +128,10 @@ class StudyRecord:
     metrics: dict[str, float]  # best_val_acc, best_test_acc, ...
     start_time_ms: int
     dataset: str = ""  # what it was tuned on: an ablation on other data should say so
+    # "" for a finished study; else how the newest study ended without selecting: "interrupted" (Ctrl-C, SIGTERM)
+    # or "running" (still running, or its driver killed), and the command that finishes it where it was recorded
+    stopped: str = ""
+    resume_command: str = ""
 
 
 def experiment_id(client: MlflowClient, name: str) -> str | None:
@@ -152,18 +159,32 @@ def stage_runs(client: MlflowClient, experiment: str, stage: str) -> list[Run]:
 
 
 def latest_study(client: MlflowClient, experiment: str, variant: str) -> StudyRecord | None:
-    """The newest FINISHED tune parent of `variant` that selected a configuration, or None."""
+    """The newest FINISHED tune parent of `variant` that selected a configuration, or None; but when a newer study
+    of it was interrupted or is still RUNNING, that one (`stopped` says which): an older selection is not what the
+    user last asked for."""
     runs = client.search_runs(
         [experiment],
-        filter_string=_and(
-            _tag(TAG_STAGE, STAGE_TUNE), _tag(TAG_VARIANT, variant), f"attributes.status = '{RUN_FINISHED}'"
-        ),
+        filter_string=_and(_tag(TAG_STAGE, STAGE_TUNE), _tag(TAG_VARIANT, variant)),
         order_by=["attributes.start_time DESC"],
     )
     for run in runs:
         tags = run.data.tags
-        if TAG_PARENT_RUN in tags or not any(key.startswith("best_") for key in run.data.metrics):
-            continue  # a child run, or a parent whose study selected nothing
+        if TAG_PARENT_RUN in tags:
+            continue
+        if run.info.status == RUN_RUNNING or (run.info.status == RUN_KILLED and TAG_INTERRUPTED in tags):
+            stopped = "running" if run.info.status == RUN_RUNNING else "interrupted"
+            return StudyRecord(
+                run.info.run_id,
+                tags.get(TAG_METHOD, ""),
+                {},
+                {},
+                run.info.start_time,
+                tags.get(TAG_DATASET, ""),
+                stopped=stopped,
+                resume_command=tags.get(TAG_RESUME_COMMAND, ""),
+            )
+        if run.info.status != RUN_FINISHED or not any(key.startswith("best_") for key in run.data.metrics):
+            continue  # a failed study, or one that selected nothing
         params = {
             key.removeprefix(TAG_BEST_PREFIX): decode_value(v)
             for key, v in tags.items()
@@ -232,6 +253,18 @@ def find_ablation_parent(client: MlflowClient, experiment: str, fingerprint: str
         [experiment], filter_string=_and(_tag(TAG_PARENT_RUN, run_id), _tag(TAG_TRIAL_STATUS, TRIAL_FINISHED))
     )
     return run_id, {run.data.tags.get(TAG_CELL, "") for run in finished}
+
+
+def has_ablation(tracking_uri: str, experiment_name: str) -> bool:
+    """Whether the store holds an ablation parent in that experiment (reproduce --resume: its ablation began)."""
+    found = existing_experiment(tracking_uri, experiment_name)
+    if found is None:
+        return False
+    client, experiment = found
+    runs = client.search_runs(
+        [experiment], filter_string=_and(_tag(TAG_STAGE, STAGE_ABLATION), _tag(TAG_ROLE, ROLE_PARENT)), max_results=1
+    )
+    return bool(runs)
 
 
 def child_runs(client: MlflowClient, experiment: str, parent_run_id: str, *, running: bool = False) -> list[Run]:

@@ -40,7 +40,10 @@ from raytune_fl.tracking.schema import (
     STAGE_TUNE,
     TAG_DESCRIPTION,
     TAG_EXPERIMENT_KIND,
+    TAG_INTERRUPTED,
     TAG_METHOD,
+    TAG_RESUME_COMMAND,
+    TAG_RESUMED,
     TAG_STAGE,
     TAG_TRIAL_STATUS,
     TAG_VARIANT,
@@ -215,8 +218,14 @@ class StudyTracker:
             self.client.log_artifacts(run_id, tmp, artifact_path=artifact_path)
 
     def reopen(self, run_id: str) -> None:
-        """A resumed study continues in the run it started in (no new parent, no orphan)."""
+        """A resumed study continues in the run it started in (no new parent, no orphan); an interruption it
+        records is over once it runs again (a new one sets the tag again)."""
         self.client.update_run(run_id, status=RUN_RUNNING)
+        if TAG_INTERRUPTED in self.client.get_run(run_id).data.tags:
+            self.client.delete_tag(run_id, TAG_INTERRUPTED)
+            if TAG_RESUME_COMMAND in self.client.get_run(run_id).data.tags:
+                self.client.delete_tag(run_id, TAG_RESUME_COMMAND)
+            self.client.set_tag(run_id, TAG_RESUMED, "true")
 
     def close_running_children(self, parent_run_id: str, status: str = RUN_KILLED) -> int:
         """Child runs still RUNNING once a study ends belong to trials that died with a killed driver before
@@ -276,8 +285,9 @@ class StudyTracker:
         try:
             yield parent
             parent.status = parent.status or RUN_FINISHED
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (tune/interrupt.py): what ran is kept, resumable
             parent.status = RUN_KILLED
+            parent.tags.update({TAG_INTERRUPTED: "true", **parent.interrupt_tags})
             raise
         except BaseException:
             parent.status = RUN_FAILED
@@ -334,3 +344,4 @@ class ParentRun:
     tags: dict[str, Any] = field(default_factory=dict)
     trials: list[TrialTracker] = field(default_factory=list)  # their open child runs are closed at the end
     on_close: Callable[[ParentRun], None] | None = None  # after the children are closed, before the parent ends
+    interrupt_tags: dict[str, str] = field(default_factory=dict)  # added when Ctrl-C/SIGTERM stops the block

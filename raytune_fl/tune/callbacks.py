@@ -12,6 +12,7 @@ from ray import tune
 from raytune_fl.engine.report import RoundReport
 from raytune_fl.tracking import TrialTracker
 from raytune_fl.tracking.background import SerialWriter
+from raytune_fl.tune import interrupt
 from raytune_fl.tune.events import TrialEvents
 from raytune_fl.tune.selection import beats, candidacy
 
@@ -113,6 +114,13 @@ class BestSoFar(tune.Callback):
             return
         self.best = chosen
         self.action(str(trial.trial_id), trial.checkpoint, dict(trial.config))
+
+
+class ForwardInterrupt(tune.Callback):
+    """A Ctrl-C or SIGTERM that came before Tune listened reaches Tune on its loop's next step (tune/interrupt.py)."""
+
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        interrupt.forward_if_missed()
 
 
 def print_line(line: str) -> None:

@@ -1,9 +1,10 @@
 """The study manifest: which variant studies a `tune.py` run started, where, and how they ended.
 
 Written to `<storage>/<space name>.study.json` (beside the Tune results: a directory or a bucket prefix) before
-each variant starts and after it ends, so that `tune.py ... --resume` after a killed driver knows what finished
-(skipped), what was running (restored with Tuner.restore, same MLflow runs and Optuna study) and what never started
-(run afresh). Each started variant's entry names its Optuna study and storage (password masked), if it has one.
+each variant starts, after it ends and when a signal cuts it, so that `tune.py ... --resume` after a stopped or killed
+driver knows what finished (skipped), what was running (restored with Tuner.restore, same MLflow runs and Optuna
+study) and what never started (run afresh). A variant cut by Ctrl-C or SIGTERM never gets an outcome. Each started
+variant's entry names its Optuna study and storage (password masked), if it has one.
 """
 
 from __future__ import annotations
@@ -34,8 +35,12 @@ class StudyManifest:
         self.digest, self.mlflow_uri, self.variants = digest, mlflow_uri, variants
 
     @staticmethod
-    def location(storage: Storage, space: SearchSpace) -> str:
-        return storage.join(f"{space.name}.study.json")
+    def location_name(space: SearchSpace) -> str:
+        return f"{space.name}.study.json"
+
+    @classmethod
+    def location(cls, storage: Storage, space: SearchSpace) -> str:
+        return storage.join(cls.location_name(space))
 
     @classmethod
     def start(cls, storage: str | Path | Storage, space: SearchSpace, mlflow_uri: str) -> StudyManifest:
@@ -81,6 +86,25 @@ class StudyManifest:
     def finished(self, variant: str, outcome: VariantOutcome) -> None:
         self.variants.setdefault(variant, {})["outcome"] = dataclasses.asdict(outcome)
         self.save()
+
+    def interrupted(self, variant: str, by: str) -> None:
+        """`variant` was cut by a signal (`by`: Ctrl-C, SIGTERM): it has no outcome, and --resume continues it.
+        A variant that never started has nothing to record: --resume starts it."""
+        entry = self.variants.get(variant)
+        if entry is None or entry.get("outcome"):
+            return
+        entry["interrupted"] = {"by": by, "at": time.strftime("%Y-%m-%d %H:%M:%S")}
+        self.save()
+
+    def state(self, variant: str) -> str:
+        """What --resume does with `variant`: 'finished' (kept), 'interrupted' (cut by a signal: its trials resume
+        from their checkpoints), 'killed' (started, its driver gone without a word: the same), or 'new'."""
+        entry = self.variants.get(variant)
+        if not entry:
+            return "new"
+        if entry.get("outcome"):
+            return "finished"
+        return "interrupted" if entry.get("interrupted") else "killed"
 
     def outcome(self, variant: str) -> VariantOutcome | None:
         saved = self.variants.get(variant, {}).get("outcome")

@@ -41,14 +41,22 @@ from raytune_fl.tracking.schema import (
     TAG_OPTUNA_STORAGE,
     TAG_OPTUNA_STUDY,
     TAG_PARTITION,
+    TAG_RESUME_COMMAND,
     TAG_SEARCHED,
     TRIAL_DIVERGED,
     TRIAL_ERROR,
     TRIAL_FINISHED,
     TRIAL_STOPPED_EARLY,
 )
-from raytune_fl.tune.callbacks import BestSoFar, MlflowTrialLogger, TrialEventsCallback, print_line
+from raytune_fl.tune.callbacks import (
+    BestSoFar,
+    ForwardInterrupt,
+    MlflowTrialLogger,
+    TrialEventsCallback,
+    print_line,
+)
 from raytune_fl.tune.events import Watch, Watcher
+from raytune_fl.tune.interrupt import StudyInterrupted, resume_command, tune_run
 from raytune_fl.tune.resources import placement_group_factory
 from raytune_fl.tune.selection import best_of, candidacy
 from raytune_fl.tune.space import optuna_space
@@ -187,6 +195,7 @@ def run_variant(
         may_stop_early=isinstance(scheduler, ASHAScheduler),
     )
     callbacks: list[tune.Callback] = [TrialEventsCallback(watch(run))] if watch is not None else []
+    callbacks.append(ForwardInterrupt())  # a Ctrl-C that came before Tune listened reaches it on its next step
     storage = resolve_storage(storage)
     fs = storage.filesystem
     restorable = resume is not None and tune.Tuner.can_restore(resume.experiment_path, storage_filesystem=fs)
@@ -236,6 +245,8 @@ def run_variant(
     with tracker.parent_run(start_parent, parent_run_id) if tracker is not None else nullcontext() as parent:
         if parent is not None:
             parent_run_id, parent.on_close = parent.run_id, close_parent
+            if resume_command():  # what `ablate` names when it refuses this study's variant, if it is stopped
+                parent.interrupt_tags[TAG_RESUME_COMMAND] = resume_command()
             trials = tracker.trial_tracker(
                 parent_run_id,
                 variant_name,
@@ -260,20 +271,25 @@ def run_variant(
             placement_group_factory(base.resources),
         )
         name = f"{space.name}-{variant_name}-{stamp}"
+        # within the storage's filesystem, as Tune's restore takes it
+        experiment_path = resume.experiment_path if restorable else storage.join(name)
+        if on_start is not None:  # recorded once the parent run exists: a stop from here on resumes in it
+            on_start(VariantRun(experiment_path, parent_run_id, optuna_study, shown_storage))
         if restorable:
-            trials_without_runtime_env()  # as run_config does for a new Tuner
+            quiet_tune()  # as run_config does for a new Tuner
             tuner = tune.Tuner.restore(
                 resume.experiment_path, trainable, resume_unfinished=True, resume_errored=True, storage_filesystem=fs
             )
             # Ray restores the callbacks pickled at the first start; ours hold this process's MLflow bookkeeping
-            tuner._local_tuner.get_run_config().callbacks = callbacks
-            experiment_path = resume.experiment_path
+            tuner._local_tuner.get_run_config().callbacks = with_result_files(callbacks)
         else:
             tuner = _new_tuner(trainable, space, search_alg, scheduler, num_samples, name, storage, callbacks)
-            experiment_path = storage.join(name)  # within the storage's filesystem, as Tune's restore takes it
-        if on_start is not None:
-            on_start(VariantRun(experiment_path, parent_run_id, optuna_study, shown_storage))
-        results = tuner.fit()
+        try:
+            with tune_run():  # a stop during fit() is Tune's graceful one, raised here once fit() returned
+                results = tuner.fit()
+        except StudyInterrupted:  # nothing below runs: no selection, summary or model of a cut study
+            # the cut trials stay RUNNING in Optuna: the restored searcher tells them their values on --resume
+            raise
         if optuna_study is not None:
             _close_optuna_trials(optuna_storage, optuna_study, variant_name, out)
         outcome, best = summarise(
@@ -363,6 +379,28 @@ def run_config(
     """Where a Tune run writes, who hears of its trials, how many checkpoints it keeps, how often a dead trial is
     restarted from its last checkpoint (tune and ablation alike)."""
     storage = resolve_storage(storage)
+    quiet_tune()
+    return tune.RunConfig(
+        name=name,
+        # the filesystem itself, not a URI: Ray pickles it to the trials with the endpoint it was made with
+        storage_path=storage.path,
+        storage_filesystem=storage.filesystem,
+        callbacks=with_result_files(callbacks),
+        failure_config=tune.FailureConfig(max_failures=trial_retries),
+        verbose=0,  # cli/progress.py shows a status line and a line per trial instead of Tune's tables
+        # the latest checkpoint is what a resume needs; one more in case the newest was being written
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+    )
+
+
+def with_result_files(callbacks: list[tune.Callback]) -> list[tune.Callback]:
+    """`callbacks` and Tune's own result files (result.json, progress.csv), which its result tables read."""
+    return [*callbacks, CSVLoggerCallback(), JsonLoggerCallback()]
+
+
+def quiet_tune() -> None:
+    """Tune's console as our commands want it, for a new Tuner and a restored one alike (its settings are read when
+    fit() runs, not pickled with the experiment)."""
     # Ray's newer console output prints its own boxes and hints even at verbose=0; the classic one at 0 prints
     # nothing, and our progress display (cli/progress.py) says what a user needs
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -370,17 +408,6 @@ def run_config(
     # logger, which warns on every list-valued or NaN metric (client_log; val_loss with no validation data)
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     trials_without_runtime_env()
-    return tune.RunConfig(
-        name=name,
-        # the filesystem itself, not a URI: Ray pickles it to the trials with the endpoint it was made with
-        storage_path=storage.path,
-        storage_filesystem=storage.filesystem,
-        callbacks=[*callbacks, CSVLoggerCallback(), JsonLoggerCallback()],
-        failure_config=tune.FailureConfig(max_failures=trial_retries),
-        verbose=0,  # cli/progress.py shows a status line and a line per trial instead of Tune's tables
-        # the latest checkpoint is what a resume needs; one more in case the newest was being written
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-    )
 
 
 def trials_without_runtime_env() -> None:
