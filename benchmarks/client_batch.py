@@ -2,7 +2,7 @@
 run (`train_local_batched`), local training only (no round driver, no evaluation), best of `--reps`.
 
 Equal clients take the same number of steps, so every stacked step has all K clients: the most batching can give.
-WORKLOAD.md's unequal clients get less (README, "Client batching").
+docs/explanation/workload.md's unequal clients get less (README, "Client batching").
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=10, help="K equal clients (default %(default)s)")
     parser.add_argument("--steps", type=int, default=10, help="local steps of each client (default %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=64, help="default %(default)s (WORKLOAD.md's)")
+    parser.add_argument("--batch-size", type=int, default=64, help="default %(default)s (the workload's)")
     parser.add_argument("--image", type=int, default=28, help="square image side (default %(default)s)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions, best kept (default %(default)s)")

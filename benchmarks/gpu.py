@@ -1,10 +1,10 @@
-"""One command for a lent GPU: the GPU test tier, then WORKLOAD.md, ResNet-18 and a study timed on one GPU.
+"""One command for a lent GPU: the GPU test tier, then the benchmark workload, ResNet-18 and a study timed on one GPU.
 
 Parts, in this order (each measurement in its own child process, so each has a fresh CUDA context and Ray cluster,
 and a timeout; a failed one prints its error tail and the others still run):
 
 - tests: tests/engine/test_gpu.py (and tests/engine/test_gpu_methods.py where present), slow ones included.
-- workload: ../shared/WORKLOAD.md per round on the plain loop on CUDA (bench/reference.py --device cuda), the
+- workload: docs/explanation/workload.md per round on the plain loop on CUDA (bench/reference.py --device cuda), the
   engine in-process on CUDA, and the engine with 1, 2, 4 client actors sharing the GPU (1/actors each; the driver
   evaluates on the same GPU). Ratios divide by the plain loop of this same run.
 - workload_batched: the engine in-process on CUDA with client batching (resources.client_batch K = 1, 2, 5, 10:
@@ -14,7 +14,7 @@ and a timeout; a failed one prints its error tail and the others still run):
   sharing the GPU; a round's training (local training and transport) and evaluation apart.
 - resnet_batched: the same ResNet-18 run in-process on the whole GPU with client_batch K = 1 and 10 (speed-up
   over K = 1).
-- study: 8 trials x 4 rounds of WORKLOAD.md through scripts/tune.py, each trial training in its own process on a
+- study: 8 trials x 4 rounds of the workload through scripts/tune.py, each trial training in its own process on a
   quarter of the GPU (actors 0, gpus_per_actor 0.25), 4 trials at once against 1 at a time (wall time).
 
 Peak GPU memory (torch.cuda.max_memory_allocated of the child) where one process trains every client: the plain
@@ -144,7 +144,7 @@ def _speedup(per_round: float, baseline_s: float | None) -> float | None:
 
 
 def _run_fields(report: dict[str, Any], per_round: float, wall_s: float, baseline_s: float | None) -> dict[str, Any]:
-    """The columns every engine run reports (WORKLOAD.md's and ResNet-18's rows)."""
+    """The columns every engine run reports (the workload's and ResNet-18's rows)."""
     return {
         "s_per_round": per_round,
         "wall_s": wall_s,
@@ -166,8 +166,8 @@ def workload_row(
     part: str = "workload",
     baseline_s: float | None = None,
 ) -> dict[str, Any]:
-    """A WORKLOAD.md way: its median s/round and the ratio to the plain CUDA loop's of this run; `baseline_s`
-    (client batching: K = 1's s/round) gives the speed-up over it."""
+    """A way of running the workload: its median s/round and the ratio to the plain CUDA loop's of this run;
+    `baseline_s` (client batching: K = 1's s/round) gives the speed-up over it."""
     per_round = median_after_warmup(report["round_times"])
     ratio = per_round / reference_s if reference_s and math.isfinite(reference_s) else math.nan
     return _row(part, name, machine, ratio=ratio, **_run_fields(report, per_round, wall_s, baseline_s))
@@ -398,7 +398,7 @@ def resnet_experiment(sizes: Sizes, actors: int, device: str, client_batch: int 
 
 
 def study_space(sizes: Sizes, concurrent: int, device: str) -> dict[str, Any]:
-    """bench/study.py's study of WORKLOAD.md (FedProx's mu, no early stopping), every trial training in its own
+    """bench/study.py's study of the workload (FedProx's mu, no early stopping), every trial training in its own
     process (actors 0) on 1/study_concurrent of the GPU whatever `concurrent` is: only the trials at once differ."""
     from benchmarks import study
 
@@ -807,7 +807,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check.say("interrupted: the table holds what was measured")
     print(
         f"\nGPU check on {machine} ({args.device}), total {time.perf_counter() - check.started:.0f} s. Single runs: "
-        f"one run per way, medians over rounds 2..N of that run (WORKLOAD.md {sizes.workload_rounds} rounds, "
+        f"one run per way, medians over rounds 2..N of that run (the workload {sizes.workload_rounds} rounds, "
         f"ResNet-18 {sizes.resnet_rounds}). Ratios to the plain loop and the speed-ups (studies: over 1 trial at a "
         "time; client batching K: over K=1, per round) are measured side by side in this run; train = a round's time "
         "less the driver's evaluation and aggregation; peak GPU memory: torch's, of the one process that trains "

@@ -1,4 +1,4 @@
-"""Time per round of every method relative to FedAvg, on WORKLOAD.md's workload.
+"""Time per round of every method relative to FedAvg, on docs/explanation/workload.md.
 
 Methods run interleaved (rep 1: every method, rep 2: every method, ...) so slow phases of a shared
 machine hit them alike; each ratio divides by FedAvg's time from the same repetition. A round's
@@ -48,7 +48,7 @@ DEFAULT_METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "fedpac": ("fedpac", {}),
 }
 
-# ../shared/WORKLOAD.md: mnist5k, Dirichlet(0.1) over 10 clients, the small CNN, SGD 0.01/0.9/1e-5, E=1, B=64
+# docs/explanation/workload.md: mnist5k, Dirichlet(0.1) over 10 clients, the small CNN, SGD 0.01/0.9/1e-5, E=1, B=64
 WORKLOAD = {
     "dataset": "mnist5k",
     "partition": {"kind": "dirichlet", "alpha": 0.1, "clients": 10, "min_size": 10, "seed": 0},

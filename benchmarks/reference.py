@@ -1,4 +1,4 @@
-"""The plain reference loop of ../shared/WORKLOAD.md: one process, no Ray, no project code, the simplest correct
+"""The plain reference loop of docs/explanation/workload.md: one process, no Ray, no project code, the simplest correct
 PyTorch. It is the yardstick the engine's times are divided by, and a check that the engine's workload is the same.
 
 `python -m benchmarks.reference --threads 2` prints one JSON line: per-round times and test accuracies.

@@ -1,6 +1,6 @@
 """Scaling: time per round and peak memory at 10, 100 and 1,000 clients with the same number training each round.
 
-Every client holds the same number of samples (400, drawn from WORKLOAD.md's 4,000 training images; shares
+Every client holds the same number of samples (400, drawn from the workload's 4,000 training images; shares
 overlap across clients), so a round's training work is the same at every client count and any difference is
 what the engine pays per *registered* client (sampling, plans, per-client state, data handed to actors).
 Each client count runs in its own child process (interleaved over repetitions), timed and PSS-sampled from
@@ -21,7 +21,7 @@ import numpy as np
 from benchmarks.proc import MiB, measure, print_result, python_module
 from benchmarks.workload import WORKLOAD, timed_run
 
-SHARE = 400  # samples per client: WORKLOAD.md's mean client size
+SHARE = 400  # samples per client: docs/explanation/workload.md's mean client size
 
 
 def equal_shares(num_train: int, clients: int, share: int = SHARE, seed: int = 0) -> list[np.ndarray]:

@@ -1,4 +1,4 @@
-"""Search efficiency: TPE with ASHA, TPE alone and random search with ASHA against a grid, on WORKLOAD.md.
+"""Search efficiency: TPE with ASHA, TPE alone and random search with ASHA against a grid, on the benchmark workload.
 
 The variant is univarfl.yaml's `full` (UniVarFL, mu and lambda searched over that file's ranges) on the workload
 with a 10 % validation split (tuning selects on validation), `--rounds` rounds per run.

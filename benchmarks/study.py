@@ -1,4 +1,4 @@
-"""Study overhead: a 16-trial x 6-round study of WORKLOAD.md through `scripts/tune.py`, timed from outside.
+"""Study overhead: a 16-trial x 6-round study of the benchmark workload `scripts/tune.py`, timed from outside.
 
 overhead = study wall time (process start to exit: Ray start-up, Tune, trial and actor start-up, MLflow
 logging, checkpoints) / the sum over trials of their rounds' training time (`round_time_s`: broadcast, local
@@ -26,9 +26,9 @@ TUNE_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "tune.py"
 
 
 def study_space(trials: int, rounds: int, actors: int) -> dict[str, Any]:
-    """FedProx's mu searched on WORKLOAD.md, every trial run to the end (no early stopping: same work per trial).
+    """FedProx's mu searched on the workload, every trial run to the end (no early stopping: same work per trial).
 
-    Tuning selects on a validation split, so clients hold 10 % out (WORKLOAD.md itself has none)."""
+    Tuning selects on a validation split, so clients hold 10 % out (docs/explanation/workload.md itself has none)."""
     base = {**WORKLOAD, "rounds": rounds, "resources": {"actors": actors, "cpus_per_actor": 1}}
     base["partition"] = {**WORKLOAD["partition"], "val_fraction": 0.1}
     return {

@@ -1,9 +1,9 @@
-"""../shared/WORKLOAD.md several ways side by side: the plain reference loop, the engine in-process, the engine on
-Ray actors, and the engine in-process with client batching (`engine_batched`: `resources.client_batch` = K, one row
-per K of `--client-batch`). Each way runs in its own child process, timed from outside (interpreter start to exit,
-Ray start-up and shutdown included) while its process tree's PSS is sampled. Ways run interleaved over repetitions
-and every ratio divides by the reference loop of the same repetition: these machines are noisy, ratios are what we
-compare.
+"""The benchmark workload (docs/explanation/workload.md) several ways side by side: the plain reference loop, the
+engine in-process, the engine on Ray actors, and the engine in-process with client batching (`engine_batched`:
+`resources.client_batch` = K, one row per K of `--client-batch`). Each way runs in its own child process, timed
+from outside (interpreter start to exit, Ray start-up and shutdown included) while its process tree's PSS is
+sampled. Ways run interleaved over repetitions and every ratio divides by the reference loop of the same
+repetition: these machines are noisy, ratios are what we compare.
 
 Per round: the time between the ends of two successive server evaluations (broadcast, all local trainings,
 collection, aggregation, evaluation and the per-round report), median of rounds 2..6 (round 1 is warm-up).
@@ -26,7 +26,7 @@ START = time.perf_counter()
 
 from benchmarks.proc import MiB, measure, print_result, python_module  # noqa: E402
 
-# ../shared/WORKLOAD.md as an experiment: every client trains on its whole share and the test set is the one
+# docs/explanation/workload.md as an experiment: every client trains on its whole share and the test set is the one
 # evaluated, as in the reference loop (no validation split); diagnostics off (they are not part of the workload)
 WORKLOAD: dict[str, Any] = {
     "dataset": "mnist5k",
@@ -310,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
     rows = summarise(results)
-    title = f"WORKLOAD.md, {args.rounds} rounds x {args.reps} reps; reference = plain loop, {args.threads} threads"
+    title = f"Workload, {args.rounds} rounds x {args.reps} reps; reference = plain loop, {args.threads} threads"
     if args.device == "cuda":
         title += f"; engine on CUDA ({args.actors} actors x {round(1 / args.actors, 4):g} GPU)"
     print_result(title, format_table(rows), rows, args.json)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import builtins
 import difflib
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal, localcontext
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -48,10 +50,42 @@ def _check_file_name(what: str, name: str) -> None:
         raise ValueError(f"{what} {name!r} may use letters, digits, '_' and '-' only")
 
 
+def _numeric(annotation: Any) -> bool:
+    """Whether a field's type takes numbers (int, float, `int | None`, `int | Literal["auto"]`, ...), not bool."""
+    if annotation is bool:
+        return False
+    if annotation in (int, float):
+        return True
+    return any(_numeric(arg) for arg in get_args(annotation) if get_origin(annotation) is not Literal)
+
+
 class _Strict(BaseModel):
     # extra="forbid": a misspelt key is an error that names it, never a silently ignored setting.
     # allow_inf_nan=False: a NaN or infinite rate, weight or timeout would only fail (or silently poison) a trial.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_yes_no_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic reads true as 1 in a number's field, and YAML 1.1 reads yes/no/on/off as booleans: `rounds: yes`
+        # would be one round, `lr: on` a rate of 1.0
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and _numeric(field.annotation) and (found := _yes_no_in(value)) is not None:
+            within = "" if isinstance(value, bool) else f" in {json.dumps(value, default=str):.60}"  # as YAML says it
+            raise ValueError(
+                f"{str(found).lower()}{within} is a yes/no value, not a number (YAML reads yes, no, on, off, true and "
+                "false so); give a number"
+            )
+        return value
+
+
+def _yes_no_in(value: Any) -> bool | None:
+    """The first boolean in `value` or in its lists and tuples (a range's ends, [round, client] pairs), else None."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (list, tuple)):
+        return next((found for item in value if (found := _yes_no_in(item)) is not None), None)
+    return None
 
 
 # Seeds: numpy's default_rng/SeedSequence refuse negative seeds, and its legacy RandomState (Optuna's TPE
@@ -365,7 +399,12 @@ class ExperimentConfig(_Strict):
     )
     model: str = Field("simple_cnn", description="the model's registered name; simple_cnn is FedUV's 8-conv CNN")
     rounds: int = Field(20, ge=1, description="federated rounds per trial")
-    participation: float = Field(1.0, gt=0, le=1, description="fraction of the clients sampled each round")
+    participation: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="fraction of the clients sampled each round (x partition.clients, rounded; at least one client)",
+    )
     local_epochs: int = Field(1, ge=1, description="local epochs per client and round")
     batch_size: int = Field(
         64, ge=2, description="local batch size; at least 2: BatchNorm and the batch-statistic terms need pairs"
@@ -398,6 +437,23 @@ class ExperimentConfig(_Strict):
     checkpoint_every: int = Field(
         1, ge=0, description="rounds between trial checkpoints (what --resume restarts from); 0 = none"
     )
+
+    @model_validator(mode="after")
+    def _participation_samples_a_client(self) -> ExperimentConfig:
+        # partition.clients is the clients' count for every partitioner: 'domain' refuses a count other than the
+        # dataset's domains, 'domain_split' one that is not a multiple of them
+        clients, share = self.partition.clients, self.participation * self.partition.clients
+        if share < 1 - 1e-9:  # clients_per_round would quietly make it one: another setting than the one written
+            shown = next(text for digits in range(3, 17) if (text := f"{share:.{digits}g}") != "1")  # never "1 of"
+            raise ValueError(
+                f"participation: {self.participation:g} of {clients} client{'s' * (clients != 1)} is {shown} of a "
+                f"client, fewer than one; the smallest that samples one client is {smallest_participation(clients)}"
+            )
+        return self
+
+    def clients_per_round(self) -> int:
+        """The clients a round samples (synchronous rounds), or trains at once (FedBuff's concurrency)."""
+        return clients_per_round(self.participation, self.partition.clients)
 
     @field_validator("root")
     @classmethod
@@ -440,6 +496,20 @@ class ExperimentConfig(_Strict):
                     "(partition.clients)"
                 )
         return self
+
+
+def clients_per_round(participation: float, clients: int) -> int:
+    """participation x clients, rounded: the one place the clients a round samples (FedBuff: trains at once) are
+    counted. At least one, where a config already refuses fewer (ExperimentConfig._participation_samples_a_client)."""
+    return max(1, round(participation * clients))
+
+
+def smallest_participation(clients: int) -> str:
+    """The smallest participation that samples one of `clients`: 1/clients as a decimal, rounded up in its 4th
+    significant digit, so that it reads back as at least one client (3 clients: 0.3334)."""
+    with localcontext() as context:
+        context.prec, context.rounding = 4, ROUND_CEILING
+        return f"{Decimal(1) / Decimal(clients):f}"
 
 
 def _typed(param: Any, value: Any) -> Any:
@@ -587,8 +657,9 @@ class VariantConfig(_Strict):
 
 
 class AshaConfig(_Strict):
-    # Early FL curves cross: on WORKLOAD.md (UniVarFL, 10 rounds) val_acc at rounds 2-5 ranks 50 grid runs against
-    # their final order (Spearman -0.46 to -0.04), at round 8 with it (0.60): benchmarks/search.py's "ASHA's bet"
+    # Early FL curves cross: on the benchmark workload (docs/explanation/workload.md; UniVarFL, 10 rounds) val_acc
+    # at rounds 2-5 ranks 50 grid runs against their final order (Spearman -0.46 to -0.04), at round 8 with it
+    # (0.60): benchmarks/search.py's "ASHA's bet"
     grace_period: int | None = Field(
         None, ge=1, description="rounds before a trial may be stopped early; unset = 80 % of the rounds, rounded up"
     )
@@ -763,12 +834,63 @@ def parse_space(
         raise ConfigError(format_validation_error(error, source)) from None
 
 
+class DuplicateKeyError(ValueError):
+    """A YAML mapping gives a key twice: `path` is the key's dotted path, `lines` the (1-based) lines of its first
+    and second occurrence."""
+
+    def __init__(self, path: str, lines: tuple[int, int]) -> None:
+        super().__init__(f"{path}: given twice (lines {lines[0]} and {lines[1]})")
+        self.path, self.lines = path, lines
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """yaml's SafeLoader, except that a mapping that gives a key twice raises DuplicateKeyError: PyYAML keeps the
+    last value silently, so a second `rounds:` further down a section would quietly replace the first."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self._check_keys(node, "", set())  # the whole tree, with paths, before anything is built from it
+        return super().construct_document(node)
+
+    def _check_keys(self, node: yaml.Node, path: str, seen: set[int]) -> None:
+        if id(node) in seen:  # an alias of a node already checked (or of one that contains itself)
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                self._check_keys(item, f"{path}[{index}]", seen)
+        if not isinstance(node, yaml.MappingNode):
+            return
+        first: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: the keys given beside it override it
+                continue
+            scalar = isinstance(key_node, yaml.ScalarNode)  # a list or mapping as a key: rare, and unhashable
+            key = self.construct_object(key_node) if scalar else key_node.start_mark
+            name = f"{path}.{key}" if path else str(key)
+            line = key_node.start_mark.line + 1
+            if scalar and key in first:
+                raise DuplicateKeyError(name, (first[key], line))
+            if scalar:
+                first[key] = line
+            self._check_keys(value_node, name, seen)
+
+
+def load_yaml(text: str) -> Any:
+    """YAML text as Python (yaml.safe_load's), refusing a key given twice in a mapping (DuplicateKeyError)."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: no Python objects built from tags
+
+
 def load_space(path: str | Path, plugins: Sequence[str] = ()) -> SearchSpace:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"--space: no such file: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text())
+    except DuplicateKeyError as error:
+        raise ConfigError(
+            f"{error.path}: given twice, at {path}:{error.lines[1]} (first at line {error.lines[0]}); YAML would "
+            "silently keep the last value, so keep one"
+        ) from None
     except yaml.YAMLError as error:
         raise ConfigError(f"--space {path}: not valid YAML: {error}") from None
     if not isinstance(data, dict):

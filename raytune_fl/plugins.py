@@ -66,12 +66,33 @@ def import_plugin(module: str) -> ModuleType:
 
 def _last_line(error: BaseException) -> str:
     """The error as one line, with where in the plugin's code it was raised."""
-    frames = traceback.extract_tb(error.__traceback__)
-    package = str(Path(__file__).resolve().parent)  # raytune_fl's own frames say less than the plugin's call
-    theirs = [f for f in frames if "importlib" not in f.filename and not f.filename.startswith(package)]
-    where = f"{Path(theirs[-1].filename).name}:{theirs[-1].lineno}" if theirs else ""
+    where = error_location(error)
     text = f"{type(error).__name__}: {error}".splitlines()[0]
     return f"{text} ({where})" if where else text
+
+
+_PACKAGE = Path(__file__).resolve().parent
+_LIBRARIES = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib", "stdlib", "platstdlib")}
+
+
+def error_location(error: BaseException) -> str:
+    """Where the user's code raised `error`, as file:line ("" where no frame is theirs).
+
+    The deepest frame in a file of the user's own: not raytune_fl's (its frames say less than the plugin's call),
+    not `<frozen os>` or importlib's machinery, and not the standard library's or an installed package's (a KeyError
+    from `os.environ[...]` is the plugin's line, not os's) unless only those are left. A SyntaxError points at its
+    own file and line, which no frame holds."""
+    if isinstance(error, SyntaxError) and error.filename:
+        return f"{Path(error.filename).name}:{error.lineno}"
+    frames = [
+        (frame, Path(frame.filename).resolve())
+        for frame in traceback.extract_tb(error.__traceback__)
+        if not frame.filename.startswith("<") and "importlib" not in frame.filename
+    ]
+    frames = [(frame, path) for frame, path in frames if not path.is_relative_to(_PACKAGE)]
+    theirs = [(frame, path) for frame, path in frames if not any(path.is_relative_to(lib) for lib in _LIBRARIES)]
+    found = (theirs or frames)[-1:]
+    return f"{found[0][1].name}:{found[0][0].lineno}" if found else ""
 
 
 def load_plugins(modules: Iterable[str], beside: str | Path | None = None) -> list[ModuleType]:

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal
+
 import pytest
 import yaml
 
 from raytune_fl.cli import main
-from raytune_fl.config import ConfigError, ExperimentConfig, load_space, override, parse_space
+from raytune_fl.config import (
+    ConfigError,
+    DuplicateKeyError,
+    ExperimentConfig,
+    clients_per_round,
+    load_space,
+    load_yaml,
+    override,
+    parse_space,
+    smallest_participation,
+)
 from tests.support import REPO, changed_space, tiny_space
 
 
@@ -217,3 +230,107 @@ def test_a_validation_error_names_the_first_field_on_its_first_line_and_the_file
     assert any(
         line.startswith("  variants.v.method: unknown method 'fedprx'; did you mean 'fedprox'?") for line in lines
     )
+
+
+# ---------------------------------------------------------------- issue 46: every setting at its edges
+
+
+SPACE_FILES = sorted((REPO / "search_spaces").rglob("*.yaml")) + sorted((REPO / "examples").glob("*/space.yaml"))
+
+
+@pytest.mark.parametrize("path", SPACE_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_the_duplicate_key_check_reads_every_shipped_file_as_yaml_does(path):
+    text = path.read_text()
+    assert load_yaml(text) == yaml.safe_load(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "lines"),
+    [
+        ("a: 1\nb:\n  c: 2\n  d: 3\n  c: 4\n", "b.c", (3, 5)),
+        ("a: 1\na: 2\n", "a", (1, 2)),
+        ("runs:\n- {seed: 1, seed: 2}\n", "runs[0].seed", (2, 2)),
+        ("x: {y: [{z: 1}, {z: 2, z: 3}]}\n", "x.y[1].z", (1, 1)),
+        ("1: a\n1.0: b\n", "1.0", (1, 2)),  # equal keys once read: YAML would keep one
+        ("on: 1\ntrue: 2\n", "True", (1, 2)),
+    ],
+)
+def test_a_key_given_twice_is_found_with_its_path_and_lines(text, path, lines):
+    with pytest.raises(DuplicateKeyError) as caught:
+        load_yaml(text)
+    assert (caught.value.path, caught.value.lines) == (path, lines)
+
+
+def test_merge_keys_aliases_and_equal_keys_in_other_mappings_are_no_duplicates():
+    merged = "defaults: &d {lr: 0.1, momentum: 0.9}\nrun:\n  <<: *d\n  lr: 0.5\n"
+    assert load_yaml(merged)["run"] == {"lr": 0.5, "momentum": 0.9}  # the key beside `<<` overrides the merged one
+    assert load_yaml("a: &x {k: 1}\nb: *x\nc: {k: 2}\n") == {"a": {"k": 1}, "b": {"k": 1}, "c": {"k": 2}}
+    looped = load_yaml("a: &x [1, *x]\n")["a"]  # a list that contains itself: checked once
+    assert looped[1] is looped
+
+
+def test_a_duplicate_key_in_a_file_names_the_key_the_file_and_the_second_line(tmp_path):
+    path = tmp_path / "s.yaml"
+    text = yaml.safe_dump(tiny_space()).replace("  rounds: 3\n", "  rounds: 3\n  seed: 1\n  rounds: 30\n")
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_space(path)
+    first = str(caught.value).splitlines()[0]
+    assert first == (
+        f"base.rounds: given twice, at {path}:15 (first at line 13); YAML would silently keep the last value, so "
+        "keep one"
+    )
+
+
+@pytest.mark.parametrize(
+    ("participation", "clients", "per_round"),
+    [(1.0, 10, 10), (0.1, 10, 1), (0.15, 10, 2), (0.25, 10, 2), (0.5, 3, 2), (0.67, 3, 2), (0.34, 3, 1)],
+)
+def test_clients_per_round_rounds_participation_times_clients(participation, clients, per_round):
+    assert clients_per_round(participation, clients) == per_round
+    experiment = ExperimentConfig(dataset="digits", participation=participation, partition={"clients": clients})
+    assert experiment.clients_per_round() == per_round
+
+
+@pytest.mark.parametrize("clients", [*range(1, 40), 64, 99, 100, 128, 333, 1000, 1024, 3000, 30000, 99991])
+def test_the_smallest_participation_the_error_gives_is_accepted_and_samples_one_client(clients):
+    smallest = smallest_participation(clients)
+    experiment = ExperimentConfig(dataset="digits", participation=float(smallest), partition={"clients": clients})
+    assert experiment.clients_per_round() == 1
+    if clients == 1:
+        assert smallest == "1"
+        return
+    # one less in its 4th significant digit is refused, naming the smallest (0.1 -> 0.0999)
+    digits = Decimal(smallest)
+    below = float(digits - Decimal(1).scaleb(digits.adjusted() - 3))
+    expected = f"participation: .* fewer than one; the smallest that samples one client is {re.escape(smallest)}(?!\\d)"
+    with pytest.raises(ValueError, match=expected):
+        ExperimentConfig(dataset="digits", participation=below, partition={"clients": clients})
+    assert len(smallest.replace("0.", "").lstrip("0")) <= 4  # short enough to type
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "value"),
+    [
+        ("base", "rounds", True),
+        ("base", "participation", True),
+        ("base.optimizer", "lr", True),
+        ("base.partition", "clients", False),
+        ("base.resources", "client_batch", True),
+        ("base.system", "local_steps", [1, True]),
+        ("tune", "num_samples", True),
+        ("tune", "seed", False),
+    ],
+)
+def test_a_yes_no_value_in_a_numbers_field_is_refused(section, field, value):
+    with pytest.raises(ConfigError) as caught:
+        parse_space(changed_space((f"{section}.{field}", value)))
+    assert str(caught.value).startswith(f"{section}.{field}: ")
+    assert "is a yes/no value, not a number" in str(caught.value).splitlines()[0]
+
+
+def test_yes_no_values_stay_where_a_field_takes_them():
+    space = parse_space(changed_space(("base.drop_last", True), ("base.augment.horizontal_flip", True)))
+    assert space.base.drop_last is True and space.base.augment.horizontal_flip is True
+    space = parse_space(changed_space(("variants.full.search.mu", {"choice": [0.1, 0.5]})))
+    assert space.variants["full"].search["mu"].choice == [0.1, 0.5]

@@ -131,6 +131,121 @@ def test_a_bad_plugin_on_the_command_line_exits_2_before_ray(tmp_path):
     assert "Ray" not in run.stdout and not (tmp_path / "mlflow.db").exists()  # nothing started or written
 
 
+@pytest.mark.parametrize(
+    ("code", "where"),
+    [
+        ("import os\n\nHOME = os.environ['PLUG_NOT_SET_ANYWHERE']\n", "(plug_where.py:3)"),  # raised in <frozen os>
+        ("import json\n\nCONFIG = json.loads('{not json')\n", "(plug_where.py:3)"),  # raised in json's decoder
+        ("X = 1\ndef broken(:\n    pass\n", "(plug_where.py:2)"),  # no frame of the plugin's: the error's own line
+    ],
+    ids=["environ", "stdlib", "syntax"],
+)
+def test_an_import_error_points_at_the_plugins_own_line(plugin_dir, code, where):
+    write(plugin_dir, "plug_where", code)
+    with pytest.raises(ConfigError) as error:
+        parse_space(space_with(["plug_where"]))
+    first = str(error.value).splitlines()[0]
+    assert first.startswith("plugins: importing 'plug_where' failed: ") and first.endswith(where), first
+    assert "frozen" not in first and "os.py" not in first and "decoder.py" not in first
+
+
+# ---- a plugin method tried before Ray starts (raytune_fl/engine/method_check.py) ---------------------------------
+
+METHOD_BUILD_RAISES = """
+    from raytune_fl import MethodSpec, register_method
+
+
+    def build(params, context):
+        raise RuntimeError("needs a projection head")
+
+
+    register_method(MethodSpec("plug_boom", {}, build))
+"""
+# server momentum in a plain attribute: a trial resumed from its checkpoint starts it from zero again
+METHOD_LOSES_STATE = """
+    import numpy as np
+    from raytune_fl import Method, MethodSpec, ServerAggregator, apply_delta, register_method, weighted_mean_delta
+
+
+    class Momentum(ServerAggregator):
+        def __init__(self):
+            self.velocity = {}
+
+        def aggregate(self, global_weights, updates):
+            mean = weighted_mean_delta(updates)
+            self.velocity = {k: np.asarray(0.9 * self.velocity.get(k, 0) + v, v.dtype) for k, v in mean.items()}
+            return apply_delta(global_weights, self.velocity, updates)
+    KEEPS
+
+    def build(params, context):
+        return Method("plug_mom", (), Momentum())
+
+
+    register_method(MethodSpec("plug_mom", {}, build, as_fedavg=None))
+"""
+KEEPS_STATE = """
+        def state_dict(self):
+            return {"velocity": self.velocity}
+
+        def load_state_dict(self, state):
+            self.velocity = dict(state["velocity"])
+"""
+
+
+def method_space(module: str, method: str) -> dict:
+    data = space_with([module])
+    data["variants"] = {"fedavg": {"method": "fedavg"}, "mine": {"method": method}}
+    return data
+
+
+def refused_by_tune(tmp_path, capsys, data: dict) -> list[str]:
+    """tune.py's main on `data`: exit 2 with no traceback, no Ray started and nothing written; stderr's lines."""
+    import ray
+
+    from raytune_fl.cli import main
+
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(data))
+    ray_was_up = ray.is_initialized()  # True only where another test module started the session's cluster
+    code = main(
+        ["--space", str(path), "--storage", str(tmp_path / "ray"), "--mlflow-uri", f"sqlite:///{tmp_path}/m.db"]
+    )
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    assert "Traceback" not in out + err and ray.is_initialized() is ray_was_up
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plugins", "space.yaml"]  # no store, no --storage
+    return err.splitlines()
+
+
+def test_a_plugin_method_whose_build_raises_exits_2_naming_the_variant_and_the_line(plugin_dir, tmp_path, capsys):
+    write(plugin_dir, "plug_boom_mod", METHOD_BUILD_RAISES)
+    lines = refused_by_tune(tmp_path, capsys, method_space("plug_boom_mod", "plug_boom"))
+    assert lines == [
+        "error: variants.mine.method: method 'plug_boom': build() raised RuntimeError: needs a projection head "
+        "(plug_boom_mod.py:6)"
+    ]
+
+
+def test_a_plugin_method_that_loses_its_state_on_a_resume_is_refused_before_ray(plugin_dir, tmp_path, capsys):
+    write(plugin_dir, "plug_mom_mod", METHOD_LOSES_STATE.replace("    KEEPS", ""))
+    lines = refused_by_tune(tmp_path, capsys, method_space("plug_mom_mod", "plug_mom"))
+    assert lines[0] == (
+        "error: variants.mine.method: method 'plug_mom' (plug_mom_mod.py:16): its state does not survive a resume "
+        "from a checkpoint"
+    )
+    said = "\n".join(lines)
+    assert "Momentum.velocity changed by aggregation and not restored by load_state_dict()" in said
+    assert "return it from the aggregator's state_dict() and set it in load_state_dict()" in said
+
+
+def test_the_same_method_with_its_state_in_state_dict_passes_the_check(plugin_dir):
+    from raytune_fl.engine.method_check import check_plugin_methods
+
+    write(plugin_dir, "plug_mom_kept", METHOD_LOSES_STATE.replace("    KEEPS", KEEPS_STATE.strip("\n")))
+    space = parse_space(method_space("plug_mom_kept", "plug_mom"))
+    check_plugin_methods(space, list(space.variants))  # no ConfigError: built and run two tiny rounds
+
+
 def test_import_plugin_refuses_what_is_not_a_module_name():
     for bad in ("", "a b", "x/y", "1abc", 3):
         with pytest.raises(PluginError, match="not a module name"):

@@ -1,4 +1,5 @@
-"""Principal-gradient aggregation of FedLD (Zeng et al., MICCAI 2024). Pure numpy; METHODS.md, "Principal gradient".
+"""Principal-gradient aggregation of FedLD (Zeng et al., MICCAI 2024). Pure numpy; specified in
+docs/explanation/methods.md#principal-gradient.
 
 Client "gradients" are the deltas g_i = w_i - w_t, the columns of G (d x m):
 

@@ -16,6 +16,7 @@ import argparse
 import atexit
 import os
 import re
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,13 +26,16 @@ import yaml
 
 from raytune_fl.config import (
     ConfigError,
+    DuplicateKeyError,
     ExperimentConfig,
     ResourcesConfig,
     SearchSpace,
     did_you_mean,
     load_space,
+    load_yaml,
     override,
 )
+from raytune_fl.methods import METHODS
 
 if TYPE_CHECKING:
     from raytune_fl.engine.data import FederatedData
@@ -114,7 +118,10 @@ def tracking_uri(args: argparse.Namespace) -> str:
 def exit_now(code: int) -> NoReturn:
     """A command's exit: the atexit handlers (Ray's shutdown, MLflow's and logging's flushes), then no interpreter
     teardown. With torch, Ray and MLflow loaded the teardown takes seconds (3.7 s measured after a study, no Python
-    frame running) and writes nothing: everything a command produces is written by then."""
+    frame running) and writes nothing: everything a command produces is written by then. The exit code is decided:
+    a Ctrl-C or SIGTERM during these last seconds (a second one after a stop, say) ends the process with it."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: os._exit(code))
     if "ray" in sys.modules:
         from raytune_fl.runtime.cluster import stop_ray
 
@@ -165,7 +172,11 @@ def resolve_space(args: argparse.Namespace, warnings: bool = True) -> tuple[Sear
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. base.rounds=5")
         try:
-            changes[key] = yaml.safe_load(text)
+            changes[key] = load_yaml(text)  # a flow mapping may give a key twice too: {fixed: {mu: 1, mu: 2}}
+        except DuplicateKeyError as error:
+            raise ConfigError(
+                f"{key}.{error.path}: given twice in --set {item}; YAML would silently keep the last value, so keep one"
+            ) from None
         except yaml.YAMLError as error:
             raise ConfigError(f"--set {key}: the value is not valid YAML: {error}") from None
         if key in set_texts:
@@ -181,6 +192,8 @@ def resolve_space(args: argparse.Namespace, warnings: bool = True) -> tuple[Sear
             notes.append(note)
     if changes:
         space = override(space, changes, source=f"{args.space} with command-line overrides")
+    if note := client_batch_note(space.base):
+        notes.append(note)
     if warnings:
         for note in notes:
             warn(note)
@@ -201,7 +214,23 @@ def resolve_space(args: argparse.Namespace, warnings: bool = True) -> tuple[Sear
 
     # checked (a wrong bucket or endpoint fails here, not in Ray), made by make_storage; from here on a Storage
     args.storage = check_storage(args.storage)
+    if any(space.variants[v].method in METHODS.user_names() for v in variants):  # issue 46: a plugin's method
+        from raytune_fl.engine.method_check import check_plugin_methods  # torch: only where there is one
+
+        check_plugin_methods(space, variants)  # built and run two tiny rounds, its state through a checkpoint
     return space, variants
+
+
+def client_batch_note(base: ExperimentConfig) -> str | None:
+    """The warning where resources.client_batch asks for more clients at once than a round trains: the engine trains
+    at most those together (engine/federation.py's client_batch caps it), so the training is the same."""
+    batch, per_round = base.resources.client_batch, base.clients_per_round()
+    if batch == "auto" or batch <= per_round:
+        return None
+    return (
+        f"base.resources.client_batch: {batch} is more than the {per_round} clients a round trains (participation "
+        f"{base.participation:g} of {base.partition.clients} clients); {per_round} is used"
+    )
 
 
 def _check_address_form(source: str, address: str) -> None:
@@ -295,6 +324,8 @@ def check_data(base: ExperimentConfig) -> FederatedData:
         )
     try:
         return prepare_data(base)
+    except ConfigError:  # names its own field (engine/data.py's check_steps: base.batch_size, partition.min_size)
+        raise
     except (OSError, ValueError) as error:  # e.g. no Dirichlet draw gives every client min_size samples
         raise ConfigError(f"base.partition: {error}") from None
 

@@ -69,6 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage(), file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[command][0])
+    from raytune_fl.cli.progress import plain_worker_lines
+
+    plain_worker_lines()  # piped or NO_COLOR: no colour codes from Ray, even in lines printed as it starts
     sys.argv[0] = f"raytune-fl {command}"  # argparse's usage line names the command as typed
     return module.main(rest)
 

@@ -6,8 +6,9 @@ Three parts, so that what is shown can be tested without Ray:
   and timed by an injected clock;
 - the renderers (`status_line`, `ended_line`, `started_line`, `round_line`): pure functions of the state;
 - `ProgressDisplay`: writes them to a stream. On a terminal one status line is redrawn in place (throttled) and
-  a final one stays; anywhere else (CI, a log file, a pipe) it writes whole lines only: one when a trial ends, a
-  summary every `summary_every_s`, the final one. With `verbose`, the start and every round of every trial too.
+  a final one stays; anywhere else (CI, a log file, a pipe), and wherever NO_COLOR is set or TERM is dumb, it writes
+  whole lines only, with no escape codes: one when a trial ends, a summary every `summary_every_s`, the final one.
+  With `verbose`, the start and every round of every trial too.
 
 `ConsoleProgress` takes a run's events (tune/events.py) to the state and the display; `console(verbose)` is the
 watcher the commands hand to a study or an ablation. Tune's callback that feeds it is tune/callbacks.py's.
@@ -16,6 +17,7 @@ watcher the commands hand to a study or an ablation. Tune's callback that feeds 
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import sys
 import time
@@ -28,6 +30,26 @@ from raytune_fl.tune.events import Watch, Watcher
 
 Clock = Callable[[], float]
 ERASE = "\r\x1b[K"  # back to the start of the line, erase it (a terminal only)
+
+
+def escapes_allowed(stream: Any) -> bool:
+    """Whether `stream` may get ANSI escape codes (colours, a line redrawn in place): a terminal, with NO_COLOR unset
+    or empty (no-color.org) and TERM not 'dumb'. A pipe or a file gets plain text only."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
+def plain_worker_lines() -> None:
+    """Ray prints its workers' lines (a trial's notice, a client's warning) under a coloured `(name pid=...)`
+    prefix whatever the stream, unless RAY_COLOR_PREFIX=0: set that (where the user has not set it) unless both
+    stdout and stderr may get escape codes. Ray's driver reads it at each line it prints."""
+    if not (escapes_allowed(sys.stdout) and escapes_allowed(sys.stderr)):
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
 
 
 @dataclass
@@ -282,8 +304,9 @@ def round_line(state: ProgressState, trial: TrialProgress, result: dict[str, Any
 
 
 class ProgressDisplay:
-    """Writes the state to `stream` (default: whatever sys.stdout is at each write). `tty` (default: the stream's
-    isatty(), asked once) chooses the in-place status line; otherwise whole lines only, never '\\r' or ANSI codes."""
+    """Writes the state to `stream` (default: whatever sys.stdout is at each write). `tty` (default: whether the
+    stream may get escape codes, `escapes_allowed`, asked once) chooses the in-place status line; otherwise whole
+    lines only, never '\\r' or ANSI codes."""
 
     def __init__(
         self,
@@ -311,8 +334,7 @@ class ProgressDisplay:
     @property
     def tty(self) -> bool:
         if self._tty is None:
-            isatty = getattr(self.stream, "isatty", None)
-            self._tty = bool(isatty and isatty())
+            self._tty = escapes_allowed(self.stream)
         return self._tty
 
     def __getstate__(self) -> dict[str, Any]:
@@ -409,7 +431,9 @@ class ConsoleProgress:
 
 def console(verbose: bool = False) -> Watcher:
     """The CLI's watcher: a live status line on a terminal, a line per trial elsewhere; with `verbose` a line per
-    trial start and round too."""
+    trial start and round too. Where the output is not a terminal (or NO_COLOR is set), Ray's prefixes of the
+    workers' lines are plain too."""
+    plain_worker_lines()  # before any trial prints: every command that runs trials makes its watcher here
 
     def watch(run: Watch) -> ConsoleProgress:
         state = ProgressState(

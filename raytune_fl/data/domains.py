@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from raytune_fl.data.datasets import DATASETS, ArrayDataset, load_dataset
+from raytune_fl.data.datasets import DATASETS, ArrayDataset, check_classes, load_dataset
 
 # 64x64 rather than PACS's native 227/224: ~12x less memory and compute, which federated sweeps multiply.
 IMAGE_SIZE = 64
@@ -195,7 +195,10 @@ def _domain_folder(name: str, root: Path) -> ArrayDataset:
     # Sorted unique names: the same class folder name gets the same index in every domain.
     domain_names, domains = np.unique([p.parent.parent.name for p in paths], return_inverse=True)
     class_names, labels = np.unique([p.parent.name for p in paths], return_inverse=True)
-    return _build(name, paths, labels, domains, class_names, domain_names)
+    built = _build(name, paths, labels, domains, class_names, domain_names)
+    # a user's tree may hold one class, or a class whose few images all fell to the test side of the split
+    check_classes(f"{name}: {root}", built.y_train, built.y_test, built.num_classes, built.class_names)
+    return built
 
 
 # -------------------------------------------------------------------------------------------------- HAM10000

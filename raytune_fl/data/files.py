@@ -2,17 +2,20 @@
 options model below.
 
 - ``npz``: a ``.npz`` (``numpy.savez``/``savez_compressed``) holding ``x_train``, ``y_train``, ``x_test``, ``y_test``:
-  images (N, C, H, W) or (N, H, W), integer labels 0..K-1 (K = the largest label + 1). Integer images are 8-bit
+  images (N, C, H, W), (N, H, W, C) (``layout``, else read off the shape) or (N, H, W), integer labels 0..K-1
+  (K = the largest label + 1; at least two classes, each with a training sample). Integer images are 8-bit
   pixels (0..255, any integer dtype): scaled to [0, 1] and standardised per channel with the train split's
   statistics; float images are used as given (you normalised them).
 - ``image_folder``: torchvision's ``ImageFolder`` layout under ``root``: ``train/<class>/<image>`` and
-  ``test/<class>/<image>`` (classes: the train folders' sorted names; the test folders must be among them, a test
-  split may lack a class). Grayscale files stay one channel when every file is grayscale; otherwise every image is
-  read as RGB (alpha dropped). Resized to ``image_size`` where given, else all files must share one size.
+  ``test/<class>/<image>`` (classes: the train folders' sorted names, at least two; the test folders must be among
+  them, a test split may lack a class). Grayscale files stay one channel when every file is grayscale; otherwise
+  every image is read as RGB (alpha dropped). Resized to ``image_size`` where given, else all files must share one
+  size.
 - ``torchvision``: one of torchvision's dataset classes (``name``; EMNIST also takes ``split``) read from its files
   under ``root`` with ``download=False``, as torchvision gives them (EMNIST's images stay transposed; its letters
-  split's labels 1..26 become 0..25). torchvision itself checks CIFAR's and SVHN's files against their official
-  checksums (the built-in ``cifar10``/``cifar100`` read the same files without that check).
+  split's labels 1..26 become 0..25; K from the labels, as npz's). torchvision itself checks CIFAR's and SVHN's
+  files against their official checksums (the built-in ``cifar10``/``cifar100`` read the same files without that
+  check).
 
 Paths are made absolute where the space is checked (the driver): trials run in other working directories. Loads
 are cached per (dataset, files, settings) in a process; the cached arrays are shared, so copy before editing.
@@ -24,12 +27,12 @@ from __future__ import annotations
 import functools
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from raytune_fl.data.datasets import ArrayDataset, check_arrays, dataset, standardise
+from raytune_fl.data.datasets import ArrayDataset, check_arrays, dataset, image_layout, standardise
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
@@ -47,6 +50,11 @@ def _absolute(path: str) -> str:
 
 class NpzOptions(_Options):
     path: str = Field(description="a .npz file holding x_train, y_train, x_test, y_test")
+    layout: Literal["nchw", "nhwc"] | None = Field(
+        None,
+        description="how 4-D images are laid out: nchw = (N, C, H, W), nhwc = (N, H, W, C) (channels last); unset: "
+        "read off the shape (the axis of size 1, 3 or 4 holds channels), an array where both can is refused",
+    )
 
     @field_validator("path")
     @classmethod
@@ -58,11 +66,11 @@ class NpzOptions(_Options):
 def npz(root: str | None = None, options: NpzOptions | None = None) -> ArrayDataset:
     """Arrays from a .npz file (dataset_options.path)."""
     assert options is not None  # load_dataset validates dataset_options into NpzOptions
-    return _npz(options.path)
+    return _npz(options.path, options.layout)
 
 
 @functools.lru_cache(maxsize=4)
-def _npz(path: str) -> ArrayDataset:
+def _npz(path: str, layout: str | None = None) -> ArrayDataset:
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"npz: no such file: {file}")
@@ -74,10 +82,13 @@ def _npz(path: str) -> ArrayDataset:
     missing = [key for key in ("x_train", "y_train", "x_test", "y_test") if key not in arrays]
     if missing:
         raise ValueError(f"npz: {file} lacks {', '.join(missing)} (it holds {', '.join(arrays) or 'nothing'})")
+    source = f"npz: {file}"
+    how = "set base.dataset_options.layout: nchw or nhwc"
+    used = image_layout(source, arrays["x_train"].shape, layout, how)
     x_train, y_train, x_test, y_test, classes = check_arrays(
-        f"npz: {file}", *(arrays[k] for k in ("x_train", "y_train", "x_test", "y_test")), scale_uint8=True
+        source, *(arrays[k] for k in ("x_train", "y_train", "x_test", "y_test")), scale_uint8=True, layout=used
     )
-    return ArrayDataset(file.stem, x_train, y_train, x_test, y_test, num_classes=classes)
+    return ArrayDataset(file.stem, x_train, y_train, x_test, y_test, num_classes=classes, layout=used)
 
 
 # ---------------------------------------------------------------------------------------------- image_folder
@@ -136,6 +147,11 @@ def _image_folder(root: str, size: tuple[int, int] | None) -> ArrayDataset:
     extra = sorted(set(name for name, files in splits["test"].items() if files) - set(class_names))
     if extra:
         raise ValueError(f"image_folder: test classes {', '.join(extra)} under {base} have no train images")
+    if len(class_names) < 2:  # every image one class: 100 % accuracy by construction
+        raise ValueError(
+            f"image_folder: {base / 'train'} holds one class folder ({class_names[0]}); a classifier needs at least "
+            "2: one train/<class>/ folder per class"
+        )
     items = {
         split: [(path, class_names.index(name)) for name, files in listing.items() if files for path in files]
         for split, listing in splits.items()
@@ -233,11 +249,12 @@ def _torchvision(name: str, root: str, split: str | None = None) -> ArrayDataset
     (x_train, y_train, _), (x_test, y_test, classes) = splits
     if split == "letters":  # labels 1..26: torchvision's class 0 ("N/A") holds no image
         y_train, y_test, classes = np.asarray(y_train) - 1, np.asarray(y_test) - 1, classes[1:]
+    # K from the labels (the largest + 1), not from torchvision's class list: a copy holding fewer classes gets a
+    # head of its own size; a class of 0..K-1 without a training sample is refused (check_classes)
     x_train, y_train, x_test, y_test, count = check_arrays(
-        f"torchvision {name}: {root}", x_train, y_train, x_test, y_test, len(classes) if classes else None,
-        scale_uint8=True,
+        f"torchvision {name}: {root}", x_train, y_train, x_test, y_test, scale_uint8=True
     )  # fmt: skip
-    names = tuple(str(c) for c in classes) if classes and len(classes) == count else ()
+    names = tuple(str(c) for c in classes[:count]) if len(classes) >= count else ()
     label = f"emnist_{split}" if split else name.lower()
     return ArrayDataset(label, x_train, y_train, x_test, y_test, count, class_names=names)
 

@@ -28,10 +28,14 @@ class DataIdentity:
     sizes: dict[str, int] = field(default_factory=dict)  # train / validation / test samples, clients
     shape: tuple[int, ...] = ()  # one image: (C, H, W)
     num_classes: int = 0
+    layout: str = ""  # how the source laid its images out (npz, a plugin's arrays): nchw or nhwc; "" not read
 
     @property
     def profile(self) -> dict[str, Any]:
-        return {**self.sizes, "num_classes": self.num_classes, "partition": self.partition}
+        """What the MLflow UI shows for the dataset: the split sizes, the class count, one image's shape (and the
+        source's layout, where one was read), the partition settings."""
+        shown = {"num_classes": self.num_classes, "image_shape": list(self.shape)}
+        return {**self.sizes, **shown, **({"layout": self.layout} if self.layout else {}), "partition": self.partition}
 
 
 def partition_label(partition: dict[str, Any]) -> str:
@@ -50,8 +54,10 @@ def data_identity(
     val_parts: list[np.ndarray],
     partition: dict[str, Any],
     root: str | None = None,
+    options: dict[str, Any] | None = None,
 ) -> DataIdentity:
-    """The identity of a dataset split among clients; `partition` is the partition config as a dict."""
+    """The identity of a dataset split among clients; `partition` is the partition config as a dict, `root` and
+    `options` (dataset_options: an npz's path) where the data was read from."""
     digest = hashlib.blake2b(digest_size=DIGEST_CHARS // 2)
     for array in (dataset.x_train, dataset.y_train, dataset.x_test, dataset.y_test):
         digest.update(str((array.dtype.str, array.shape)).encode())
@@ -60,7 +66,8 @@ def data_identity(
         for part in parts:
             digest.update(np.asarray(part, dtype=np.int64).tobytes())
             digest.update(b"|")
-    source = {"dataset": dataset.name, **({"root": root} if root else {"embedded": True})}
+    read_from = {**({"root": root} if root else {}), **({"options": dict(options)} if options else {})}
+    source = {"dataset": dataset.name, **(read_from or {"embedded": True})}
     sizes = {
         "train_samples": int(sum(len(p) for p in train_parts)),
         "val_samples": int(sum(len(p) for p in val_parts)),
@@ -75,6 +82,7 @@ def data_identity(
         sizes=sizes,
         shape=tuple(int(s) for s in dataset.x_train.shape[1:]),
         num_classes=dataset.num_classes,
+        layout=dataset.layout,
     )
 
 

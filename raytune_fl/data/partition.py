@@ -3,7 +3,7 @@
 Every partitioner has the signature
 ``fn(labels, num_clients, *, seed, min_size=1, **kind_specific) -> list[np.ndarray]`` and returns one
 sorted int64 array of positions into ``labels`` per client; the parts are disjoint and cover every
-position. ``dirichlet`` reproduces WORKLOAD.md "Partition" exactly for the benchmark settings.
+position. ``dirichlet`` reproduces docs/explanation/workload.md#partition exactly for the benchmark settings.
 
 Label skew: ``iid``, ``dirichlet``, ``shards``; quantity skew: ``quantity_skew``; feature shift (they also
 take ``domains``, per-sample domain ids): ``domain`` (one client per domain), ``domain_split`` (each
@@ -72,7 +72,7 @@ def dirichlet(
     """Per-class Dirichlet(alpha) shares, redrawn until every client has >= ``min_size`` samples.
 
     Smaller alpha means more skewed (non-IID) clients. Draw order and cut arithmetic follow
-    WORKLOAD.md so that seed 0 / 10 clients / alpha 0.1 / min_size 10 gives its exact sizes.
+    docs/explanation/workload.md#partition so that seed 0 / 10 clients / alpha 0.1 / min_size 10 gives its exact sizes.
     """
     labels = _check(labels, num_clients, min_size)
     if (

@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from raytune_fl.config import ExperimentConfig, PartitionConfig
+from raytune_fl.config import ConfigError, ExperimentConfig, PartitionConfig
 from raytune_fl.data import ArrayDataset, load_dataset, partition, train_val_split
 from raytune_fl.data.identity import DataIdentity, data_identity
+from raytune_fl.engine.system import epoch_steps
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,50 @@ def prepare_data(experiment: ExperimentConfig) -> FederatedData:
     splits = [
         train_val_split(part, spec.val_fraction, seed=spec.seed * 100_003 + cid) for cid, part in enumerate(parts)
     ]
-    return FederatedData(dataset, [train for train, _ in splits], [val for _, val in splits])
+    data = FederatedData(dataset, [train for train, _ in splits], [val for _, val in splits])
+    check_steps(experiment, data)
+    return data
+
+
+def check_steps(experiment: ExperimentConfig, data: FederatedData) -> None:
+    """Refuse a partition with a client that can take no optimiser step under the batch settings (its training
+    share smaller than batch_size with drop_last, or of one sample): it would train nothing and report a loss of
+    0.0, and a round of such clients alone would look trained. A ConfigError naming the fields."""
+    size, drop_last = experiment.batch_size, experiment.drop_last
+    train_sizes = [len(part) for part in data.train_parts]
+    idle = [(cid, n) for cid, n in enumerate(train_sizes) if epoch_steps(n, size, 1, drop_last) == 0]
+    if not idle:
+        return
+    spec = experiment.partition
+    shown = ", ".join(f"client {cid}: {n}" for cid, n in idle[:5]) + (f", ... ({len(idle)} in all)" * (len(idle) > 5))
+    smallest = min(n for _, n in idle)
+    batch_bound = drop_last and smallest >= 2  # a smaller batch would do (base.batch_size is at least 2)
+    field = "base.batch_size" if batch_bound else "base.partition.min_size"
+    why = (
+        f"with base.drop_last: true a step takes a full batch of base.batch_size {size}"
+        if drop_last
+        else "a step takes at least 2 samples, as BatchNorm and the batch statistics need pairs"
+    )
+    fixes = [f"base.batch_size <= {smallest}", "base.drop_last: false"] if batch_bound else []
+    share = _share_for(size if drop_last else 2, spec.val_fraction)  # a share whose training part takes a step
+    samples = len(data.dataset.y_train)
+    if spec.clients * share <= samples:
+        fixes.append(f"base.partition.min_size >= {share} (a client's share, before validation is held out)")
+    elif samples >= share:
+        fixes.append(f"base.partition.clients <= {samples // share} with base.partition.min_size >= {share}")
+    raise ConfigError(
+        f"{field}: {len(idle)} of {len(train_sizes)} clients would take no local step: {why}, and their training "
+        f"parts hold {shown} samples; set {', or '.join(fixes)}"
+    )
+
+
+def _share_for(train: int, val_fraction: float) -> int:
+    """The smallest client share whose training part, once train_val_split holds out validation, has `train`
+    samples."""
+    share = max(train, int(train / (1 - val_fraction)) - 2)  # near it: the split rounds
+    while len(train_val_split(np.arange(share), val_fraction, seed=0)[0]) < train:
+        share += 1
+    return share
 
 
 def partition_kwargs(spec: PartitionConfig) -> dict[str, Any]:
@@ -72,4 +116,5 @@ def data_identity_of(experiment: ExperimentConfig, data: FederatedData) -> DataI
         "seed": spec.seed,
         "val_fraction": spec.val_fraction,
     }
-    return data_identity(data.dataset, data.train_parts, data.val_parts, settings, experiment.root)
+    options = experiment.dataset_options or None  # synthetic's settings are its own section, in the params
+    return data_identity(data.dataset, data.train_parts, data.val_parts, settings, experiment.root, options)

@@ -1,4 +1,4 @@
-"""Per-round diagnostics beyond accuracy (METHODS.md, "Diagnostics worth logging per round").
+"""Per-round diagnostics beyond accuracy (docs/explanation/methods.md#diagnostics).
 
 Pure numpy on arrays the round driver already has; the driver decides when to pay for them.
 """

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from raytune_fl.aggregators.fedavg import is_running_statistic
-from raytune_fl.config import ExperimentConfig
+from raytune_fl.config import ExperimentConfig, clients_per_round
 from raytune_fl.engine.pool import ClientLost, ClientPool, TrainJob
 from raytune_fl.engine.schedules import RoundHost
 from raytune_fl.engine.system import ClientPlan, ClientRecord, placed
@@ -67,7 +67,7 @@ class BufferedAsync:
         if experiment.system.deadline is not None:
             raise ValueError("system.deadline: FedBuff has no round deadline (late updates are applied stale)")
         self.rounds, self.seed, self.num_clients = experiment.rounds, experiment.seed, num_clients
-        self.concurrency = max(1, round(experiment.participation * num_clients))
+        self.concurrency = clients_per_round(experiment.participation, num_clients)
         self.buffer_size = int(buffer_size or 1)
         self.sim_time = 0.0
         self.saved: dict[str, Any] | None = None  # the state as of the last report, for checkpoints

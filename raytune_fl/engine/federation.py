@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from raytune_fl.aggregators.fedavg import plain_mean_statistics
-from raytune_fl.config import ExperimentConfig, TrialSpec
+from raytune_fl.config import ExperimentConfig, TrialSpec, clients_per_round
 from raytune_fl.devices import reproducible
 from raytune_fl.engine.augment import AugmentSpec
 from raytune_fl.engine.batched import auto_client_batch
@@ -43,6 +43,11 @@ from raytune_fl.weights import read_weights
 
 RoundCallback = Callable[[RoundReport], None]
 PoolFactory = Callable[[FederatedData, WorkerSpec], ClientPool]
+
+
+class NoLocalStepError(RuntimeError):
+    """A round whose reporting clients all took no optimiser step: nothing trained, and its train_loss would read
+    0.0 as if it had. engine/data.py's check_steps refuses such partitions before Ray; this catches the rest."""
 
 
 def worker_spec(
@@ -99,7 +104,8 @@ def probe_rounds(experiment: ExperimentConfig) -> frozenset[int]:
 def client_batch(experiment: ExperimentConfig, data: FederatedData, method: str, model: ModelSpec) -> int:
     """resources.client_batch resolved: `auto` sized to client_batch_memory_gb where the clients train on a GPU and
     1 on the CPU (where batching measured slower: docs/how-to/client-batching.md); 1 for a method that cannot batch
-    (with a one-line notice on stderr)."""
+    (with a one-line notice on stderr); at most the clients a round trains (the command said so before Ray started:
+    cli/common.py's client_batch_note; pool.py's client_batches never forms a wider batch, so training is the same)."""
     resources = experiment.resources
     if resources.client_batch == 1:
         return 1
@@ -114,12 +120,11 @@ def client_batch(experiment: ExperimentConfig, data: FederatedData, method: str,
             "notice: resources.client_batch: clients train one at a time (diagnostics.gradient_norms)", file=sys.stderr
         )
         return 1
+    per_round = clients_per_round(experiment.participation, data.num_clients)
     if resources.client_batch != "auto":
-        return int(resources.client_batch)
+        return min(int(resources.client_batch), per_round)
     sample = torch.zeros(data.dataset.in_channels, *data.dataset.image_size, device="cpu")  # estimated on the CPU
-    return auto_client_batch(
-        model.build(), sample, experiment.batch_size, resources.client_batch_memory_gb, data.num_clients
-    )
+    return auto_client_batch(model.build(), sample, experiment.batch_size, resources.client_batch_memory_gb, per_round)
 
 
 def in_process_pool(data: FederatedData, spec: WorkerSpec) -> ClientPool:
@@ -226,6 +231,15 @@ class Federation:
         """Keep client states and aggregate; returns the updates in client order."""
         # client order, not arrival order: float sums must not depend on which actor was faster
         updates = sorted(updates, key=lambda u: u.client_id)
+        if updates and not any(update.num_steps for update in updates):
+            exp = self.experiment
+            shown = ", ".join(f"client {u.client_id}: {u.num_samples}" for u in updates[:5])
+            raise NoLocalStepError(
+                f"round {round_index}: none of the {len(updates)} clients that reported took a local step (training "
+                f"samples {shown}{', ...' * (len(updates) > 5)}; base.batch_size {exp.batch_size}, base.drop_last "
+                f"{str(exp.drop_last).lower()}): nothing trained; lower base.batch_size, set base.drop_last: false or "
+                "raise base.partition.min_size"
+            )
         for update in updates:
             if update.state is not None:
                 self.client_states[update.client_id] = update.state

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from raytune_fl.config import clients_per_round
 from raytune_fl.engine.pool import ClientLost, ClientPool, TrainJob
 from raytune_fl.engine.schedules import RoundHost
 from raytune_fl.engine.system import ClientPlan, ClientRecord, placed
@@ -20,7 +21,7 @@ from raytune_fl.types import ClientUpdate
 
 
 def sample_clients(num_clients: int, participation: float, seed: int, round_index: int) -> list[int]:
-    count = max(1, round(participation * num_clients))
+    count = clients_per_round(participation, num_clients)
     if count >= num_clients:
         return list(range(num_clients))
     rng = np.random.default_rng([seed, round_index, 7])  # 7: a stream apart from the training seeds
@@ -78,7 +79,8 @@ class SynchronousRounds:
             if current.index < host.experiment.rounds:
                 upcoming = self._submit_round(host, pool, current.index + 1)
             evaluated_at = host.report_round(current.index, start_weights, updates, log, pool, started)
-            # a round's time runs from the end of the previous evaluation (WORKLOAD.md): rounds tile the run
+            # a round's time runs from the end of the previous evaluation: rounds tile the run
+            # (docs/explanation/workload.md#what-is-timed)
             started, current = evaluated_at, upcoming
 
     def _submit_round(self, host: RoundHost, pool: ClientPool, round_index: int) -> _SubmittedRound:

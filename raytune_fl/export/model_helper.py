@@ -195,7 +195,7 @@ def _serve(pipe: Connection, tracking_uri: str, experiment_name: str) -> None:
     while True:
         try:
             message = pipe.recv()
-        except EOFError:  # the study's process is gone
+        except (EOFError, OSError):  # the study's process is gone (a forced stop may cut a message in two)
             message = None
         if message is None:
             os._exit(0)  # nothing of this process's own is left to write

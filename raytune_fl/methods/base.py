@@ -8,6 +8,15 @@ Per-client state (SCAFFOLD's c_i, MOON's previous model, FedBN's statistics) nev
 worker: a hook writes it to `ctx.new_state[hook.name]`, the server keeps it with the client's id and
 hands it back as `ctx.state[hook.name]` the next time that client trains, whichever worker runs it.
 
+State across a resume (the contract; docs/how-to/own-method.md#state-across-a-resume): a trial restarted from its
+checkpoint builds its method afresh, on fresh workers. What survives is the global weights, the per-client state
+above and the aggregator's `state_dict()`, given back to `load_state_dict()`, all stored as numpy arrays, numbers,
+strings, lists and dicts (engine/checkpoint.py). So server state (FedAvgM's velocity, SCAFFOLD's c, FedDyn's h)
+lives in `state_dict()`, client state in `ctx.new_state`, and a hook's attributes are set afresh in every
+`on_round_start`. An attribute that carries nothing into the next round (the last aggregation's diagnostics) is
+named in `transient`. The commands refuse a plugin method that breaks this before Ray starts, and
+`raytune_fl.testing.check_method` checks it in a test (engine/method_check.py does both).
+
 Light to import (torch only for type hints): `MethodSpec` and `Param` are read by the config checks, which run
 before any trial and never import torch (each method's module declares its spec, see raytune_fl.methods).
 """
@@ -74,6 +83,8 @@ class ClientHook:
     # hooks read during the round (set in on_round_start); a batch of clients stacks them along a first dimension.
     per_client: tuple[str, ...] = ()
     batchable: bool = True  # False: this hook cannot run on stacked clients (its method trains one at a time)
+    # attributes that hold nothing the next round reads (set afresh each round): the state check skips them
+    transient: tuple[str, ...] = ()
 
     def on_round_start(self, ctx: ClientContext) -> None:
         """After the global weights are loaded, before the optimiser is built (so it may freeze parameters)."""
@@ -104,8 +115,12 @@ class LocalTerm(ClientHook):
 class ServerAggregator:
     """Required: `aggregate`. Optional no-op hooks: a payload broadcast with the weights, state for checkpoints.
 
-    `aggregate` gets the updates sorted by client id, so float sums never depend on arrival order.
+    `aggregate` gets the updates sorted by client id, so float sums never depend on arrival order. Whatever a later
+    round depends on is returned by `state_dict` and restored by `load_state_dict` (a resumed trial builds the
+    aggregator afresh); attributes `aggregate` sets that no later round reads are named in `transient`.
     """
+
+    transient: tuple[str, ...] = ()  # e.g. ("last_norm",): the last aggregation's diagnostics, read by `metrics`
 
     def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
         raise NotImplementedError
@@ -130,14 +145,16 @@ class ServerAggregator:
         return {}
 
     def state_dict(self) -> dict[str, Any]:
+        """Everything later rounds depend on, for the trial checkpoint: numpy arrays, numbers, strings, lists and
+        dicts of them (no tensors: engine/checkpoint.py stores only these)."""
         return {}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        pass
+        """Restore what `state_dict` returned, into a freshly built aggregator (a resumed trial's)."""
 
 
 class Stateless(ServerAggregator):
-    """A pure function (global weights, updates) -> new global weights, e.g. FedAvg."""
+    """A pure function (global weights, updates) -> new global weights, e.g. FedAvg: no server state to keep."""
 
     def __init__(self, function: Callable[[Weights, Sequence[ClientUpdate]], Weights]) -> None:
         self.function = function

@@ -6,7 +6,7 @@ decay touches them) and never aggregated (the server copies the global classifie
 unchanged, whatever the clients send). Everything else is FedAvg.
 
 The official FedUV code's `freeze` path does not actually freeze the classifier; we do not
-reproduce that bug (see METHODS.md, "Freeze").
+reproduce that bug (see docs/explanation/methods.md#freeze).
 """
 
 from __future__ import annotations

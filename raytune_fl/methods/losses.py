@@ -1,4 +1,4 @@
-"""Stateless, differentiable local regularisers (see METHODS.md, "Local objectives").
+"""Stateless, differentiable local regularisers (see docs/explanation/methods.md#local-objectives).
 
 - ``classifier_variance``: FedUV / UniVarFL ``L_V`` (hinge on the per-class spread of softmax outputs).
 - ``rbf_uniformity``: FedUV ``L_U`` (Gaussian-kernel uniformity of the representation).
@@ -176,7 +176,8 @@ def hyperspherical_energy(z: Tensor, eps: float = 1e-2, include_diagonal: bool =
     """UniVarFL ``L_HE = (1/n^2) sum_{i,j} 1 / (1 - z_i.z_j + eps)`` on L2-normalised z.
 
     The paper's sum includes i=j, which only adds the constant n/eps (no useful gradient);
-    it is excluded by default (METHODS.md), ``include_diagonal=True`` restores it.
+    it is excluded by default (docs/explanation/methods.md#hyperspherical-energy), ``include_diagonal=True``
+    restores it.
     The normaliser stays 1/n^2 either way.
     """
     _require_batch(z, "z")

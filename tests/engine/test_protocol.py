@@ -120,7 +120,7 @@ def test_the_loop_takes_the_steps_it_is_told(drop_last):
     experiment = ExperimentConfig(
         rounds=1,
         drop_last=drop_last,
-        partition={"val_fraction": 0.0},  # WORKLOAD.md's clients: every training sample
+        partition={"val_fraction": 0.0},  # docs/explanation/workload.md's clients: every training sample
         resources={"actors": 0},
         diagnostics={"every": 0, "spectrum": False, "client_accuracy": False},
     )

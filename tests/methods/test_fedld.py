@@ -130,7 +130,8 @@ def test_orthogonal_updates_by_hand(fraction, sizes, expected):
 
 
 def test_official_denominator_sums_all_eigenvalues():
-    # per METHODS.md: lambda_1 / (lambda_1 + lambda_2) = 8 / 12.5, unweighted mean: 4 * 0.64 / 2 = 1.28
+    # per docs/explanation/methods.md#principal-gradient: lambda_1 / (lambda_1 + lambda_2) = 8 / 12.5,
+    # unweighted mean: 4 * 0.64 / 2 = 1.28
     a = principal_coefficients(np.diag([9.0, 16.0]), np.array([0.5, 0.5]), 0.5, "all")
     np.testing.assert_allclose(a @ np.array([[3.0, 0, 0], [0, 4.0, 0]]), [0.0, 1.28, 0.0], atol=1e-12)
 
@@ -198,7 +199,8 @@ def test_official_is_per_tensor_unweighted_with_a_plain_first_round():
 
 # ---------------------------------------------------------------- principal gradient vs a literal reference
 def _literal(rows: np.ndarray, p: np.ndarray, fraction: float, denominator: str) -> np.ndarray:
-    """METHODS.md steps 1-5 in d-space, written out as stated (no coefficient tricks)."""
+    """docs/explanation/methods.md#principal-gradient steps 1-5 in d-space, written out as stated (no coefficient
+    tricks)."""
     G = rows.T  # d x m
     m = G.shape[1]
     lam, E = np.linalg.eigh(G.T @ G / m)

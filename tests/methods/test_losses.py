@@ -1,4 +1,4 @@
-"""Hand-computed checks for raytune_fl.methods.losses (values follow METHODS.md)."""
+"""Hand-computed checks for raytune_fl.methods.losses (values follow docs/explanation/methods.md#local-objectives)."""
 
 import math
 

@@ -24,7 +24,7 @@ from tests.support.methods import update as _update
 
 
 class Scalar(torch.nn.Module):
-    """F(w) = 6 w: the gradient is 6 wherever w is (METHODS.md's worked check)."""
+    """F(w) = 6 w: the gradient is 6 wherever w is (docs/explanation/methods.md#scaffold's check by hand)."""
 
     def __init__(self, w: float) -> None:
         super().__init__()

@@ -10,7 +10,7 @@ from raytune_fl.registry import UnknownNameError
 
 def test_simple_cnn_matches_the_workload_model():
     model = build_model("simple_cnn", 1, 10, (28, 28))
-    assert parameter_count(model) == 161_306  # ../shared/WORKLOAD.md
+    assert parameter_count(model) == 161_306  # docs/explanation/workload.md#model
     names = {name.split(".")[0] for name, _ in model.named_parameters()}
     assert names == {"encoder", "projector", "classifier"}
     logits, z = model(torch.randn(4, 1, 28, 28))

@@ -75,13 +75,19 @@ def dump(path: Path, obj: dict) -> None:
         pickle.dump(obj, f, protocol=2)
 
 
-def write_cifar(folder: Path, batches: dict[str, int], label_key: str, n_classes: int) -> dict:
-    """Write CIFAR python batches of random images; return {batch: (uint8 (N,3,32,32), labels)}."""
+def write_cifar(
+    folder: Path, batches: dict[str, int], label_key: str, n_classes: int, every_class: bool = False
+) -> dict:
+    """Write CIFAR python batches of random images; return {batch: (uint8 (N,3,32,32), labels)}. Labels are random,
+    or with `every_class` 0, 1, 2, ... counted on across the batches (enough images then hold every class: loaders
+    that check the classes refuse a class without a training sample)."""
     folder.mkdir(parents=True)
     written = {}
+    count = 0
     for name, n in batches.items():
         x = RNG.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8)
-        y = RNG.integers(0, n_classes, n).tolist()
+        y = [(count + i) % n_classes for i in range(n)] if every_class else RNG.integers(0, n_classes, n).tolist()
+        count += n
         dump(folder / name, {"batch_label": name, "data": x.reshape(n, 3072), label_key: y, "filenames": []})
         written[name] = (x, y)
     return written
@@ -123,3 +129,31 @@ def write_usps(path: Path, images: np.ndarray, labels: np.ndarray) -> None:
         values = image.ravel() / 255.0 * 2 - 1
         lines.append(f"{label} " + " ".join(f"{i + 1}:{v:.6f}" for i, v in enumerate(values)))
     path.write_bytes(bz2.compress(("\n".join(lines) + "\n").encode()))
+
+
+# Data a run must refuse, as files in the repository: the bad-inputs table (tests/cli/test_bad_inputs.py) runs whole
+# commands that may write nothing, so its cases cannot make their files. write_bad_data makes them again (the
+# .npz files' zip headers hold the time they were written, so their arrays, not their bytes, are compared).
+BAD_DATA = Path(__file__).resolve().parent / "bad_data"
+
+
+def write_bad_data(folder: Path) -> dict[str, Path]:
+    """ambiguous.npz: (N, 3, 3, 3) images, (N, C, H, W) or (N, H, W, C); test_only_class.npz: label 2 in y_test
+    only; one_class.npz: every label 0; one_class_folder/: an image_folder root with one class folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    square = np.arange(4 * 5 * 5, dtype=np.uint8).reshape(4, 5, 5)
+    arrays = {
+        "ambiguous.npz": (np.arange(4 * 27, dtype=np.uint8).reshape(4, 3, 3, 3), [0, 1, 0, 1], [1, 0]),
+        "test_only_class.npz": (square, [0, 1, 0, 1], [2, 0]),
+        "one_class.npz": (square, [0, 0, 0, 0], [0, 0]),
+    }
+    written = {}
+    for name, (x, y_train, y_test) in arrays.items():
+        written[name] = folder / name
+        np.savez(written[name], x_train=x, y_train=np.array(y_train), x_test=x[:2], y_test=np.array(y_test))
+    root = folder / "one_class_folder"
+    for split, count in (("train", 2), ("test", 1)):
+        for i in range(count):
+            save_image(root / split / "cat" / f"{i}.png", (40 * i, 80, 120), (4, 4), "L")
+    written["one_class_folder"] = root
+    return written

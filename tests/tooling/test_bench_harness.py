@@ -1,4 +1,4 @@
-"""The performance harness: the reference loop is WORKLOAD.md's workload, the engine runs the same one, the
+"""The performance harness: the reference loop is the benchmark workload, the engine runs the same one, the
 process-tree measurement sees grandchildren, and the ratio arithmetic is checked by hand. (Timings themselves
 are the benchmarks' business, never a test's.)"""
 
@@ -32,7 +32,8 @@ def test_the_reference_loop_and_the_engine_run_the_same_workload():
 
 
 def test_the_reference_loop_trains_one_round_like_workload_md():
-    # WORKLOAD.md: test accuracy 0.084 before training and 0.102 after round 1, whatever the thread count
+    # docs/explanation/workload.md#expected-accuracy: test accuracy 0.084 before training and 0.102 after round 1,
+    # whatever the thread count
     from benchmarks.reference import run
 
     before = torch.get_num_threads()

@@ -22,7 +22,7 @@ class ClassifierVariance(LocalTerm):
         return classifier_variance(batch.logits, self.statistic)
 
 
-# rbf_uniformity's options per fidelity (METHODS.md, "Gaussian (RBF) uniformity")
+# rbf_uniformity's options per fidelity (docs/explanation/methods.md#gaussian-rbf-uniformity)
 KERNEL_OPTIONS: dict[str, dict[str, Any]] = {
     "paper": {},
     "official": {"scale": 1.0, "detach_median": False, "drop_zero_distances": True},

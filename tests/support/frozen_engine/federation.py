@@ -324,7 +324,8 @@ class Federation:
             if current.index < self.experiment.rounds:
                 upcoming = self._submit_round(pool, current.index + 1)
             self.report_round(current.index, start_weights, updates, log, pool, started)
-            # a round's time runs from the end of the previous evaluation (WORKLOAD.md): rounds tile the run
+            # a round's time runs from the end of the previous evaluation: rounds tile the run
+            # (docs/explanation/workload.md#what-is-timed)
             started, current = self._evaluated_at, upcoming
 
     def finish_round(
