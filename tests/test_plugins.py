@@ -17,6 +17,7 @@ from raytune_fl.config import ConfigError, load_space, parse_space
 from raytune_fl.models import MODELS
 from raytune_fl.plugins import PluginError, code_to_ship, import_plugin, load_installed, runtime_env, setup_worker
 from tests.support import REPO, tiny_space
+from tests.support.plugin_sources import momentum_plugin
 
 MODEL_PLUGIN = """
     from torch import nn
@@ -161,35 +162,6 @@ METHOD_BUILD_RAISES = """
 
     register_method(MethodSpec("plug_boom", {}, build))
 """
-# server momentum in a plain attribute: a trial resumed from its checkpoint starts it from zero again
-METHOD_LOSES_STATE = """
-    import numpy as np
-    from raytune_fl import Method, MethodSpec, ServerAggregator, apply_delta, register_method, weighted_mean_delta
-
-
-    class Momentum(ServerAggregator):
-        def __init__(self):
-            self.velocity = {}
-
-        def aggregate(self, global_weights, updates):
-            mean = weighted_mean_delta(updates)
-            self.velocity = {k: np.asarray(0.9 * self.velocity.get(k, 0) + v, v.dtype) for k, v in mean.items()}
-            return apply_delta(global_weights, self.velocity, updates)
-    KEEPS
-
-    def build(params, context):
-        return Method("plug_mom", (), Momentum())
-
-
-    register_method(MethodSpec("plug_mom", {}, build, as_fedavg=None))
-"""
-KEEPS_STATE = """
-        def state_dict(self):
-            return {"velocity": self.velocity}
-
-        def load_state_dict(self, state):
-            self.velocity = dict(state["velocity"])
-"""
 
 
 def method_space(module: str, method: str) -> dict:
@@ -227,7 +199,7 @@ def test_a_plugin_method_whose_build_raises_exits_2_naming_the_variant_and_the_l
 
 
 def test_a_plugin_method_that_loses_its_state_on_a_resume_is_refused_before_ray(plugin_dir, tmp_path, capsys):
-    write(plugin_dir, "plug_mom_mod", METHOD_LOSES_STATE.replace("    KEEPS", ""))
+    write(plugin_dir, "plug_mom_mod", momentum_plugin("plug_mom", keeps_state=False))
     lines = refused_by_tune(tmp_path, capsys, method_space("plug_mom_mod", "plug_mom"))
     assert lines[0] == (
         "error: variants.mine.method: method 'plug_mom' (plug_mom_mod.py:16): its state does not survive a resume "
@@ -241,7 +213,7 @@ def test_a_plugin_method_that_loses_its_state_on_a_resume_is_refused_before_ray(
 def test_the_same_method_with_its_state_in_state_dict_passes_the_check(plugin_dir):
     from raytune_fl.engine.method_check import check_plugin_methods
 
-    write(plugin_dir, "plug_mom_kept", METHOD_LOSES_STATE.replace("    KEEPS", KEEPS_STATE.strip("\n")))
+    write(plugin_dir, "plug_mom_kept", momentum_plugin("plug_mom", keeps_state=True))
     space = parse_space(method_space("plug_mom_kept", "plug_mom"))
     check_plugin_methods(space, list(space.variants))  # no ConfigError: built and run two tiny rounds
 

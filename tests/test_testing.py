@@ -25,36 +25,7 @@ from raytune_fl.methods import METHODS
 from raytune_fl.models import MODELS
 from raytune_fl.testing import MethodCheckError, check_method
 from tests.support import REPO
-
-# a FedAvgM-like server momentum: `velocity` is state. Lost: a plain attribute; kept: the same through state_dict
-MOMENTUM = """
-    import numpy as np
-    from raytune_fl import Method, MethodSpec, ServerAggregator, apply_delta, register_method, weighted_mean_delta
-
-
-    class Momentum(ServerAggregator):
-        def __init__(self):
-            self.velocity = {}
-
-        def aggregate(self, global_weights, updates):
-            mean = weighted_mean_delta(updates)
-            self.velocity = {k: np.asarray(0.9 * self.velocity.get(k, 0) + v, v.dtype) for k, v in mean.items()}
-            return apply_delta(global_weights, self.velocity, updates)
-    EXTRA
-
-    def build(params, context):
-        return Method("NAME", (), Momentum())
-
-
-    register_method(MethodSpec("NAME", {}, build, as_fedavg=None))
-"""
-KEEPS_IT = """
-        def state_dict(self):
-            return {"velocity": self.velocity}
-
-        def load_state_dict(self, state):
-            self.velocity = dict(state["velocity"])
-"""
+from tests.support.plugin_sources import momentum_plugin
 
 
 def plugin(folder, module: str, code: str) -> None:
@@ -69,7 +40,7 @@ def failure(name: str, **kwargs) -> str:
 
 
 def test_server_momentum_in_an_attribute_fails_and_passes_once_state_dict_carries_it(plugin_dir):
-    plugin(plugin_dir, "plug_lost", MOMENTUM.replace("NAME", "mom_lost").replace("    EXTRA", ""))
+    plugin(plugin_dir, "plug_lost", momentum_plugin("mom_lost", keeps_state=False))
     message = failure("mom_lost")
     first = message.splitlines()[0]
     assert first == "method 'mom_lost' (plug_lost.py:16): its state does not survive a resume from a checkpoint"
@@ -81,7 +52,7 @@ def test_server_momentum_in_an_attribute_fails_and_passes_once_state_dict_carrie
     with pytest.raises(MethodCheckError, match=r"^method 'mom_lost' \(plug_lost.py:16\): round 2's \w+ is "):
         check_resumed_federation(METHODS.get("mom_lost"), {}, "simple_cnn", dataset, data)
 
-    plugin(plugin_dir, "plug_kept", MOMENTUM.replace("NAME", "mom_kept").replace("    EXTRA", KEEPS_IT.strip("\n")))
+    plugin(plugin_dir, "plug_kept", momentum_plugin("mom_kept", keeps_state=True))
     check_method("mom_kept")  # the same rule with its velocity in state_dict: passes
     check_method(METHODS.get("mom_kept"))  # by its spec too
 

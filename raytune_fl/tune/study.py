@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 import zlib
@@ -408,6 +409,20 @@ def quiet_tune() -> None:
     # logger, which warns on every list-valued or NaN metric (client_log; val_loss with no validation data)
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     trials_without_runtime_env()
+    if _missing_checkpoint_deletion not in _TUNE_CONTROLLER_LOGGER.filters:
+        _TUNE_CONTROLLER_LOGGER.addFilter(_missing_checkpoint_deletion)
+
+
+# A resume after a kill: the experiment state may list a checkpoint the killed run had already deleted (keeping its
+# newest two); when the resumed trial's next checkpoint makes Tune delete it again, the FileNotFoundError is logged as
+# an ERROR with a traceback ("Error handling checkpoint"), though the new checkpoint is registered and nothing is
+# lost. Only that case is left out.
+_TUNE_CONTROLLER_LOGGER = logging.getLogger("ray.tune.execution.tune_controller")
+
+
+def _missing_checkpoint_deletion(record: logging.LogRecord) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    return not (str(record.msg).endswith("Error handling checkpoint %s") and isinstance(error, FileNotFoundError))
 
 
 def trials_without_runtime_env() -> None:

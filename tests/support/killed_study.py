@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from tests.support import command_lines, tiny_space
+from tests.support import REPO, command_lines, tiny_space
 
 
 def resumable_space(tmp_path: Path) -> Path:
@@ -39,6 +40,21 @@ def finished_trials(uri: str) -> dict[tuple, dict]:
             for name in ("val_acc", "val_loss", "train_loss")
         }
     return found
+
+
+def start_script(script: str, args: list[str], ray_tmp: str, cwd: Path | None = None) -> subprocess.Popen:
+    """`scripts/<script>` in its own process group (as a terminal's foreground job: a kill or Ctrl-C of the group
+    reaches the Ray cluster it starts too), on a private cluster under `ray_tmp`, its output merged into stdout."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")} | {"RAY_TMPDIR": ray_tmp}
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
 
 
 def kill_when(process: subprocess.Popen, marker: str, timeout_s: float) -> str:

@@ -11,15 +11,13 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 
 from mlflow.tracking import MlflowClient
 
 from raytune_fl.cli import ablate, main
-from tests.support import REPO
-from tests.support.killed_study import finished_trials, resumable_space
+from tests.support.killed_study import finished_trials, resumable_space, start_script
 
 # every round line the searched variant prints with --verbose, in the order it runs them (three trials one at a
 # time, 4 rounds each); fedavg runs before it
@@ -43,18 +41,6 @@ def _seeded_points(seed: int) -> list[str]:
         picked = sorted(rng.sample(range(len(POINTS) - 1), 3))
         if all(b - a >= 2 for a, b in zip(picked, picked[1:])):
             return [BETWEEN_VARIANTS, *(POINTS[i] for i in picked)]
-
-
-def _start(args: list[str], ray_tmp: str) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")} | {"RAY_TMPDIR": ray_tmp}
-    return subprocess.Popen(
-        [sys.executable, str(REPO / "scripts" / "tune.py"), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,  # its own process group, as a terminal's foreground job
-    )
 
 
 def _stop_at(process: subprocess.Popen, marker: str, how: str, timeout_s: float = 400) -> tuple[str, int]:
@@ -101,7 +87,9 @@ def test_stops_at_seeded_points_resume_to_the_uninterrupted_result(ray_cluster, 
     expected_resume = f"resume with: python scripts/tune.py {' '.join(args)} --resume"
     refused_once = False
     for step, (point, (how, code)) in enumerate(zip(_seeded_points(46), STOPS, strict=True)):
-        printed, exit_code = _stop_at(_start(args if step == 0 else [*args, "--resume"], ray_tmp), point, how)
+        printed, exit_code = _stop_at(
+            start_script("tune.py", args if step == 0 else [*args, "--resume"], ray_tmp), point, how
+        )
         context = f"{how} at {point!r}:\n{printed[-3000:]}"
         assert exit_code == code, context
         assert "=== best configuration" not in printed, context  # nothing summarised or selected
@@ -136,7 +124,7 @@ def test_a_stop_at_start_up_exits_130_and_says_how_to_go_on(tmp_path, request):
     args = ["--space", str(space), "--storage", str(tmp_path / "s"), "--mlflow-uri", f"sqlite:///{tmp_path}/m.db"]
     ray_tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")
     request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
-    printed, code = _stop_at(_start(args, ray_tmp), "data: ", "SIGINT to the group")
+    printed, code = _stop_at(start_script("tune.py", args, ray_tmp), "data: ", "SIGINT to the group")
     assert code == 130, printed
     assert "Traceback" not in printed and "=== variant" not in printed, printed
     last = printed.rstrip().splitlines()[-1]
@@ -150,16 +138,7 @@ def test_an_ablation_stopped_by_ctrl_c_writes_no_table_and_resumes_to_one(ray_cl
     args += ["--seeds", "2", "--ignore-studies", "--no-dashboard", "--verbose"]
     ray_tmp = tempfile.mkdtemp(prefix="ra", dir="/tmp")
     request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")} | {"RAY_TMPDIR": ray_tmp}
-    process = subprocess.Popen(
-        [sys.executable, str(REPO / "scripts" / "ablate.py"), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    printed, code = _stop_at(process, "cell 2/4 round 2/4", "SIGINT to the group")
+    printed, code = _stop_at(start_script("ablate.py", args, ray_tmp), "cell 2/4 round 2/4", "SIGINT to the group")
     assert code == 130, printed
     assert not (out / "ablation_table.md").exists()  # a table of some cells is not the plan's
     assert printed.rstrip().splitlines()[-1] == f"resume with: python scripts/ablate.py {' '.join(args)} --resume"

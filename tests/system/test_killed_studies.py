@@ -7,10 +7,7 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
-from pathlib import Path
 
 import optuna
 from mlflow.tracking import MlflowClient
@@ -23,8 +20,7 @@ from raytune_fl.tracking.schema import (
     TAG_VARIANT,
     TRIAL_FINISHED,
 )
-from tests.support import REPO
-from tests.support.killed_study import finished_trials, kill_when, resumable_space, survivors
+from tests.support.killed_study import finished_trials, kill_when, resumable_space, start_script, survivors
 from tests.support.optuna_runs import compare_with_optuna, tune_parents
 from tests.support.s3 import bucket_keys
 
@@ -37,15 +33,7 @@ def test_a_killed_study_resumes_to_the_uninterrupted_result(ray_cluster, tmp_pat
     uri, storage = f"sqlite:///{tmp_path / 'killed.db'}", tmp_path / "killed"
     args = ["--space", str(space), "--storage", str(storage), "--mlflow-uri", uri, "--verbose"]  # a line per round
     ray_tmp = tempfile.mkdtemp(prefix="rk", dir="/tmp")  # short: Ray's socket paths have a length limit
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")} | {"RAY_TMPDIR": ray_tmp}
-    process = subprocess.Popen(
-        [sys.executable, str(REPO / "scripts" / "tune.py"), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,  # its own process group: the kill takes its Ray processes too
-    )
+    process = start_script("tune.py", args, ray_tmp)
     request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
     before = kill_when(process, "[full] trial 2/3 round 3/4", timeout_s=400)
     assert "=== variant full" in before  # fedavg had finished, full was mid-study
@@ -69,18 +57,6 @@ def test_a_killed_study_resumes_to_the_uninterrupted_result(ray_cluster, tmp_pat
     assert any(r.data.tags.get("resumed") == "true" for r in runs)  # the interrupted trial kept its run
 
 
-def _tune_py(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(REPO / "scripts" / "tune.py"), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=cwd,
-        start_new_session=True,  # its own process group: a kill takes the Ray cluster it starts too
-    )
-
-
 def test_a_study_on_s3_killed_mid_trial_resumes_to_the_uninterrupted_result(s3, ray_cluster, tmp_path, request):
     space = resumable_space(tmp_path)
     reference_uri = f"sqlite:///{tmp_path / 'reference.db'}"  # uninterrupted, local storage, in this process
@@ -91,15 +67,14 @@ def test_a_study_on_s3_killed_mid_trial_resumes_to_the_uninterrupted_result(s3, 
     ray_tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths have a length limit
     request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
     # the subprocess's private Ray cluster inherits the S3 environment, so its trial workers have it too
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")} | {"RAY_TMPDIR": ray_tmp}
     workdir = tmp_path / "cwd"
     workdir.mkdir()
-    before = kill_when(_tune_py(args, env, workdir), "[full] trial 2/3 round 3/4", timeout_s=400)
+    before = kill_when(start_script("tune.py", args, ray_tmp, workdir), "[full] trial 2/3 round 3/4", timeout_s=400)
     assert f"Ray Tune results:    {storage}" in before
     assert "=== variant full" in before  # fedavg had finished, full was mid-study
     assert survivors(ray_tmp, wait_s=30) == []  # the killed driver's Ray processes went with it
 
-    resumed = _tune_py([*args, "--resume"], env, workdir)
+    resumed = start_script("tune.py", [*args, "--resume"], ray_tmp, workdir)
     try:
         printed, _ = resumed.communicate(timeout=500)
     finally:
@@ -137,15 +112,7 @@ def test_a_killed_study_resumes_in_the_same_optuna_study(ray_cluster, tmp_path, 
     uri, storage, url = f"sqlite:///{tmp_path}/m.db", tmp_path / "killed", f"sqlite:///{tmp_path}/optuna.db"
     args = ["--space", str(space), "--storage", str(storage), "--mlflow-uri", uri]
     ray_tmp = tempfile.mkdtemp(prefix="ro", dir="/tmp")  # short: Ray's socket paths have a length limit
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")} | {"RAY_TMPDIR": ray_tmp}
-    process = subprocess.Popen(
-        [sys.executable, str(REPO / "scripts" / "tune.py"), *args, "--verbose"],  # a line per trial round
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
+    process = start_script("tune.py", [*args, "--verbose"], ray_tmp)  # a line per trial round
     request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
     kill_when(process, "[full] trial 2/3 round 3/4", timeout_s=400)
     entry = json.loads((storage / "resumable.study.json").read_text())["variants"]["full"]

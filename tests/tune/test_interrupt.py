@@ -193,3 +193,35 @@ def test_ablate_refuses_a_variant_whose_newest_study_was_interrupted(tmp_path):
 
     client.set_terminated(parent("FAILED"), "FAILED")  # a failed study is passed over, as before
     assert latest_study(client, experiment, "full").run_id == cut
+
+
+def test_a_resume_prints_no_traceback_for_a_checkpoint_already_deleted(tmp_path):
+    """After a kill, the restored experiment may list a checkpoint the killed run had already deleted; Tune's second
+    deletion (Ray's own _delete_fs_path) fails with FileNotFoundError, which Tune logs as an ERROR with a traceback:
+    left out. Any other error in handling a checkpoint still shows."""
+    import logging
+
+    import pyarrow.fs
+    from ray.train._internal.storage import _delete_fs_path
+
+    from raytune_fl.tune.study import quiet_tune
+
+    quiet_tune()
+    logger = logging.getLogger("ray.tune.execution.tune_controller")
+    shown: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = shown.append  # Ray's loggers do not propagate to the root logger (pytest's caplog)
+    logger.addHandler(handler)
+    try:
+        for deletion in (lambda: _delete_fs_path(pyarrow.fs.LocalFileSystem(), str(tmp_path / "gone")), _disk_full):
+            try:
+                deletion()
+            except Exception:  # as tune_controller.py handles a trial's save
+                logger.exception("Trial %s: Error handling checkpoint %s", "t1", "checkpoint_000001")
+    finally:
+        logger.removeHandler(handler)
+    assert [r.exc_info[0] for r in shown] == [OSError]
+
+
+def _disk_full() -> None:
+    raise OSError("disk full")
