@@ -93,6 +93,15 @@ def _yes_no_in(value: Any) -> bool | None:
 Seed = Annotated[int, Field(ge=0, lt=2**32)]
 
 
+# the built-in partitioners (data/partition.py) and which of them read each kind-specific setting; a plugin's
+# partitioner may read any
+_BUILT_IN_PARTITIONS = frozenset({"iid", "dirichlet", "shards", "quantity_skew", "domain", "domain_split"})
+_PARTITION_SETTING_USERS = {
+    "alpha": frozenset({"dirichlet", "quantity_skew", "domain_split"}),
+    "classes_per_client": frozenset({"shards"}),
+}
+
+
 class PartitionConfig(_Strict):
     # dirichlet by default: label shift is the setting every paper in scope evaluates
     kind: str = Field(
@@ -126,6 +135,20 @@ class PartitionConfig(_Strict):
         description="each client's held-out validation share, which tuning selects on (0: no validation; "
         "val_acc is then NaN and tune.py refuses it)",
     )
+
+    @model_validator(mode="after")
+    def _settings_its_kind_uses(self) -> PartitionConfig:
+        """A built-in kind that ignores alpha or classes_per_client refuses it set: `alpha: 0.1` beside `kind: iid`
+        reads as a non-IID split and would train an IID one (override() keeps what was set, and only that)."""
+        for name, users in _PARTITION_SETTING_USERS.items():
+            value = getattr(self, name)
+            if self.kind in _BUILT_IN_PARTITIONS - users and name in self.model_fields_set:
+                raise ValueError(
+                    f"{name}: {value} is set, but kind {self.kind!r} does not use it (only "
+                    f"{', '.join(sorted(users))}); remove it, or choose the "
+                    "kind that uses it"
+                )
+        return self
 
 
 ScheduleKind = Literal["constant", "cosine", "step", "exponential"]  # the formulas: engine/lr_schedule.py
@@ -843,6 +866,22 @@ class DuplicateKeyError(ValueError):
         self.path, self.lines = path, lines
 
 
+class OctalNumberError(ValueError):
+    """A number written with a leading zero (`rounds: 010`): YAML 1.1 reads it as octal (8), which nobody means."""
+
+    def __init__(self, path: str, line: int, text: str, value: int) -> None:
+        decimal = text.lstrip("+-").lstrip("0_") or "0"
+        self.detail = (
+            f"{text} is read by YAML as the octal number {value}; write {decimal} (the decimal number) or {value}"
+        )
+        super().__init__(f"{path or 'the value'}: {self.detail}")
+        self.path, self.line = path, line
+
+
+_YAML_INT = "tag:yaml.org,2002:int"
+_OCTAL = re.compile(r"[-+]?0[0-7_]+")  # YAML 1.1's octal ints (0o17 is YAML 1.2's and explicit; "010" quoted is text)
+
+
 class UniqueKeyLoader(yaml.SafeLoader):
     """yaml's SafeLoader, except that a mapping that gives a key twice raises DuplicateKeyError: PyYAML keeps the
     last value silently, so a second `rounds:` further down a section would quietly replace the first."""
@@ -855,6 +894,8 @@ class UniqueKeyLoader(yaml.SafeLoader):
         if id(node) in seen:  # an alias of a node already checked (or of one that contains itself)
             return
         seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode) and node.tag == _YAML_INT and _OCTAL.fullmatch(node.value):
+            raise OctalNumberError(path, node.start_mark.line + 1, node.value, self.construct_object(node))
         if isinstance(node, yaml.SequenceNode):
             for index, item in enumerate(node.value):
                 self._check_keys(item, f"{path}[{index}]", seen)
@@ -891,6 +932,8 @@ def load_space(path: str | Path, plugins: Sequence[str] = ()) -> SearchSpace:
             f"{error.path}: given twice, at {path}:{error.lines[1]} (first at line {error.lines[0]}); YAML would "
             "silently keep the last value, so keep one"
         ) from None
+    except OctalNumberError as error:
+        raise ConfigError(f"{error} (at {path}:{error.line})") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"--space {path}: not valid YAML: {error}") from None
     if not isinstance(data, dict):
@@ -899,10 +942,14 @@ def load_space(path: str | Path, plugins: Sequence[str] = ()) -> SearchSpace:
 
 
 def override(space: SearchSpace, changes: dict[str, Any], source: str = "command line") -> SearchSpace:
-    """A copy of `space` with dotted-path values replaced (e.g. {"base.rounds": 3}), re-validated."""
-    data = space.model_dump(mode="python", exclude_unset=False)
+    """A copy of `space` with dotted-path values replaced (e.g. {"base.rounds": 3}), re-validated.
+
+    Only what the file set, and the changes, are set in the copy: a setting whose meaning depends on whether it was
+    given (domain_split's alpha: unset = IID inside each domain) keeps that meaning after an unrelated --set."""
+    full = space.model_dump(mode="python", exclude_unset=False)  # every section, for the paths' checks
+    data = space.model_dump(mode="python", exclude_unset=True)
     for dotted, value in changes.items():
-        node = data
+        node, given = full, data
         *parents, leaf = dotted.split(".")
         for depth, part in enumerate(parents):
             if not isinstance(node, dict) or part not in node:
@@ -910,9 +957,10 @@ def override(space: SearchSpace, changes: dict[str, Any], source: str = "command
                 known = f"; {did_you_mean(part, node)}known: {', '.join(node)}" if isinstance(node, dict) else ""
                 raise ConfigError(f"{dotted}: {source}: there is no section {where!r}{known}")
             node = node[part]
+            given = given.setdefault(part, {})  # a section the file left to its defaults: set from here
         if not isinstance(node, dict):
             raise ConfigError(f"{dotted}: {source}: {'.'.join(parents)!r} is a value, not a section")
-        node[leaf] = value
+        given[leaf] = value
     return parse_space(data, source)
 
 

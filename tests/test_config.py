@@ -334,3 +334,35 @@ def test_yes_no_values_stay_where_a_field_takes_them():
     assert space.base.drop_last is True and space.base.augment.horizontal_flip is True
     space = parse_space(changed_space(("variants.full.search.mu", {"choice": [0.1, 0.5]})))
     assert space.variants["full"].search["mu"].choice == [0.1, 0.5]
+
+
+def test_an_override_keeps_unset_settings_unset():
+    """domain_split's alpha means "label skew inside each domain" only when given: an unrelated --set (here the
+    rounds) once set every field, and turned an IID-inside-domains split into Dirichlet(0.1) label skew."""
+    from raytune_fl.config import SearchSpace, override
+    from raytune_fl.engine.data import partition_kwargs
+
+    data = tiny_space()
+    data["base"]["partition"] = {"kind": "domain_split", "clients": 3}
+    space = SearchSpace.model_validate(data)
+    changed = override(space, {"base.rounds": 2, "base.optimizer.schedule.kind": "cosine"})
+    assert (changed.base.rounds, changed.base.optimizer.schedule.kind) == (2, "cosine")
+    assert partition_kwargs(changed.base.partition) == partition_kwargs(space.base.partition) == {}
+    skewed = override(space, {"base.partition.alpha": 0.5})  # given: used
+    assert partition_kwargs(skewed.base.partition) == {"alpha": 0.5}
+
+
+def test_a_grace_period_that_leaves_asha_nothing_to_stop_warns(tmp_path, capsys):
+    from raytune_fl.cli.common import resolve_space
+    from raytune_fl.cli.tune import build_parser
+
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(tiny_space()))  # grace_period 1, rounds 3
+    argv = ["--space", str(path), "--storage", str(tmp_path / "r")]
+    resolve_space(build_parser().parse_args(argv))
+    assert capsys.readouterr().err == ""
+    resolve_space(build_parser().parse_args([*argv, "--set", "tune.scheduler.asha.grace_period=3"]))
+    assert capsys.readouterr().err.splitlines() == [
+        "WARNING: tune.scheduler.asha.grace_period: 3 is not below base.rounds 3: ASHA stops no trial early (every "
+        "trial runs every round)"
+    ]

@@ -28,6 +28,7 @@ from raytune_fl.config import (
     ConfigError,
     DuplicateKeyError,
     ExperimentConfig,
+    OctalNumberError,
     ResourcesConfig,
     SearchSpace,
     did_you_mean,
@@ -177,6 +178,9 @@ def resolve_space(args: argparse.Namespace, warnings: bool = True) -> tuple[Sear
             raise ConfigError(
                 f"{key}.{error.path}: given twice in --set {item}; YAML would silently keep the last value, so keep one"
             ) from None
+        except OctalNumberError as error:
+            where = f"{key}.{error.path}" if error.path else key
+            raise ConfigError(f"{where}: {error.detail} (in --set {item})") from None
         except yaml.YAMLError as error:
             raise ConfigError(f"--set {key}: the value is not valid YAML: {error}") from None
         if key in set_texts:
@@ -192,8 +196,7 @@ def resolve_space(args: argparse.Namespace, warnings: bool = True) -> tuple[Sear
             notes.append(note)
     if changes:
         space = override(space, changes, source=f"{args.space} with command-line overrides")
-    if note := client_batch_note(space.base):
-        notes.append(note)
+    notes += [note for note in (client_batch_note(space.base), asha_note(space)) if note]
     if warnings:
         for note in notes:
             warn(note)
@@ -219,6 +222,20 @@ def resolve_space(args: argparse.Namespace, warnings: bool = True) -> tuple[Sear
 
         check_plugin_methods(space, variants)  # built and run two tiny rounds, its state through a checkpoint
     return space, variants
+
+
+def asha_note(space: SearchSpace) -> str | None:
+    """The warning where the grace period leaves ASHA nothing to stop: a file's grace period meant for longer runs
+    (a quick `--rounds 2` is a fine reason; a silent switch-off is not)."""
+    asha = space.tune.scheduler.asha
+    if asha is None or asha.grace_period is None or asha.grace_period < space.base.rounds:
+        return None
+    if not any(variant.search for variant in space.variants.values()):
+        return None  # nothing is searched: every variant runs once, ASHA or not
+    return (
+        f"tune.scheduler.asha.grace_period: {asha.grace_period} is not below base.rounds {space.base.rounds}: ASHA "
+        "stops no trial early (every trial runs every round)"
+    )
 
 
 def client_batch_note(base: ExperimentConfig) -> str | None:

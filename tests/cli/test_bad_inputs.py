@@ -131,7 +131,7 @@ CASES = [
     Case(
         "domain-partition-without-domains",
         ["base.partition", "'domain' needs a dataset with domains", "iid, dirichlet"],
-        changed_space(("base.partition.kind", "domain")),
+        changed_space(("base.partition.kind", "domain"), ("base.partition.alpha", DELETE)),
     ),
     # ---------------------------------------------------------------- experiment
     Case("participation-zero", ["base.participation", "greater than 0"], changed_space(("base.participation", 0))),
@@ -648,6 +648,28 @@ CASES = [
         ["tune.scheduler.asha.grace_period", "greater than or equal to 1"],
         changed_space(("tune.scheduler.asha.grace_period", 0)),
     ),
+    # a number with a leading zero: YAML 1.1 reads it as octal
+    Case(
+        "rounds-octal",
+        ["base.rounds: 010 is read by YAML as the octal number 8", "write 10", "{tmp}/space.yaml:"],
+        _yaml_text(replace=("  rounds: 3", "  rounds: 010")),
+    ),
+    Case(
+        "set-clients-octal",
+        ["base.partition.clients: 012 is read by YAML as the octal number 10", "write 12", "(in --set"],
+        args=["--set", "base.partition.clients=012"],
+    ),
+    # a kind-specific setting beside a kind that ignores it
+    Case(
+        "alpha-with-iid",
+        ["base.partition.alpha: 0.5 is set, but kind 'iid' does not use it", "dirichlet"],
+        changed_space(("base.partition.kind", "iid"), ("base.partition.alpha", 0.5)),
+    ),
+    Case(
+        "classes-per-client-with-dirichlet",
+        ["base.partition.classes_per_client: 2 is set, but kind 'dirichlet' does not use it", "shards"],
+        changed_space(("base.partition.classes_per_client", 2)),
+    ),
     # ---------------------------------------------------------------- a plugin's method and import (issue 46)
     Case(
         "plugin-method-build-raises",
@@ -685,7 +707,12 @@ CASES = [
     Case(
         "client-of-one-sample-no-step",
         ["base.partition.min_size", "would take no local step", "at least 2 samples", "base.partition.clients <= 479"],
-        changed_space(("base.partition.kind", "iid"), ("base.partition.clients", 700), ("base.partition.min_size", 1)),
+        changed_space(
+            ("base.partition.kind", "iid"),
+            ("base.partition.alpha", DELETE),  # iid has no alpha
+            ("base.partition.clients", 700),
+            ("base.partition.min_size", 1),
+        ),
     ),
     Case(
         "npz-ambiguous-layout",
@@ -816,7 +843,7 @@ def test_bad_input_is_refused_before_ray(tmp_path, capsys, monkeypatch, no_ray, 
 
 
 def test_there_are_enough_distinct_cases():
-    assert len({c.id for c in CASES}) == len(CASES) >= 155
+    assert len({c.id for c in CASES}) == len(CASES) >= 159
 
 
 @pytest.fixture(scope="module")

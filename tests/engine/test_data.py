@@ -21,6 +21,8 @@ BASE = {
 
 def experiment(**changes) -> ExperimentConfig:
     partition = {**BASE["partition"], **changes.pop("partition", {})}
+    if partition["kind"] == "iid":  # a kind without alpha refuses one
+        partition.pop("alpha", None)
     return ExperimentConfig.model_validate({**BASE, **changes, "partition": partition})
 
 
