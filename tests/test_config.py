@@ -339,7 +339,7 @@ def test_yes_no_values_stay_where_a_field_takes_them():
 def test_an_override_keeps_unset_settings_unset():
     """domain_split's alpha means "label skew inside each domain" only when given: an unrelated --set (here the
     rounds) once set every field, and turned an IID-inside-domains split into Dirichlet(0.1) label skew."""
-    from raytune_fl.config import SearchSpace, override
+    from raytune_fl.config import SearchSpace
     from raytune_fl.engine.data import partition_kwargs
 
     data = tiny_space()
@@ -366,3 +366,18 @@ def test_a_grace_period_that_leaves_asha_nothing_to_stop_warns(tmp_path, capsys)
         "WARNING: tune.scheduler.asha.grace_period: 3 is not below base.rounds 3: ASHA stops no trial early (every "
         "trial runs every round)"
     ]
+
+
+@pytest.mark.parametrize("path", SPACE_FILES, ids=lambda p: p.name)
+def test_every_client_of_a_shipped_space_takes_a_local_step(path):
+    """Every setting a shipped space runs in (a paper table's alphas too) passes the data checks: no client without
+    a step under its batch settings (two paper tables had one at alpha 0.1 before they were refused)."""
+    from raytune_fl.cli.common import check_data
+    from raytune_fl.cli.reproduce import PAPERS
+
+    space = load_space(path)
+    table = PAPERS.get(path.stem)
+    alphas = [float(a) for a in table.alphas.split(",")] if table else [space.base.partition.alpha]
+    for alpha in alphas if space.base.partition.kind == "dirichlet" else [None]:
+        changed = space if alpha is None else override(space, {"base.partition.alpha": alpha})
+        check_data(changed.base)
