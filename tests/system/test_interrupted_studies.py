@@ -116,6 +116,7 @@ def test_stops_at_seeded_points_resume_to_the_uninterrupted_result(ray_cluster, 
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert sorted(r.data.tags["variant"] for r in parents) == ["fedavg", "full"]  # one parent each, reused
     assert all(r.info.status == "FINISHED" and "interrupted" not in r.data.tags for r in parents)
+    assert any(r.data.tags.get("resumed") == "true" for r in runs if r not in parents)  # a cut trial kept its run
     assert finished_trials(uri) == finished_trials(reference_uri)  # every round once, the same numbers
 
 

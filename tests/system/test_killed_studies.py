@@ -1,5 +1,6 @@
 """Studies whose driver is SIGKILLed mid-trial (its whole process group) resume with `tune.py --resume` to the
-uninterrupted result: on local storage, on S3 (moto's server on loopback), and into the same Optuna study."""
+uninterrupted result: on S3 (moto's server on loopback), and into the same Optuna study. On local storage,
+test_interrupted_studies.py stops and resumes a study four times over (Ctrl-C, SIGTERM, a double Ctrl-C)."""
 
 from __future__ import annotations
 
@@ -23,38 +24,6 @@ from raytune_fl.tracking.schema import (
 from tests.support.killed_study import finished_trials, kill_when, resumable_space, start_script, survivors
 from tests.support.optuna_runs import compare_with_optuna, tune_parents
 from tests.support.s3 import bucket_keys
-
-
-def test_a_killed_study_resumes_to_the_uninterrupted_result(ray_cluster, tmp_path, capsys, request):
-    space = resumable_space(tmp_path)
-    reference_uri = f"sqlite:///{tmp_path / 'reference.db'}"
-    assert main(["--space", str(space), "--storage", str(tmp_path / "ref"), "--mlflow-uri", reference_uri]) == 0
-
-    uri, storage = f"sqlite:///{tmp_path / 'killed.db'}", tmp_path / "killed"
-    args = ["--space", str(space), "--storage", str(storage), "--mlflow-uri", uri, "--verbose"]  # a line per round
-    ray_tmp = tempfile.mkdtemp(prefix="rk", dir="/tmp")  # short: Ray's socket paths have a length limit
-    process = start_script("tune.py", args, ray_tmp)
-    request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
-    before = kill_when(process, "[full] trial 2/3 round 3/4", timeout_s=400)
-    assert "=== variant full" in before  # fedavg had finished, full was mid-study
-    assert survivors(ray_tmp, wait_s=30) == []  # the killed driver's Ray processes went with it
-
-    capsys.readouterr()
-    assert main([*args, "--resume"]) == 0
-    printed = capsys.readouterr().out
-    assert "variant fedavg: finished before the interruption, kept" in printed
-    # trial 2 continued from its checkpoint (no round 1 again); trial 3 started afresh
-    assert printed.count("round 1/4") == 1
-    client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name("resumable")
-    runs = client.search_runs([experiment.experiment_id])
-    assert not [r for r in runs if r.info.status == "RUNNING"]  # no orphans
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    assert sorted(r.data.tags["variant"] for r in parents) == ["fedavg", "full"]  # one parent each, reused
-    reference, resumed = finished_trials(reference_uri), finished_trials(uri)
-    assert len(reference) == 4  # fedavg + 3 searched trials
-    assert resumed == reference  # same trials, same configs, every round once, the same numbers
-    assert any(r.data.tags.get("resumed") == "true" for r in runs)  # the interrupted trial kept its run
 
 
 def test_a_study_on_s3_killed_mid_trial_resumes_to_the_uninterrupted_result(s3, ray_cluster, tmp_path, request):
