@@ -15,11 +15,12 @@ rule it breaks.
 from __future__ import annotations
 
 import ast
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support import git_output
 
 REPO = Path(__file__).resolve().parents[2]
 GUARDED = ("raytune_fl/engine", "raytune_fl/methods", "raytune_fl/actors")
@@ -257,18 +258,7 @@ def test_the_checker_catches_the_cpu_loss_sums_of_the_local_loop():
 
 def test_the_checker_catches_the_committed_bug():
     """The same check on engine/local.py as committed before the fix, when git has that commit."""
-    try:
-        done = subprocess.run(
-            ["git", "show", f"{COMMIT_BEFORE_THE_FIX}:raytune_fl/engine/local.py"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        pytest.skip(f"no git: {error}")
-    if done.returncode != 0:
-        pytest.skip(f"commit {COMMIT_BEFORE_THE_FIX[:12]} is not in this checkout: {done.stderr.strip()}")
-    found = check_source("raytune_fl/engine/local.py", done.stdout)
+    source = git_output("show", f"{COMMIT_BEFORE_THE_FIX}:raytune_fl/engine/local.py", timeout=30)
+    found = check_source("raytune_fl/engine/local.py", source)
     assert {(v.what, v.where) for v in found} >= {("torch.zeros", "train_local")}, list(map(str, found))
     assert sum(v.where == "train_local" for v in found) == 2

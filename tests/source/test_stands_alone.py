@@ -5,12 +5,11 @@ specifications in docs/explanation/methods.md, the benchmark workload in docs/ex
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
+from tests.support import REPO, git_output
 
 # A path out of the checkout into the folder beside it, the outside documents by their names (upper case: the
 # repository's own pages are lower case, e.g. docs/explanation/methods.md), and the outside GPU notes' folder.
@@ -25,18 +24,8 @@ OWN_PAGES = ("docs/explanation/methods.md", "docs/explanation/workload.md")
 
 def _files() -> list[str]:
     """The tracked files, and the new ones git does not ignore (so a citation is caught before it is committed)."""
-    try:
-        done = subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=REPO,
-            capture_output=True,
-            timeout=60,
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        pytest.skip(f"no git: {error}")
-    if done.returncode != 0:
-        pytest.skip(f"not a git checkout: {done.stderr.decode(errors='replace').strip()}")
-    return sorted({name for name in done.stdout.decode().split("\0") if name})
+    listed = git_output("ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    return sorted({name for name in listed.split("\0") if name})
 
 
 def _citations(text: str) -> list[tuple[int, str]]:

@@ -7,6 +7,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
+def git_output(*args: str, timeout: float = 60) -> str:
+    """`git <args>` in the repository, its stdout; the calling test is skipped where git or the checkout is missing."""
+    import subprocess
+
+    import pytest
+
+    try:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        pytest.skip(f"no git: {error}")
+    if done.returncode != 0:
+        pytest.skip(f"git {args[0]}: {done.stderr.strip()}")
+    return done.stdout
+
+
 def command_lines() -> list[str]:
     """Every live process's command line (from /proc: no psutil needed)."""
     lines = []
