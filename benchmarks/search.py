@@ -110,13 +110,20 @@ def run_strategies(
     return walls
 
 
+def metric_sum(client, run_id: str, key: str) -> float:
+    """The sum of a metric's whole history on one run (e.g. a trial's clients per round: its client-rounds)."""
+    from raytune_fl.tracking.store import metric_history
+
+    return float(sum(m.value for m in metric_history(client, run_id, key)))
+
+
 def study_results(
     uri: str, strategies: Sequence[str], names: Sequence[str], local_epochs: int, since_ms: int = 0
 ) -> list[dict[str, Any]]:
     """Per study (variant) started at `since_ms` or later: what it selected, and the client-epochs and time its
     trials used."""
     from raytune_fl.tracking.schema import TAG_BEST_PREFIX, TAG_PARENT_RUN, TAG_STAGE, TAG_VARIANT
-    from raytune_fl.tracking.store import experiment_id, metric_sum, open_client, search_all
+    from raytune_fl.tracking.store import experiment_id, open_client, search_all
 
     client = open_client(uri)
     experiment = experiment_id(client, EXPERIMENT)
@@ -333,8 +340,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args, workdir: Path, scratch: Path) -> dict[str, Any]:
+    from benchmarks.grid import log_grid_run
     from raytune_fl.config import ExperimentConfig, SearchSpace
-    from raytune_fl.tracking.grid import log_grid_run
 
     method, search = variant_ranges()
     names = list(search)

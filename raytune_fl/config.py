@@ -29,6 +29,7 @@ from pydantic import (
 
 # the synthetic dataset's settings live beside its builder (the data package never imports this module)
 from raytune_fl.data.synthetic import SyntheticConfig
+from raytune_fl.engine.metric_names import VAL_ACC, VAL_LOSS
 
 
 class ConfigError(ValueError):
@@ -704,8 +705,8 @@ class SchedulerConfig(_Strict):
 class TuneSettings(_Strict):
     num_samples: int = Field(8, ge=1, description="trials per searched variant (a variant that searches nothing: one)")
     max_concurrent: int = Field(1, ge=1, description="trials at once; on 2 cores one trial already fills the machine")
-    metric: Literal["val_acc", "val_loss"] = Field(
-        "val_acc",
+    metric: Literal[VAL_ACC, VAL_LOSS] = Field(
+        VAL_ACC,
         description="what selects: val_acc (maximised) or val_loss (minimised); validation only, the test set "
         "never steers tuning",
     )
@@ -717,7 +718,7 @@ class TuneSettings(_Strict):
 
     @property
     def mode(self) -> str:
-        return "max" if self.metric == "val_acc" else "min"
+        return "max" if self.metric == VAL_ACC else "min"
 
 
 class SearchSpace(_Strict):
@@ -1009,11 +1010,3 @@ class TrialSpec:
         from raytune_fl.methods import METHODS
 
         return METHODS.get(self.method).describe(self.params)
-
-    def mlflow_params(self) -> dict[str, Any]:
-        """The MLflow params of the trial, the same in both stages: the flattened experiment, the method's name and
-        every hyperparameter as `described`."""
-        # the synthetic data's settings only where they are the data
-        exclude = None if self.experiment.dataset == "synthetic" else {"synthetic"}
-        flat = flatten(self.experiment.model_dump(mode="json", exclude=exclude))
-        return {**flat, "method": self.method, **self.described()}

@@ -1,6 +1,8 @@
-"""Plugins: the user's modules that register datasets, models and methods (raytune_fl.register), imported wherever
-a name may be looked up: in the driver before a search space is validated, and in every Ray worker of the command's
-job (each trial's process, each client actor) before it runs anything.
+"""Plugins: the user's modules that register datasets, models and methods (raytune_fl.register), imported in the
+driver and in every Ray worker.
+
+A plugin is imported wherever a name may be looked up: in the driver before a search space is validated, and in
+every Ray worker of the command's job (each trial's process, each client actor) before it runs anything.
 
 A plugin is named by its module (`plugins: [my_lab.fl_ext]` in the YAML, `--plugin my_lab.fl_ext`), or installed as
 an entry point of group `raytune_fl.plugins` (`[project.entry-points."raytune_fl.plugins"] my_ext = "my_lab.fl_ext"`),
@@ -17,7 +19,7 @@ How the workers get them: the job's Ray `runtime_env`, given where the command s
   own, so there is one place that imports plugins in workers rather than one per kind of process.
 
 Its cost: Ray starts a worker with a runtime_env as a new process instead of taking one of the idle workers it
-prestarts, about 0.5 s before the first trial (tune/study.py's trials_without_runtime_env). Without plugins nothing
+prestarts, about 0.5 s before the first trial (tune/tuner.py's trials_without_runtime_env). Without plugins nothing
 changes: no runtime_env is set.
 """
 

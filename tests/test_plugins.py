@@ -16,6 +16,7 @@ import raytune_fl.plugins as plugins
 from raytune_fl.config import ConfigError, load_space, parse_space
 from raytune_fl.models import MODELS
 from raytune_fl.plugins import PluginError, code_to_ship, import_plugin, load_installed, runtime_env, setup_worker
+from raytune_fl.tracking.records import trial_params
 from tests.support import REPO, tiny_space
 from tests.support.plugin_sources import momentum_plugin
 
@@ -56,7 +57,7 @@ def test_a_plugin_named_in_the_yaml_is_imported_before_its_names_are_checked(plu
     # the name is logged like a built-in one
     from raytune_fl.config import TrialSpec
 
-    assert TrialSpec.resolve(space.base, "fedavg", {}).mlflow_params()["model"] == "plug_net"
+    assert trial_params(TrialSpec.resolve(space.base, "fedavg", {}))["model"] == "plug_net"
 
 
 def test_without_the_plugin_the_name_is_unknown(plugin_dir):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A new user's install, checked: build the wheel, install it (no extras) in a fresh venv at the OLDEST releases
 # pyproject.toml admits (constraints/lower-bounds.txt), run the console script's quick start outside the repository,
-# then run the lower-bounds test subset against those releases. CI runs this after the main tiers (~7 min).
+# run a paper table by name from an empty folder (`raytune-fl reproduce`), then the lower-bounds test subset against
+# those releases. CI runs this after the main tiers (~8 min).
 #
 #   tools/fresh_install.sh [VENV_DIR]     (default: a temporary directory, removed at the end)
 set -euo pipefail
@@ -31,6 +32,15 @@ mkdir "$scratch/user" && cp "$repo/search_spaces/quickstart.yaml" "$scratch/user
   { tail -40 "$scratch/user/run.log"; exit 1; }
 grep -q "best configuration per variant" "$scratch/user/run.log"
 echo "quick start from the wheel: ok ($((SECONDS - start)) s)"
+
+# a paper table by name from an empty folder: its space file is the wheel's package data. The smallest honest run:
+# fedld_table2 (the fewest variants), one round, one trial per searched variant, one seed at one alpha (~45 s)
+step=$SECONDS
+mkdir "$scratch/paper"
+(cd "$scratch/paper" && "$venv/bin/raytune-fl" reproduce fedld_table2 --rounds 1 --num-samples 1 --seeds 1 \
+  --alphas 0.1 --no-screenshot --out results --work work >run.log 2>&1 &&
+  grep -q "^## Final-round test accuracy" results/fedld_table2.md) || { tail -40 "$scratch/paper/run.log"; exit 1; }
+echo "reproduce fedld_table2 from the wheel: ok ($((SECONDS - step)) s)"
 
 # the engine, every method and aggregator, the data and models, and the study end to end, at the lower bounds
 cd "$repo"

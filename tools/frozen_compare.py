@@ -26,6 +26,8 @@ Exit status: 0 only if every selected case matches; 1 if any differs or failed; 
   python tools/frozen_compare.py --with-tune
   python tools/frozen_compare.py --cases fedavg,'method:fed*' --allow-added-keys new_metric
   python tools/frozen_compare.py --after-rev HEAD      # or --after /path/to/another/tree
+  python tools/frozen_compare.py --base 12bd35b --with-tune --cases tune --parent-params-from-trials
+                                                       # issue 49's record builder: parents log their trials' params
 """
 
 from __future__ import annotations
@@ -269,6 +271,36 @@ def compare_case(
     if outcome.ok and any(list(rb) != [k for k in ra if k in rb] for rb, ra in zip(before["rows"], after["rows"])):
         outcome.notes.append("key order differs (values equal)")
     return outcome
+
+
+PARENT_SUFFIX = "(parent)"
+
+
+def check_parent_params(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[Outcome]:
+    """Per tune parent (`--parent-params-from-trials`): its after-side params are each of its trials' params minus
+    the searched names (`search.<name>` gives them) and agree with the before side's on every name both log; the
+    parents' params are then left out of the exact comparison (removed from both records, in place)."""
+    outcomes = []
+    for name in [n for n in after if n.endswith(PARENT_SUFFIX)]:
+        variant = name.removeprefix(f"{TUNE_CASE}:").removesuffix(PARENT_SUFFIX)
+        params_a = after[name].get("meta", {}).pop("params", {})
+        params_b = before.get(name, {}).get("meta", {}).pop("params", {})
+        searched = {k.removeprefix("search.") for k in params_a if k.startswith("search.")}
+        unsearched = {k: v for k, v in params_a.items() if not k.startswith("search.")}
+        outcome = Outcome(f"{name} params", (0, 0), rows=True, meta=True)
+        trials = [n for n in after if re.fullmatch(rf"{re.escape(TUNE_CASE)}:{re.escape(variant)}-\d+", n)]
+        for trial in trials:
+            expected = {k: v for k, v in after[trial]["meta"]["params"].items() if k not in searched}
+            if unsearched != expected:
+                found = first_difference(expected, unsearched)
+                outcome.meta, outcome.detail = False, f"{trial}'s params minus searched: {found}"
+        changed = sorted(k for k in params_b.keys() & params_a.keys() if params_b[k] != params_a[k])
+        if changed:
+            outcome.meta, outcome.detail = False, f"before and after differ on {', '.join(changed)}"
+        if not trials:
+            outcome.meta, outcome.detail = False, "no trial run to compare with"
+        outcomes.append(outcome)
+    return outcomes
 
 
 def format_table(outcomes: Sequence[Outcome]) -> str:
@@ -589,6 +621,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="metric (or param/tag) keys the after side may add; any other added key is a mismatch",
     )
+    parser.add_argument(
+        "--parent-params-from-trials",
+        action="store_true",
+        help="tune parents: instead of equal params, the after side's must be its trials' params minus the searched "
+        "names (plus search.<name>), and agree with the before side's on every name both log (issue 49's fix)",
+    )
     parser.add_argument("--serial", action="store_true", help="run the two sides one after the other, not at once")
     parser.add_argument("--out", type=Path, help="where the JSON results go (default: a new folder under /tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the frozen trees and the tune stores")
@@ -704,6 +742,8 @@ def _main(args: argparse.Namespace, repo: Path, scratch: Path, started: float) -
                 outcomes.append(Outcome(f"{TUNE_CASE} ({label})", (None, None), detail=f"{label} side: {error}"))
         else:
             rb, ra = tune_results["before"]["records"], tune_results["after"]["records"]
+            if args.parent_params_from_trials:
+                outcomes.extend(check_parent_params(rb, ra))
             for name in [*rb, *(n for n in ra if n not in rb)]:
                 outcomes.append(compare_case(name, rb.get(name), ra.get(name), allow_added))
 

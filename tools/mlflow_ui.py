@@ -1,7 +1,8 @@
 """The real MLflow UI (what `mlflow ui` / `mlflow server` serves), driven in headless Chromium: a study's runs table
 with the nested trial runs expanded, the chart view of a metric per round, and the compare view's parallel
 coordinates of one variant's trials. Standard library only (the browser is tools/browser.py); run as
-`python -m tools.mlflow_ui`, tested by tests/tooling/test_mlflow_ui.py. The links are raytune_fl/tracking/urls.py's.
+`python -m tools.mlflow_ui`, tested by tests/tooling/test_mlflow_ui.py. The links are raytune_fl/tracking/urls.py's,
+but for the compare view's (compare_url, here: only this tool opens it).
 
 Where the UI opens: MLflow 3.10-3.17 open an experiment on the page of the browser's *workflow type*, the
 "GenAI | Model training" switch at the top of the sidebar, stored in the browser (localStorage) and GenAI until
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from raytune_fl.tracking.urls import compare_url, runs_url
+from raytune_fl.tracking.urls import runs_url, ui_url
 from tools.browser import Browser, BrowserError, Page
 
 DEFAULT_METRIC = "val_acc"
@@ -49,6 +50,12 @@ _ROWS_JS = r"""(() => {
   }
   return Array.from(rows.values()).sort((a, b) => a.index - b.index);
 })()"""
+
+
+def compare_url(server: str, experiment_id: str, run_ids: Sequence[str]) -> str:
+    """The compare view of these runs (parallel coordinates, scatter, box and contour plots, then the tables)."""
+    query = {"runs": json.dumps(list(run_ids)), "experiments": json.dumps([experiment_id])}
+    return ui_url(server, "compare-runs", query)
 
 
 class UIError(RuntimeError):

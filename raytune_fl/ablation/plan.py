@@ -19,19 +19,7 @@ import yaml
 from raytune_fl.config import ConfigError, ExperimentConfig, OptimizerConfig, SearchSpace, TrialSpec, override
 from raytune_fl.methods import METHODS
 from raytune_fl.tracking.schema import (
-    NO_STUDY,
-    ROLE_TRIAL,
     SETTING_DEFAULT,
-    STAGE_ABLATION,
-    TAG_CELL,
-    TAG_METHOD,
-    TAG_PARTITION_SEED,
-    TAG_ROLE,
-    TAG_SEED,
-    TAG_SETTING,
-    TAG_STAGE,
-    TAG_STUDY_RUN_ID,
-    TAG_VARIANT,
 )
 from raytune_fl.tracking.store import StudyRecord
 
@@ -39,7 +27,7 @@ from raytune_fl.tracking.store import StudyRecord
 GRID_KEYS: dict[str, str] = {
     "alpha": "partition.alpha",  # Dirichlet concentration: the label-shift setting of the papers
     "rho": "participation",  # fraction of clients sampled per round
-    "clients": "partition.clients",
+    "clients": "partition.clients",  # not-a-metric: the grid key of base.partition.clients
     "local_epochs": "local_epochs",
     "rounds": "rounds",
     "lr": "optimizer.lr",
@@ -311,20 +299,3 @@ def ablation_trial(config: dict[str, Any], *, cells: dict[str, AblationCell]) ->
 
     cell = cells[config["cell"]]
     federated_trial({}, experiment=cell.experiment, method=cell.method, fixed=cell.trial.params)
-
-
-def cell_run(cell: AblationCell) -> tuple[str, dict[str, str], dict[str, Any]]:
-    """Run name, tags and params of a cell's MLflow run. Params are the tune stage's (config.TrialSpec): flattened
-    base fields plus every resolved hyperparameter, so runs of both stages line up in the MLflow UI."""
-    tags = {
-        TAG_STAGE: STAGE_ABLATION,
-        TAG_ROLE: ROLE_TRIAL,
-        TAG_VARIANT: cell.variant,
-        TAG_METHOD: cell.method,
-        TAG_SEED: str(cell.seed),
-        TAG_PARTITION_SEED: str(cell.partition_seed),  # every cell: the split it trained on, varied or not
-        TAG_SETTING: cell.setting,
-        TAG_CELL: cell.key,
-        TAG_STUDY_RUN_ID: cell.study_run_id or NO_STUDY,
-    }
-    return cell.key, tags, cell.trial.mlflow_params()

@@ -2,45 +2,39 @@
 
 from __future__ import annotations
 
-import json
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 from ray import tune
 
-from raytune_fl.ablation.plan import AblationCell, AblationPlan, ablation_trial, cell_run
+from raytune_fl.ablation.plan import AblationCell, AblationPlan, ablation_trial
 from raytune_fl.ablation.table import LEVEL, summarise, to_csv, to_markdown
-from raytune_fl.config import flatten
 from raytune_fl.data.identity import DataIdentity
 from raytune_fl.engine.data import FederatedData, data_identity_of
+from raytune_fl.engine.metric_names import TEST_ACC
 from raytune_fl.export.trial_model import log_trial_model
 from raytune_fl.runtime.storage import Storage
-from raytune_fl.tracking import ParentRun, StudyTracker, TrialRun, TrialTracker
-from raytune_fl.tracking.describe import ablation_description, cell_description
+from raytune_fl.tracking import ParentRun, StudyTracker, TrialTracker
+from raytune_fl.tracking.records import (
+    AblationFacts,
+    CellTrials,
+    RunRecord,
+    ablation_cell,
+    ablation_parent,
+    ablation_parent_metrics,
+    summary_metrics,
+)
 from raytune_fl.tracking.schema import (
     ABLATION_FOLDER,
     ABLATION_RESULTS_FILE,
     ABLATION_SUMMARY_FILE,
     PARTITION_FOLDER,
-    ROLE_PARENT,
     RUN_KILLED,
-    STAGE_ABLATION,
-    SUMMARY_STATISTICS,
-    TAG_CONFIG_SOURCE_PREFIX,
-    TAG_GRID,
-    TAG_PARTITION_SEEDS,
-    TAG_PLAN,
     TAG_RESUME_COMMAND,
-    TAG_ROLE,
-    TAG_SEEDS,
-    TAG_STAGE,
-    TAG_STUDY_RUN_IDS,
-    TAG_VARIANTS,
     TRIAL_FINISHED,
     setting_folder,
 )
@@ -49,9 +43,9 @@ from raytune_fl.tune.callbacks import ForwardInterrupt, MlflowTrialLogger, Trial
 from raytune_fl.tune.events import Watch, Watcher
 from raytune_fl.tune.interrupt import resume_command, tune_run
 from raytune_fl.tune.resources import placement_group_factory
-from raytune_fl.tune.study import run_config
+from raytune_fl.tune.tuner import run_config
 
-TABLE_METRIC = "test_acc"  # the papers report final test accuracy; selection already happened on validation
+TABLE_METRIC = TEST_ACC  # the papers report final test accuracy; selection already happened on validation
 
 
 @dataclass
@@ -67,52 +61,29 @@ class AblationOutcome:
         return int((self.results["status"] != TRIAL_FINISHED).sum()) if len(self.results) else 0
 
 
-def start_parent(tracker: StudyTracker, plan: AblationPlan, data: dict[str, FederatedData]) -> str:
+def parent_record(plan: AblationPlan, data: dict[str, FederatedData]) -> RunRecord:
     """The ablation's parent run: the plan, where each variant's configuration came from, each setting's partition
     (each split's, with partition seeds)."""
-    sources = plan.sources.values()
-    varied = plan.partition_seeds > 1  # only then anything is added: an N = 1 parent is logged as it always was
-    run_id = tracker.start_run(
-        "ablation",
-        tags={
-            TAG_STAGE: STAGE_ABLATION,
-            TAG_ROLE: ROLE_PARENT,
-            TAG_PLAN: plan.fingerprint,
-            TAG_SEEDS: ",".join(map(str, plan.seeds)),
-            **({TAG_PARTITION_SEEDS: ",".join(map(str, plan.split_seeds))} if varied else {}),
-            TAG_GRID: json.dumps({axis.name: list(axis.values) for axis in plan.axes}, default=str),
-            TAG_VARIANTS: ",".join(plan.sources),
-            TAG_STUDY_RUN_IDS: json.dumps({s.variant: s.study_run_id for s in sources}),
-            **{f"{TAG_CONFIG_SOURCE_PREFIX}{s.variant}": s.note[:500] for s in sources},
-        },
-        params={
-            **flatten(plan.space.base.model_dump(mode="json")),
-            "seeds": len(plan.seeds),
-            **({"partition_seeds": plan.partition_seeds} if varied else {}),
-        },
-        config={
-            "name": plan.space.name,
-            "base": plan.space.base.model_dump(mode="json"),
-            "grid": {a.name: {"field": f"base.{a.field}", "values": list(a.values)} for a in plan.axes},
-            "seeds": plan.seeds,
-            **({"partition_seeds": plan.split_seeds} if varied else {}),
-            "variants": {s.variant: {"method": s.method, "params": s.params, "source": s.note} for s in sources},
-        },
+    facts = AblationFacts(
+        space=plan.space,
+        fingerprint=plan.fingerprint,
+        seeds=plan.seeds,
+        split_seeds=plan.split_seeds,
+        partition_seeds=plan.partition_seeds,
+        grid={a.name: {"field": f"base.{a.field}", "values": list(a.values)} for a in plan.axes},
+        settings=list(plan.experiments),
+        sources=list(plan.sources.values()),
     )
+    return ablation_parent(facts, list(identities(plan, data).values()))
+
+
+def log_partitions(tracker: StudyTracker, run_id: str, plan: AblationPlan, data: dict[str, FederatedData]) -> None:
+    """Each partition the cells train on, under partition/ (partition/<setting>/ for more than one)."""
     partitions = plan.partitions
     for label, experiment in partitions.items():
         part = experiment.partition
         folder = PARTITION_FOLDER if len(partitions) == 1 else f"{PARTITION_FOLDER}/{setting_folder(label)}"
         tracker.log_partition(run_id, data[label], f"{experiment.dataset}: {part.kind}, {label}", folder)
-    tracker.log_datasets(run_id, list(identities(plan, data).values()))
-    text = ablation_description(plan.space, list(plan.sources), plan.seeds, list(plan.experiments))
-    if varied:
-        text += (
-            f"\n\nEvery (variant, seed, setting) also runs on partition seeds {', '.join(map(str, plan.split_seeds))}: "
-            "the table's spread includes the split's noise."
-        )
-    tracker.describe(run_id, text)
-    return run_id
 
 
 def identities(plan: AblationPlan, data: dict[str, FederatedData]) -> dict[str, DataIdentity]:
@@ -138,7 +109,7 @@ def log_cell_models(
         if done is not None:
             logged += 1
             model_id, _, trained = done
-            score = trained.metrics["test_acc"]
+            score = trained.metrics[TABLE_METRIC]
             out(f"model of {cell.key}: models:/{model_id} (round {trained.round}, test_acc {score:.4f})")
     return logged
 
@@ -195,18 +166,6 @@ def with_partition_seeds(results: pd.DataFrame, cells: list[AblationCell]) -> pd
     return out
 
 
-def summary_metrics(summary: pd.DataFrame, metric: str = TABLE_METRIC) -> dict[str, float]:
-    """The parent's per-(variant, setting) metrics: ablation/<variant>/<setting folder>/<metric>_<statistic>, for
-    mean, sd, n, ci_low and ci_high (the 95 % t-interval of the mean); MLflow drops the NaN ones (n < 2)."""
-    out: dict[str, float] = {}
-    for row in summary.itertuples(index=False):
-        # MLflow names allow letters, digits and _-. /: a setting's '=' and ',' become setting_folder's '-' and '_'
-        where = "/".join(re.sub(r"[^\w.\- ]", "_", part) for part in (str(row.variant), setting_folder(row.setting)))
-        values = dict(zip(SUMMARY_STATISTICS, (row.mean, row.std, row.n, row.ci_low, row.ci_high), strict=True))
-        out.update({f"{ABLATION_FOLDER}/{where}/{metric}_{name}": float(value) for name, value in values.items()})
-    return out
-
-
 def write_table(
     results: pd.DataFrame, seeds: int, out_dir: Path, partition_seeds: int = 1
 ) -> tuple[pd.DataFrame, dict[str, Path]]:
@@ -243,58 +202,20 @@ def run_ablation(
     started = time.time()
     parent_run_id, done = resume if resume is not None else (None, set())
     todo = [cell for cell in plan.cells if cell.key not in done]
-    by_key = {cell.key: cell for cell in todo}
-
-    datasets = identities(plan, data)
-
-    def describe(config: dict[str, Any], index: int) -> TrialRun:
-        cell = by_key[config["cell"]]
-        name, tags, params = cell_run(cell)
-        note = plan.sources[cell.variant].note
-        text = cell_description(cell.variant, cell.method, cell.seed, cell.data_label, cell.params, note)
-        return TrialRun(
-            name, tags, params, rounds=cell.experiment.rounds, datasets=(datasets[cell.data_label],), description=text
-        )
-
     outcome = AblationOutcome("", pd.DataFrame(), pd.DataFrame())
-
-    def close_parent(parent: ParentRun) -> None:
-        """Whatever finished is in MLflow; the table is written from it unless Ctrl-C or SIGTERM stopped the
-        ablation (--resume runs the rest and writes it: a table of some cells is not the plan's)."""
-        results = ablation_results(tracker.client, tracker.experiment_id, parent.run_id)
-        outcome.results = with_partition_seeds(plan_order(latest_per_cell(results), plan.cells), plan.cells)
-        counts = outcome.results["status"].value_counts().to_dict() if len(outcome.results) else {}
-        outcome.wall_time_s = time.time() - started
-        parent.metrics = {"wall_time_s": outcome.wall_time_s, **{f"runs_{k}": float(v) for k, v in counts.items()}}
-        if len(outcome.results) and parent.status != RUN_KILLED:
-            outcome.summary, outcome.files = write_table(
-                outcome.results, len(plan.seeds), out_dir, partition_seeds=plan.partition_seeds
-            )
-            parent.metrics.update(summary_metrics(outcome.summary))
-            tracker.log_files(parent.run_id, outcome.files, ABLATION_FOLDER)  # the run keeps its own copy
-
-    with tracker.parent_run(lambda: start_parent(tracker, plan, data), parent_run_id) as parent:
-        outcome.parent_run_id, parent.on_close = parent.run_id, close_parent
+    with tracker.parent_run(parent_record(plan, data), parent_run_id) as parent:
+        if parent.new:
+            log_partitions(tracker, parent.run_id, plan, data)
+        outcome.parent_run_id = parent.run_id
+        parent.on_close = partial(settle, tracker, plan, out_dir, started, outcome)
         if resume_command():
             parent.interrupt_tags[TAG_RESUME_COMMAND] = resume_command()
         if on_parent is not None:
             on_parent(parent.run_id)
         out(f"MLflow ablation run: {parent.run_id}")
-        trials = TrialTracker(tracker, parent.run_id, plan.rounds, describe, resuming=bool(done))
+        trials = TrialTracker(tracker, parent.run_id, plan.rounds, cell_records(plan, data, todo), bool(done))
         parent.trials.append(trials)
-        # every cell runs every round (FIFO): the time left is an estimate, not a bound; no "best" across cells
-        rounds = {cell.key: cell.experiment.rounds for cell in todo}  # a grid may vary them
-        run = Watch(
-            "ablation",
-            len(todo),
-            plan.rounds,
-            plan.space.tune.metric,
-            noun="cell",
-            show_best=False,
-            rounds_of=lambda config: rounds[config["cell"]],
-            total_rounds=sum(rounds.values()),
-        )
-        followers = [TrialEventsCallback(watch(run))] if watch is not None else []
+        followers = [TrialEventsCallback(watch(cells_watch(plan, todo)))] if watch is not None else []
         if todo:
             results = run_cells(
                 todo,
@@ -304,5 +225,52 @@ def run_ablation(
                 callbacks=[*followers, MlflowTrialLogger(trials)],
             )
             if log_models:
-                log_cell_models(tracker, parent.run_id, results, by_key, data, out)
+                log_cell_models(tracker, parent.run_id, results, {cell.key: cell for cell in todo}, data, out)
     return outcome
+
+
+def cell_records(plan: AblationPlan, data: dict[str, FederatedData], cells: list[AblationCell]) -> CellTrials:
+    """Each cell's run, by cell key: where its configuration came from, the data it trains on."""
+    datasets = identities(plan, data)
+    return CellTrials(
+        {cell.key: ablation_cell(cell, plan.sources[cell.variant].note, (datasets[cell.data_label],)) for cell in cells}
+    )
+
+
+def cells_watch(plan: AblationPlan, cells: list[AblationCell]) -> Watch:
+    """The cells as a progress display follows them: every cell runs every round (FIFO), so the time left is an
+    estimate, not a bound; no "best" across cells."""
+    rounds = {cell.key: cell.experiment.rounds for cell in cells}  # a grid may vary them
+    return Watch(
+        "ablation",
+        len(cells),
+        plan.rounds,
+        plan.space.tune.metric,
+        noun="cell",
+        show_best=False,
+        rounds_of=lambda config: rounds[config["cell"]],
+        total_rounds=sum(rounds.values()),
+    )
+
+
+def settle(
+    tracker: StudyTracker,
+    plan: AblationPlan,
+    out_dir: Path,
+    started: float,
+    outcome: AblationOutcome,
+    parent: ParentRun,
+) -> None:
+    """As the parent closes: whatever finished is in MLflow; the table is written from it unless Ctrl-C or SIGTERM
+    stopped the ablation (--resume runs the rest and writes it: a table of some cells is not the plan's)."""
+    results = ablation_results(tracker.client, tracker.experiment_id, parent.run_id)
+    outcome.results = with_partition_seeds(plan_order(latest_per_cell(results), plan.cells), plan.cells)
+    counts = outcome.results["status"].value_counts().to_dict() if len(outcome.results) else {}
+    outcome.wall_time_s = time.time() - started
+    parent.metrics = ablation_parent_metrics(outcome.wall_time_s, counts)
+    if len(outcome.results) and parent.status != RUN_KILLED:
+        outcome.summary, outcome.files = write_table(
+            outcome.results, len(plan.seeds), out_dir, partition_seeds=plan.partition_seeds
+        )
+        parent.metrics.update(summary_metrics(outcome.summary, TABLE_METRIC))
+        tracker.log_files(parent.run_id, outcome.files, ABLATION_FOLDER)  # the run keeps its own copy

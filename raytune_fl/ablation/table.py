@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from raytune_fl.engine.metric_names import TEST_ACC
+
 # Only runs that trained every round count towards a cell: a diverged or failed seed is shown as missing
 # (n/runs) rather than averaged in as 0 % or silently dropped.
 COUNTED = "finished"
@@ -34,7 +36,7 @@ def mean_interval(values: Sequence[float] | pd.Series, level: float = LEVEL) -> 
     return mean - half, mean + half
 
 
-def summarise(results: pd.DataFrame, metric: str = "test_acc") -> pd.DataFrame:
+def summarise(results: pd.DataFrame, metric: str = TEST_ACC) -> pd.DataFrame:
     """One row per (variant, setting): mean and sample std (ddof=1) of `metric` over the counted seeds.
 
     `results` has one row per run with columns variant, setting, status and `metric` (and partition_seed when the
@@ -102,7 +104,7 @@ def noise(seeds: int | None, partition_seeds: int = 1) -> str:
 
 
 def to_markdown(
-    summary: pd.DataFrame, metric: str = "test_acc", seeds: int | None = None, partition_seeds: int | None = None
+    summary: pd.DataFrame, metric: str = TEST_ACC, seeds: int | None = None, partition_seeds: int | None = None
 ) -> str:
     """A GitHub-flavoured Markdown table plus one line saying what the cells are; `partition_seeds` defaults to the
     most splits any cell counted (summarise's column)."""

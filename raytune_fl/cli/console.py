@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("raytune_fl.cli.tune", "tune each ablation variant of a search-space file (Ray Tune + Optuna + ASHA)"),
     "ablate": ("raytune_fl.cli.ablate", "re-run each variant's tuned config over seeds x settings; table, dashboard"),
     "dashboard": ("raytune_fl.cli.dashboard", "build the self-contained HTML dashboard of a space's MLflow runs"),
-    "reproduce": ("raytune_fl.cli.reproduce", "a paper-shaped table end to end (run in a clone)"),
+    "reproduce": ("raytune_fl.cli.reproduce", "a paper-shaped table end to end, by name"),
 }
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from raytune_fl.engine.metric_names import DIVERGED, DIVERGENCE_KEY, ROUND, ROUND_TIME_S, TEST_ACC, TRAIN_LOSS, VAL_ACC
 from raytune_fl.tracking.schema import TRIAL_DIVERGED, TRIAL_ERROR, TRIAL_FINISHED, TRIAL_STOPPED_EARLY
 from raytune_fl.tune.events import Watch, Watcher
 
@@ -80,7 +81,7 @@ class ProgressState:
         label: str,
         total: int,
         rounds: int,
-        metric: str = "val_acc",
+        metric: str = VAL_ACC,
         mode: str = "max",
         *,
         noun: str = "trial",
@@ -118,15 +119,15 @@ class ProgressState:
 
     def reported(self, trial_id: str, result: dict[str, Any]) -> TrialProgress:
         trial = self.trial(trial_id)
-        trial.last, trial.round = dict(result), int(result.get("round") or trial.round + 1)
+        trial.last, trial.round = dict(result), int(result.get(ROUND) or trial.round + 1)
         self.rounds_run += 1
         return trial
 
     def completed(self, trial_id: str, last_result: dict[str, Any] | None = None) -> TrialProgress:
         trial = self.trial(trial_id)
         if last_result:
-            trial.last, trial.round = dict(last_result), int(last_result.get("round") or trial.round)
-        if trial.last.get("diverged"):
+            trial.last, trial.round = dict(last_result), int(last_result.get(ROUND) or trial.round)
+        if trial.last.get(DIVERGED):
             trial.outcome = TRIAL_DIVERGED
         else:
             trial.outcome = TRIAL_FINISHED if trial.round >= trial.rounds else TRIAL_STOPPED_EARLY
@@ -166,7 +167,7 @@ class ProgressState:
         found: tuple[float, TrialProgress] | None = None
         for trial in self.trials.values():
             value = trial.last.get(self.metric)
-            if trial.last.get("diverged") or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if trial.last.get(DIVERGED) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 continue
             if found is None or (value > found[0] if self.mode == "max" else value < found[0]):
                 found = (float(value), trial)
@@ -223,7 +224,11 @@ def params_text(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={short(v)}" for k, v in params.items())
 
 
-_OUTCOME_WORDS = ((TRIAL_STOPPED_EARLY, "stopped early"), (TRIAL_DIVERGED, "diverged"), (TRIAL_ERROR, "failed"))
+_OUTCOME_WORDS = (
+    (TRIAL_STOPPED_EARLY, "stopped early"),
+    (TRIAL_DIVERGED, "diverged"),  # not-a-metric: the word shown
+    (TRIAL_ERROR, "failed"),
+)
 
 
 def status_line(state: ProgressState, final: bool = False) -> str:
@@ -257,7 +262,7 @@ def status_line(state: ProgressState, final: bool = False) -> str:
 
 
 def _values(state: ProgressState, result: dict[str, Any]) -> str:
-    keys = [state.metric] + [k for k in ("test_acc",) if k != state.metric]
+    keys = [state.metric] + [k for k in (TEST_ACC,) if k != state.metric]
     return " ".join(f"{k}={result[k]:.4f}" for k in keys if isinstance(result.get(k), (int, float)))
 
 
@@ -274,7 +279,7 @@ def ended_line(state: ProgressState, trial: TrialProgress) -> str:
     if trial.outcome == TRIAL_STOPPED_EARLY:
         return f"{prefix} stopped early by ASHA at round {trial.round}: {_values(state, trial.last)}{params}{took}"
     if trial.outcome == TRIAL_DIVERGED:
-        reason = str(trial.last.get("divergence") or "non-finite loss")[:120]
+        reason = str(trial.last.get(DIVERGENCE_KEY) or "non-finite loss")[:120]
         return f"{prefix} diverged at round {trial.round}: {reason}{params}{took}"
     where = f" (see {trial.error_file})" if trial.error_file else ""
     return f"{prefix} FAILED after {rounds_text(trial.round)}{params}{took}{where}"
@@ -294,9 +299,9 @@ def round_line(state: ProgressState, trial: TrialProgress, result: dict[str, Any
         return float(value) if isinstance(value, (int, float)) else float("nan")
 
     return (
-        f"[{state.label}] {state.noun} {trial.number}/{state.total} round {result.get('round')}/{trial.rounds} "
-        f"{state.metric}={get(state.metric):.4f} test_acc={get('test_acc'):.4f} "
-        f"loss={get('train_loss'):.4f} ({get('round_time_s'):.1f}s)"
+        f"[{state.label}] {state.noun} {trial.number}/{state.total} round {result.get(ROUND)}/{trial.rounds} "
+        f"{state.metric}={get(state.metric):.4f} {TEST_ACC}={get(TEST_ACC):.4f} "
+        f"loss={get(TRAIN_LOSS):.4f} ({get(ROUND_TIME_S):.1f}s)"
     )
 
 

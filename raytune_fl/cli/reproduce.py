@@ -17,24 +17,17 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import metadata
+from importlib import metadata, resources
 from pathlib import Path
 
 from raytune_fl.cli import common, stopping
 from raytune_fl.config import ConfigError, load_space
+from raytune_fl.engine.metric_names import BEST_PREFIX, TEST_ACC, VAL_ACC
 from raytune_fl.registry import UnknownNameError
 
-
-def _papers_dir() -> Path:
-    """The paper spaces of the clone this package runs from (an editable install), else of the working directory
-    (a wheel install run from a clone); where neither has them, loading the space names the missing file."""
-    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
-        if (root / "search_spaces" / "papers").is_dir():
-            return root / "search_spaces" / "papers"
-    return Path.cwd() / "search_spaces" / "papers"
-
-
-PAPERS_DIR = _papers_dir()
+# the paper spaces are package data (pyproject.toml), so an installed wheel finds them from any folder; a wheel
+# is installed unpacked, so this is a real folder (the repository's search_spaces/papers/ links to its files)
+PAPERS_DIR = Path(resources.files("raytune_fl") / "spaces" / "papers")
 
 
 DEFAULT_ALPHAS = "0.1,0.5"  # the papers' harshest label skew and a milder one
@@ -277,7 +270,7 @@ def source_commit() -> str:
     """The repository's commit, '+ changes' when its tracked files differ from it; '' outside a git checkout."""
     import subprocess
 
-    root = PAPERS_DIR.parents[1]
+    root = Path(__file__).resolve().parent  # the code's own folder: a wheel's site-packages is no checkout
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
         dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], cwd=root, capture_output=True, text=True)
@@ -302,8 +295,8 @@ def write_results(name, paper, space_file, uri, results_file, assets, shot, comm
     splits = results["partition_seed"].nunique() if "partition_seed" in results else 1
     summary = summarise(results)
     (assets / "table.csv").write_text(summary.to_csv(index=False))
-    columns = ["variant", "method", "setting", "seed", "partition_seed", "status", "rounds_completed", "test_acc"]
-    columns = [c for c in [*columns, "val_acc"] if c in results]
+    columns = ["variant", "method", "setting", "seed", "partition_seed", "status", "rounds_completed", TEST_ACC]
+    columns = [c for c in [*columns, VAL_ACC] if c in results]
     results[columns].to_csv(assets / "runs.csv", index=False)
     tracker = StudyTracker(uri, space.name)
     tuned = ["| variant | method | tuned values | best val acc (%) |", "|---|---|---|:---:|"]
@@ -315,9 +308,8 @@ def write_results(name, paper, space_file, uri, results_file, assets, shot, comm
             continue
         shown = {k: v for k, v in study.params.items() if k in spec.search}
         values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
-        tuned.append(
-            f"| {variant} | {spec.method} | {values} | {study.metrics.get('best_val_acc', float('nan')) * 100:.1f} |"
-        )
+        best = study.metrics.get(BEST_PREFIX + VAL_ACC, float("nan"))
+        tuned.append(f"| {variant} | {spec.method} | {values} | {best * 100:.1f} |")
     header = [line[1:].strip() for line in space_file.read_text().splitlines() if line.startswith("#")]
     protocol = [line for line in header if not line.startswith("python scripts/")]  # the commands come last
     found = comparison.differences(results, paper.reference)

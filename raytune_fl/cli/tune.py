@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from raytune_fl.cli import common, progress, stopping
 from raytune_fl.config import ConfigError, SearchSpace
+from raytune_fl.engine.metric_names import ROUND, TEST_ACC, VAL_ACC
 from raytune_fl.registry import UnknownNameError
 from raytune_fl.tune import interrupt
 from raytune_fl.tune.uncertainty import NOISE_Z, accuracy_se, has_binomial_se, within_noise
@@ -131,8 +132,8 @@ def _run_variants(
 ) -> int:
     """Wait for a private cluster's start (a joined one is joined already) and run each variant's study; the summary
     and what to run next."""
+    from raytune_fl.tracking.records import partition_title
     from raytune_fl.tune import run_variant
-    from raytune_fl.tune.study import partition_title
 
     # drawn on a thread while Ray finishes its start and the first variant sets up; its parent run logs it there
     tracker.render_partition(data, partition_title(space.base))
@@ -267,7 +268,7 @@ def print_summary(
     experiment: str,
     wall_s: float,
     *,
-    metric: str = "val_acc",
+    metric: str = VAL_ACC,
     val_samples: int | None = None,
 ) -> None:
     """Each variant's selected configuration and score; an accuracy with its binomial standard error over the
@@ -286,11 +287,11 @@ def print_summary(
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.best_params.items())
         if o.variant in errors:
             score = f"{metric} {100 * m[metric]:.1f} % ± {100 * errors[o.variant]:.1f}"
-            test = f"test_acc {100 * m.get('test_acc', nan):.1f} %"
+            test = f"{TEST_ACC} {100 * m.get(TEST_ACC, nan):.1f} %"
         else:
-            score, test = f"{metric}={m.get(metric, nan):.4f}", f"test_acc={m.get('test_acc', nan):.4f}"
+            score, test = f"{metric}={m.get(metric, nan):.4f}", f"{TEST_ACC}={m.get(TEST_ACC, nan):.4f}"
         print(
-            f"{o.variant:>16}: {score}  {test} (round {int(m.get('round', 0))}) "
+            f"{o.variant:>16}: {score}  {test} (round {int(m.get(ROUND, 0))}) "
             f"[{params or 'no hyperparameters'}] trials {o.trials} {o.wall_time_s:.0f}s"
         )
     if errors:

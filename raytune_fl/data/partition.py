@@ -29,15 +29,25 @@ class PartitionError(ValueError):
 PARTITIONERS: Registry[Callable[..., list[np.ndarray]]] = Registry("partitioner")
 
 
+# Every partitioner validates through these (and _check_domains, below): _check the arguments all of them take
+# (messages without a kind: the same setting for every kind), _check_int and _check_alpha a kind's own settings
+# (messages "<kind>: ...").
+
+
+def _integer_from(value: Any, lowest: int) -> bool:
+    """An integer (a numpy one too, never a bool) >= `lowest`."""
+    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and value >= lowest
+
+
 def _check(labels: np.ndarray, num_clients: int, min_size: int) -> np.ndarray:
     labels = np.asarray(labels)
     if labels.ndim != 1 or not (labels.size == 0 or np.issubdtype(labels.dtype, np.integer)):
         raise PartitionError(f"labels must be a 1-D integer array, got shape {labels.shape} {labels.dtype}")
     if labels.size and labels.min() < 0:
         raise PartitionError(f"labels must be non-negative class ids, got min {labels.min()}")
-    if isinstance(num_clients, bool) or not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
+    if not _integer_from(num_clients, 1):
         raise PartitionError(f"num_clients must be an integer >= 1, got {num_clients!r}")
-    if isinstance(min_size, bool) or not isinstance(min_size, (int, np.integer)) or min_size < 0:
+    if not _integer_from(min_size, 0):
         raise PartitionError(f"min_size must be an integer >= 0, got {min_size!r}")
     if num_clients * min_size > len(labels):
         raise PartitionError(
@@ -45,6 +55,22 @@ def _check(labels: np.ndarray, num_clients: int, min_size: int) -> np.ndarray:
             f"exceeds the {len(labels)} samples; lower num_clients or min_size"
         )
     return labels
+
+
+def _check_int(kind: str, name: str, value: Any, lowest: int) -> int:
+    if not _integer_from(value, lowest):
+        raise PartitionError(f"{kind}: {name} must be an integer >= {lowest}, got {value!r}")
+    return int(value)
+
+
+def _check_alpha(kind: str, alpha: Any) -> float:
+    if (
+        isinstance(alpha, bool)
+        or not isinstance(alpha, (int, float, np.number))
+        or not (math.isfinite(alpha) and alpha > 0)
+    ):
+        raise PartitionError(f"{kind}: alpha must be a finite number > 0, got {alpha!r}")
+    return float(alpha)
 
 
 @PARTITIONERS.register("iid")
@@ -75,14 +101,8 @@ def dirichlet(
     docs/explanation/workload.md#partition so that seed 0 / 10 clients / alpha 0.1 / min_size 10 gives its exact sizes.
     """
     labels = _check(labels, num_clients, min_size)
-    if (
-        isinstance(alpha, bool)
-        or not isinstance(alpha, (int, float, np.number))
-        or not (math.isfinite(alpha) and alpha > 0)
-    ):
-        raise PartitionError(f"alpha must be a finite number > 0, got {alpha!r}")
-    if max_redraws < 1:
-        raise PartitionError(f"max_redraws must be >= 1, got {max_redraws!r}")
+    _check_alpha("dirichlet", alpha)  # alpha stays as given: the draws and the message below use it unconverted
+    max_redraws = _check_int("dirichlet", "max_redraws", max_redraws, 1)
 
     num_classes = int(labels.max()) + 1 if labels.size else 0
     by_class = [np.flatnonzero(labels == c) for c in range(num_classes)]  # ascending positions
@@ -112,22 +132,6 @@ def dirichlet(
 
 
 # ---------------------------------------------------------------- further label / quantity skews
-
-
-def _check_int(kind: str, name: str, value: Any, lowest: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lowest:
-        raise PartitionError(f"{kind}: {name} must be an integer >= {lowest}, got {value!r}")
-    return int(value)
-
-
-def _check_alpha(kind: str, alpha: Any) -> float:
-    if (
-        isinstance(alpha, bool)
-        or not isinstance(alpha, (int, float, np.number))
-        or not (math.isfinite(alpha) and alpha > 0)
-    ):
-        raise PartitionError(f"{kind}: alpha must be a finite number > 0, got {alpha!r}")
-    return float(alpha)
 
 
 @PARTITIONERS.register("shards")

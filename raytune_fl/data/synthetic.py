@@ -27,7 +27,7 @@ from statistics import NormalDist
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from raytune_fl.data.datasets import DATASETS, ArrayDataset
+from raytune_fl.data.datasets import ArrayDataset, register_builtin
 
 # Norm of every class mean, in noise standard deviations; the means are orthogonal, so two classes are
 # SEPARATION * sqrt(2) = 4.9 apart. Bayes accuracy: 96 % with 10 classes (82 % with 100, 99.3 % with 2). Neither
@@ -101,7 +101,6 @@ def _options_error(error: ValidationError) -> ValueError:
     return ValueError("; ".join(problems))
 
 
-@DATASETS.register("synthetic")
 def synthetic(root: str | None = None, options: object = None) -> ArrayDataset:
     """The synthetic dataset for `options`: a config.SyntheticConfig (an experiment's `synthetic` section) or a
     mapping of its fields; unset fields take its defaults (3x32x32, 10 classes, 20,000 training samples)."""
@@ -114,6 +113,9 @@ def synthetic(root: str | None = None, options: object = None) -> ArrayDataset:
             raise _options_error(error) from None
     test = options.test_samples or max(options.classes, options.samples // 5)  # CIFAR-10's 10,000 to 50,000
     return _build(tuple(options.shape), options.classes, options.samples, test, options.seed)
+
+
+register_builtin("synthetic", synthetic)
 
 
 @functools.lru_cache(maxsize=1)

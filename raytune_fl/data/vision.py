@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from raytune_fl.data.datasets import DATASETS, ArrayDataset
+from raytune_fl.data.datasets import ArrayDataset, register_builtin
 
 _Split = tuple[np.ndarray, np.ndarray]  # uint8 images (N, 3, H, W), int64 labels (N,)
 
@@ -53,15 +53,11 @@ _Reader = Callable[[_Files], tuple[_Split, _Split, tuple[str, ...]]]
 _SOURCES: dict[str, tuple[str, str, _Reader]] = {}  # name -> (archive folder, layout description, reader)
 
 
-def _source(name: str, folder: str, layout: str) -> Callable[[_Reader], _Reader]:
-    """Register ``reader(files) -> (train, test, class_names)`` as dataset ``name`` stored in ``folder``."""
-
-    def add(reader: _Reader) -> _Reader:
-        _SOURCES[name] = (folder, layout, reader)
-        DATASETS.register(name)(functools.partial(_factory, name))
-        return reader
-
-    return add
+def _source(name: str, folder: str, layout: str, reader: _Reader) -> None:
+    """Register ``reader(files) -> (train, test, class_names)`` as dataset ``name`` stored in ``folder`` (called
+    after the reader's definition, as every dataset is registered)."""
+    _SOURCES[name] = (folder, layout, reader)
+    register_builtin(name, functools.partial(_factory, name))
 
 
 def _factory(name: str, root: str | None = None) -> ArrayDataset:
@@ -164,22 +160,27 @@ def _cifar_names(files: _Files, rel: str, key: str) -> tuple[str, ...]:
     return tuple(str(n) for n in _unpickle(files, rel, key)[0])
 
 
-@_source(
-    "cifar10",
-    "cifar-10-batches-py",
-    "data_batch_1..5, test_batch and batches.meta (the python version from the CIFAR site)",
-)
 def _cifar10(files: _Files) -> tuple[_Split, _Split, tuple[str, ...]]:
     train = _cifar_split(files, [f"data_batch_{i}" for i in range(1, 6)], "labels")
     test = _cifar_split(files, ["test_batch"], "labels")
     return train, test, _cifar_names(files, "batches.meta", "label_names")
 
 
-@_source("cifar100", "cifar-100-python", "train, test and meta (the python version from the CIFAR site)")
+_source(
+    "cifar10",
+    "cifar-10-batches-py",
+    "data_batch_1..5, test_batch and batches.meta (the python version from the CIFAR site)",
+    _cifar10,
+)
+
+
 def _cifar100(files: _Files) -> tuple[_Split, _Split, tuple[str, ...]]:
     train = _cifar_split(files, ["train"], "fine_labels")
     test = _cifar_split(files, ["test"], "fine_labels")
     return train, test, _cifar_names(files, "meta", "fine_label_names")
+
+
+_source("cifar100", "cifar-100-python", "train, test and meta (the python version from the CIFAR site)", _cifar100)
 
 
 # --- STL-10 ------------------------------------------------------------------------------------------------
@@ -198,13 +199,18 @@ def _stl_split(files: _Files, split: str) -> _Split:
     return _paired(files, y_path, x, y)
 
 
-@_source(
-    "stl10", "stl10_binary", "train_X.bin, train_y.bin, test_X.bin, test_y.bin and class_names.txt (the binary version)"
-)
 def _stl10(files: _Files) -> tuple[_Split, _Split, tuple[str, ...]]:
     train, test = _stl_split(files, "train"), _stl_split(files, "test")
     names = tuple(line.strip() for line in files.path("class_names.txt").read_text().splitlines() if line.strip())
     return train, test, names
+
+
+_source(
+    "stl10",
+    "stl10_binary",
+    "train_X.bin, train_y.bin, test_X.bin, test_y.bin and class_names.txt (the binary version)",
+    _stl10,
+)
 
 
 # --- Tiny-ImageNet -----------------------------------------------------------------------------------------
@@ -241,11 +247,6 @@ def _jpegs(files: _Files, rel: str) -> list[Path]:
     return found
 
 
-@_source(
-    "tinyimagenet",
-    "tiny-imagenet-200",
-    "wnids.txt, train/<wnid>/images/*.JPEG, val/images/*.JPEG and val/val_annotations.txt",
-)
 def _tinyimagenet(files: _Files) -> tuple[_Split, _Split, tuple[str, ...]]:
     wnids = tuple(files.path("wnids.txt").read_text().split())
     if not wnids:
@@ -262,3 +263,11 @@ def _tinyimagenet(files: _Files) -> tuple[_Split, _Split, tuple[str, ...]]:
             raise files.malformed(annotations, f"line {line!r} lacks a known wnid")
         test.append((files.path(f"val/images/{fields[0]}"), index[fields[1]]))
     return _read_images(files, train), _read_images(files, test), wnids
+
+
+_source(
+    "tinyimagenet",
+    "tiny-imagenet-200",
+    "wnids.txt, train/<wnid>/images/*.JPEG, val/images/*.JPEG and val/val_annotations.txt",
+    _tinyimagenet,
+)

@@ -41,6 +41,7 @@ from raytune_fl.engine.local import (
     pass_batches,
     set_phase_modes,
 )
+from raytune_fl.engine.metric_names import LOCAL_CE, LOCAL_LOSS, TERM_PREFIX
 from raytune_fl.engine.sgd import sgd_step
 from raytune_fl.methods.base import Batch, ClientContext, ClientHook, Method, Phase
 
@@ -255,7 +256,7 @@ def train_local_batched(
         for hook in method.all_hooks:
             hook.on_round_start(ctx)
     template = methods[0]
-    names = ["loss", "ce"] + [f"term_{term.name}" for term in template.terms]
+    names = [LOCAL_LOSS, LOCAL_CE] + [TERM_PREFIX + term.name for term in template.terms]
     sums = torch.zeros(k_count, len(names), dtype=torch.float64, device=x.device)
     counts = [[0] * len(names) for _ in range(k_count)]
     for phase in template.phases:

@@ -111,7 +111,7 @@ def data_identity_of(experiment: ExperimentConfig, data: FederatedData) -> DataI
     settings = {
         "kind": spec.kind,
         **partition_kwargs(spec),
-        "clients": spec.clients,
+        "clients": spec.clients,  # not-a-metric: the partition's setting
         "min_size": spec.min_size,
         "seed": spec.seed,
         "val_fraction": spec.val_fraction,

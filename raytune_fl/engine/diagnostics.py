@@ -9,6 +9,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from raytune_fl.engine.metric_names import (
+    CLIENT_ACC_MEAN,
+    CLIENT_ACC_STD,
+    CLIENT_ACC_WORST,
+    LOSS_AGGREGATION,
+    LOSS_LOCAL,
+    LOSS_SHIFT,
+    SV_EFFECTIVE_RANK,
+    SV_MAX,
+    SV_MIN,
+    SV_MIN_OVER_MAX,
+)
 from raytune_fl.types import Weights
 
 CLASSIFIER_WEIGHT = "classifier.weight"  # every registered model names its last linear layer `classifier`
@@ -25,14 +37,14 @@ def spectrum_summary(singular_values: np.ndarray) -> dict[str, float]:
     s = np.asarray(singular_values, dtype=np.float64)
     total = s.sum()
     if total <= 0:
-        return {"sv_max": 0.0, "sv_min": 0.0, "sv_min_over_max": 0.0, "sv_effective_rank": 0.0}
+        return {SV_MAX: 0.0, SV_MIN: 0.0, SV_MIN_OVER_MAX: 0.0, SV_EFFECTIVE_RANK: 0.0}
     p = s[s > 0] / total
     return {
-        "sv_max": float(s[0]),
-        "sv_min": float(s[-1]),
-        "sv_min_over_max": float(s[-1] / s[0]),
+        SV_MAX: float(s[0]),
+        SV_MIN: float(s[-1]),
+        SV_MIN_OVER_MAX: float(s[-1] / s[0]),
         # exp(entropy of the normalised spectrum) (Roy & Vetterli 2007): D when flat, 1 when rank one
-        "sv_effective_rank": float(np.exp(-(p * np.log(p)).sum())),
+        SV_EFFECTIVE_RANK: float(np.exp(-(p * np.log(p)).sum())),
     }
 
 
@@ -55,9 +67,9 @@ def per_client_accuracy(correct: np.ndarray, owner: np.ndarray, num_clients: int
     if not len(acc):
         return {}
     return {
-        "client_acc_mean": float(acc.mean()),
-        "client_acc_worst": float(acc.min()),
-        "client_acc_std": float(acc.std()),
+        CLIENT_ACC_MEAN: float(acc.mean()),
+        CLIENT_ACC_WORST: float(acc.min()),
+        CLIENT_ACC_STD: float(acc.std()),
     }
 
 
@@ -78,7 +90,7 @@ def loss_decomposition(
     local = float(p @ np.asarray(local_losses, dtype=np.float64))
     on_global = float(p @ np.asarray(shifted_losses, dtype=np.float64))
     return {
-        "loss_local": local,
-        "loss_shift": on_global - local,
-        "loss_aggregation": float(global_loss) - on_global,
+        LOSS_LOCAL: local,
+        LOSS_SHIFT: on_global - local,
+        LOSS_AGGREGATION: float(global_loss) - on_global,
     }

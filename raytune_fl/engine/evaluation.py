@@ -20,6 +20,15 @@ from raytune_fl.engine.diagnostics import (
     per_client_accuracy,
     spectrum_summary,
 )
+from raytune_fl.engine.metric_names import (
+    PERSONAL_PREFIX,
+    PERSONAL_VAL_ACC,
+    TEST_ACC,
+    TEST_LOSS,
+    TRAIN_NAMES,
+    VAL_ACC,
+    VAL_LOSS,
+)
 from raytune_fl.engine.report import CLIENT_ACC_KEY, SPECTRUM_KEY
 from raytune_fl.types import ClientUpdate, Weights
 from raytune_fl.weights import load_weights
@@ -59,10 +68,7 @@ def mean_client_metrics(updates: Sequence[ClientUpdate]) -> dict[str, float]:
         return {}
     total = sum(u.num_samples for u in updates)
     keys = updates[0].metrics.keys()
-    return {
-        f"train_{k}" if k in ("loss", "ce") else k: sum(u.metrics[k] * u.num_samples for u in updates) / total
-        for k in keys
-    }
+    return {TRAIN_NAMES.get(k, k): sum(u.metrics[k] * u.num_samples for u in updates) / total for k in keys}
 
 
 class Evaluator:
@@ -106,10 +112,10 @@ class Evaluator:
         test_loss, test_acc = evaluate(self.model, self.test_x, self.test_y, size)
         metrics: dict[str, Any] = {
             # no validation split (partition.val_fraction 0): NaN, not a score of 0 that reads as a real one
-            "val_loss": float(val_losses.mean()) if len(val_losses) else math.nan,
-            "val_acc": float(val_correct.mean()) if len(val_correct) else math.nan,
-            "test_loss": test_loss,
-            "test_acc": test_acc,
+            VAL_LOSS: float(val_losses.mean()) if len(val_losses) else math.nan,
+            VAL_ACC: float(val_correct.mean()) if len(val_correct) else math.nan,
+            TEST_LOSS: test_loss,
+            TEST_ACC: test_acc,
         }
         if personalise is not None:
             metrics.update(self.evaluate_personalised(weights, personalise, client_states))
@@ -117,9 +123,9 @@ class Evaluator:
             load_weights(self.model, {**weights, **other})
             losses, correct = predict(self.model, self.val_x, self.val_y, size)
             other_test_loss, other_test_acc = evaluate(self.model, self.test_x, self.test_y, size)
-            metrics[f"{name}_val_loss"] = float(losses.mean()) if len(losses) else math.nan
-            metrics[f"{name}_val_acc"] = float(correct.mean()) if len(correct) else math.nan
-            metrics[f"{name}_test_loss"], metrics[f"{name}_test_acc"] = other_test_loss, other_test_acc
+            metrics[f"{name}_{VAL_LOSS}"] = float(losses.mean()) if len(losses) else math.nan
+            metrics[f"{name}_{VAL_ACC}"] = float(correct.mean()) if len(correct) else math.nan
+            metrics[f"{name}_{TEST_LOSS}"], metrics[f"{name}_{TEST_ACC}"] = other_test_loss, other_test_acc
         if extra:
             load_weights(self.model, weights)  # the model holds the global weights again
         wanted = self.diagnostics
@@ -148,7 +154,7 @@ class Evaluator:
             correct[mine] = predict(self.model, self.val_x[index], self.val_y[index], size)[1]
         load_weights(self.model, weights)
         spread = per_client_accuracy(correct, self.val_owner, self.data.num_clients)
-        return {"personal_val_acc": float(correct.mean()), **{f"personal_{k}": v for k, v in spread.items()}}
+        return {PERSONAL_VAL_ACC: float(correct.mean()), **{PERSONAL_PREFIX + k: v for k, v in spread.items()}}
 
     def decompose_loss(
         self, weights: Weights, start_weights: Weights, updates: Sequence[ClientUpdate], val_loss: float

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -31,6 +31,26 @@ from raytune_fl.engine.evaluation import (
 from raytune_fl.engine.fedbuff import BufferedAsync
 from raytune_fl.engine.local import LocalSettings, NonFiniteLossError
 from raytune_fl.engine.lr_schedule import LrSchedule
+from raytune_fl.engine.metric_names import (
+    ACTOR_FAILURES,
+    ACTOR_FAILURES_TOTAL,
+    AGGREGATE_S,
+    CLIENTS,
+    CLIENTS_DROPPED,
+    CLIENTS_LATE,
+    CLIENTS_LOST,
+    CLIENTS_SAMPLED,
+    DECOMPOSITION_S,
+    DIVERGED,
+    DIVERGENCE_KEY,
+    EVALUATE_S,
+    ROUND,
+    ROUND_TIME_S,
+    SETUP_S,
+    TEST_LOSS,
+    VAL_ACC,
+    VAL_LOSS,
+)
 from raytune_fl.engine.pool import ClientPool, InProcessPool, WorkerFailure
 from raytune_fl.engine.report import CLIENT_LOG_KEY, RoundReport
 from raytune_fl.engine.schedules import Schedule
@@ -101,23 +121,35 @@ def probe_rounds(experiment: ExperimentConfig) -> frozenset[int]:
     return frozenset(r for r in range(1, rounds + 1) if diagnostics.costly(r, rounds))
 
 
+class EngineNotice(UserWarning):
+    """Something the engine decided that a user should know (e.g. clients trained one at a time). A warning, never a
+    print: the caller decides how to show it, filter it or make it an error. In a Tune trial Python's default filter
+    writes it to stderr, which Ray forwards to the driver: once per trial, as weights.py's catch_warnings resets the
+    once-per-line record."""
+
+
 def client_batch(experiment: ExperimentConfig, data: FederatedData, method: str, model: ModelSpec) -> int:
     """resources.client_batch resolved: `auto` sized to client_batch_memory_gb where the clients train on a GPU and
     1 on the CPU (where batching measured slower: docs/how-to/client-batching.md); 1 for a method that cannot batch
-    (with a one-line notice on stderr); at most the clients a round trains (the command said so before Ray started:
+    (with an EngineNotice warning); at most the clients a round trains (the command said so before Ray started:
     cli/common.py's client_batch_note; pool.py's client_batches never forms a wider batch, so training is the same)."""
     resources = experiment.resources
     if resources.client_batch == 1:
         return 1
     reason = METHODS.get(method).sequential
     if reason:
-        print(f"notice: resources.client_batch: {method} trains its clients one at a time ({reason})", file=sys.stderr)
+        # stacklevel 2: the notice names the call that resolved the batch (worker_spec), not this line
+        warnings.warn(
+            f"resources.client_batch: {method} trains its clients one at a time ({reason})", EngineNotice, stacklevel=2
+        )
         return 1
     if resources.client_batch == "auto" and (resources.device == "cpu" or not resources.gpus_per_actor):
         return 1  # the clients train on the CPU
     if experiment.diagnostics.gradient_norms:  # the probe lives in the one-client loop
-        print(
-            "notice: resources.client_batch: clients train one at a time (diagnostics.gradient_norms)", file=sys.stderr
+        warnings.warn(
+            "resources.client_batch: clients train one at a time (diagnostics.gradient_norms)",
+            EngineNotice,
+            stacklevel=2,
         )
         return 1
     per_round = clients_per_round(experiment.participation, data.num_clients)
@@ -274,48 +306,50 @@ class Federation:
         self._failures_ahead = [f for f in drained if f.round_index > round_index]
         self.failures_total += len(failures)
         evaluate_started = time.perf_counter()
-        metrics: dict[str, Any] = {"round": round_index, **self.evaluate()}
+        metrics: dict[str, Any] = {ROUND: round_index, **self.evaluate()}
         evaluate_s = time.perf_counter() - evaluate_started
-        watched = "val_loss" if len(self.evaluator.val_y) else "test_loss"  # no validation split: its loss is NaN
+        watched = VAL_LOSS if len(self.evaluator.val_y) else TEST_LOSS  # no validation split: its loss is NaN
         if not math.isfinite(metrics[watched]):
-            raise NonFiniteLossError(f"{'validation' if watched == 'val_loss' else 'test'} loss is {metrics[watched]}")
+            raise NonFiniteLossError(f"{'validation' if watched == VAL_LOSS else 'test'} loss is {metrics[watched]}")
         metrics.update(mean_client_metrics(updates))
         if updates:
             metrics.update(self.method.aggregator.metrics())
         counts = Counter(record.status for record in log)
         metrics.update(
-            clients=len(updates),
-            clients_sampled=len(log),
-            clients_dropped=counts["dropped"],
-            clients_late=counts["late"],
-            clients_lost=counts["lost"],
-            actor_failures=len(failures),
-            actor_failures_total=self.failures_total,
+            {
+                CLIENTS: len(updates),
+                CLIENTS_SAMPLED: len(log),
+                CLIENTS_DROPPED: counts["dropped"],
+                CLIENTS_LATE: counts["late"],
+                CLIENTS_LOST: counts["lost"],
+                ACTOR_FAILURES: len(failures),
+                ACTOR_FAILURES_TOTAL: self.failures_total,
+            }
         )
         metrics.update(self.schedule.round_metrics(updates))  # the simulated clock; FedBuff's staleness
         metrics[CLIENT_LOG_KEY] = [dataclasses.asdict(record) for record in log]  # filed as an artifact
         evaluated_at = time.perf_counter()
-        metrics["round_time_s"] = evaluated_at - started  # diagnostics below are timed apart
-        metrics["aggregate_s"] = self._aggregate_s  # part of round_time_s
-        metrics["evaluate_s"] = evaluate_s  # part of round_time_s: the global (and personalised) evaluation
+        metrics[ROUND_TIME_S] = evaluated_at - started  # diagnostics below are timed apart
+        metrics[AGGREGATE_S] = self._aggregate_s  # part of round_time_s
+        metrics[EVALUATE_S] = evaluate_s  # part of round_time_s: the global (and personalised) evaluation
         if self.experiment.diagnostics.decomposition and self.costly_round(round_index) and updates:
             started = time.perf_counter()
-            metrics.update(self.evaluator.decompose_loss(self.weights, start_weights, updates, metrics["val_loss"]))
-            metrics["decomposition_s"] = time.perf_counter() - started
-            evaluated_at += metrics["decomposition_s"]  # timed apart: not part of the next round either
+            metrics.update(self.evaluator.decompose_loss(self.weights, start_weights, updates, metrics[VAL_LOSS]))
+            metrics[DECOMPOSITION_S] = time.perf_counter() - started
+            evaluated_at += metrics[DECOMPOSITION_S]  # timed apart: not part of the next round either
         if self._setup_s is not None:
-            metrics["setup_s"], self._setup_s = self._setup_s, None
+            metrics[SETUP_S], self._setup_s = self._setup_s, None
         self._last = RoundReport.from_result(metrics)
         self._on_round(self._last)
         return evaluated_at
 
     def _report_divergence(self, reason: str) -> None:
         metrics: dict[str, Any] = {
-            "round": self.round + 1 if self.round < self.experiment.rounds else self.round,
-            "diverged": 1.0,
-            "val_acc": 0.0,  # the worst score, so the searcher learns to avoid this region
-            "val_loss": float("inf"),
-            "divergence": reason,
+            ROUND: self.round + 1 if self.round < self.experiment.rounds else self.round,
+            DIVERGED: 1.0,
+            VAL_ACC: 0.0,  # the worst score, so the searcher learns to avoid this region
+            VAL_LOSS: float("inf"),
+            DIVERGENCE_KEY: reason,
         }
         self._last = RoundReport.from_result(metrics)
         self._on_round(self._last)
@@ -325,7 +359,7 @@ class Federation:
     def state_dict(self) -> dict[str, Any]:
         """Everything the next round depends on. Random streams are keyed by (seed, round, client): no RNG state."""
         return {
-            "round": self.round,
+            "round": self.round,  # not-a-metric: the checkpoint's key, kept apart from the report's name
             "weights": self.weights,
             "client_states": self.client_states,
             "aggregator": self.method.aggregator.state_dict(),
@@ -334,7 +368,7 @@ class Federation:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.round = int(state["round"])
+        self.round = int(state["round"])  # not-a-metric: the checkpoint's key
         self.weights = dict(state["weights"])
         self.client_states = dict(state["client_states"])
         self.method.aggregator.load_state_dict(state["aggregator"])

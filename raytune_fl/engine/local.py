@@ -1,4 +1,7 @@
-"""The one local training loop. Methods add loss terms; they never copy this loop."""
+"""The local training loop, one client at a time (engine/batched.py runs the same loop over K stacked clients).
+
+Methods add loss terms; they never copy this loop.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +14,15 @@ from torch import Tensor, nn
 
 from raytune_fl.engine.augment import AugmentDraws, AugmentSpec
 from raytune_fl.engine.lr_schedule import LrSchedule
+from raytune_fl.engine.metric_names import (
+    GRAD_COS_PREFIX,
+    GRAD_NORM_CE,
+    GRAD_NORM_PREFIX,
+    GRAD_NORM_TOTAL,
+    LOCAL_CE,
+    LOCAL_LOSS,
+    TERM_PREFIX,
+)
 from raytune_fl.engine.sgd import PlainSGD
 from raytune_fl.methods.base import Batch, ClientContext, Method, Phase
 
@@ -67,7 +79,7 @@ def train_local(
     hooks = method.all_hooks
     for hook in hooks:
         hook.on_round_start(ctx)
-    names = ["loss", "ce"] + [f"term_{term.name}" for term in method.terms]
+    names = [LOCAL_LOSS, LOCAL_CE] + [TERM_PREFIX + term.name for term in method.terms]
     # on the training device: the per-step sums never wait for the GPU; one read at the end of the round
     sums = torch.zeros(len(names), dtype=torch.float64, device=x.device)
     counts = [0] * len(names)  # a term is averaged over the steps it was on (plain ints: no device work)
@@ -170,8 +182,8 @@ class GradientProbe:
 
     def __init__(self, term_names: list[str], device: torch.device) -> None:
         self.term_names = term_names
-        self.names = ["grad_norm_total", "grad_norm_ce"]
-        self.names += [f"grad_norm_{name}" for name in term_names] + [f"grad_cos_{name}" for name in term_names]
+        self.names = [GRAD_NORM_TOTAL, GRAD_NORM_CE]
+        self.names += [GRAD_NORM_PREFIX + name for name in term_names] + [GRAD_COS_PREFIX + name for name in term_names]
         self.sums = torch.zeros(len(self.names), dtype=torch.float64, device=device)
         self.count = 0
 

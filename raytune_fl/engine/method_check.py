@@ -38,6 +38,7 @@ from raytune_fl.engine.checkpoint import STATE_FILE, load_state, save_state
 from raytune_fl.engine.data import FederatedData
 from raytune_fl.engine.federation import Federation
 from raytune_fl.engine.local import LocalSettings
+from raytune_fl.engine.metric_names import ROUND
 from raytune_fl.engine.pool import ClientPool, InProcessPool, TrainJob
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import METHODS, Method, MethodSpec
@@ -470,7 +471,7 @@ def straight_and_resumed(
 
     def keep(report: Any) -> None:
         straight.append(report)
-        if report["round"] == checkpoint_after:
+        if report[ROUND] == checkpoint_after:
             save_state(federation.state_dict(), directory)
 
     federation.run(keep)

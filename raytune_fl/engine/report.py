@@ -13,10 +13,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-SPECTRUM_KEY = "classifier_spectrum"  # the full spectrum, a list; the summary metrics are sv_*
-CLIENT_ACC_KEY = "client_accuracy"  # each client's validation accuracy under the global model, a list
-CLIENT_LOG_KEY = "client_log"  # per-client rows of the round (status, steps, simulated time), a list
-DIVERGENCE_KEY = "divergence"  # why a run diverged (a diverged round reports `diverged` = 1 and the worst scores)
+# the keys beside the scalars, declared with every metric name; their users import them from here too
+from raytune_fl.engine.metric_names import CLIENT_ACC_KEY, CLIENT_LOG_KEY, DIVERGED, DIVERGENCE_KEY, ROUND, SPECTRUM_KEY
+
 LIST_KEYS = (SPECTRUM_KEY, CLIENT_ACC_KEY, CLIENT_LOG_KEY)
 
 
@@ -31,7 +30,7 @@ class RoundReport(Mapping[str, Any]):
     _flat: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        flat: dict[str, Any] = {"round": self.round, **self.scalars}
+        flat: dict[str, Any] = {ROUND: self.round, **self.scalars}
         for key, values in zip(LIST_KEYS, (self.spectrum, self.client_accuracy, self.client_log), strict=True):
             if values is not None:
                 flat[key] = values
@@ -42,9 +41,9 @@ class RoundReport(Mapping[str, Any]):
     @classmethod
     def from_result(cls, result: Mapping[str, Any]) -> RoundReport:
         """A report from its flat form (what the engine assembles, what Tune carries back)."""
-        scalars = {k: v for k, v in result.items() if k not in (*LIST_KEYS, DIVERGENCE_KEY, "round")}
+        scalars = {k: v for k, v in result.items() if k not in (*LIST_KEYS, DIVERGENCE_KEY, ROUND)}
         return cls(
-            int(result["round"]),
+            int(result[ROUND]),
             scalars,
             client_log=result.get(CLIENT_LOG_KEY),
             spectrum=result.get(SPECTRUM_KEY),
@@ -54,7 +53,7 @@ class RoundReport(Mapping[str, Any]):
 
     @property
     def diverged(self) -> bool:
-        return bool(self.scalars.get("diverged"))
+        return bool(self.scalars.get(DIVERGED))
 
     def metrics(self) -> dict[str, float]:
         """The numeric scalars, as floats: what is logged per round (flags such as booleans left out)."""

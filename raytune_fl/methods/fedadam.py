@@ -2,32 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from raytune_fl.methods.base import Method, MethodContext, MethodSpec, hyperparameters
-from raytune_fl.methods.fedopt import (
-    BETA1,
-    BETA2,
-    FEDAVG_LIMIT,
-    SERVER_LR,
-    TAU,
-    WEIGHTING,
-    bias_correction,
-    build_server_optimiser,
-)
+from raytune_fl.methods.fedopt import server_optimiser_spec
 from raytune_fl.methods.registry import register
 
-
-def build(params: dict[str, Any], context: MethodContext) -> Method:
-    return build_server_optimiser("adam", params, context)
-
-
 SPEC = register(
-    MethodSpec(
-        "fedadam",
-        hyperparameters(SERVER_LR, BETA1, BETA2, TAU, WEIGHTING, bias_correction("adam")),
-        build,
-        summary="Adam on the server: v <- b2 v + (1 - b2) Delta^2, w <- w + eta m / (sqrt(v) + tau)",
-        as_fedavg=dict(FEDAVG_LIMIT),
+    server_optimiser_spec(
+        "adam", summary="Adam on the server: v <- b2 v + (1 - b2) Delta^2, w <- w + eta m / (sqrt(v) + tau)"
     )
 )

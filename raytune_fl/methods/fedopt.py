@@ -14,8 +14,9 @@ No setting is FedAvg exactly. `as_fedavg` declares the limit beta1 = 0, tau = se
 sample weighting: FedAvg's round up to a relative error of sqrt(v) / tau, below 1e-7 for |Delta| <= 0.1.
 BatchNorm running statistics always get FedAvg's mean, never the adaptive step.
 
-The family's module: the three methods' hyperparameters and their shared build. Each method is a module of its
-own (fedadagrad.py, fedadam.py, fedyogi.py: its SPEC, its defaults); the server is impl/fedopt.py.
+The family's module: the three methods' hyperparameters, their shared build and `server_optimiser_spec`, which
+makes each method's spec from its rule. Each method is a module of its own (fedadagrad.py, fedadam.py, fedyogi.py:
+its SPEC, declaring only its rule, summary and defaults); the server is impl/fedopt.py.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import dataclasses
 from typing import Any
 
 from raytune_fl.aggregators.fedopt import BIAS_CORRECTIONS, WEIGHTINGS, Rule
-from raytune_fl.methods.base import Method, MethodContext, Param
+from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Param, hyperparameters
 
-# FedAdam's and FedYogi's defaults; FedAdagrad declares its own (`dataclasses.replace`)
+# FedAdam's and FedYogi's defaults; FedAdagrad declares its own (`server_optimiser_spec`'s `defaults`)
 SERVER_LR = Param(float, 0.01, "eta: the server step size", name="server_lr", gt=0)
 BETA1 = Param(float, 0.9, "decay of the first moment m (0: no server momentum)", name="beta1", ge=0, lt=1)
 BETA2 = Param(float, 0.99, "decay of the second moment v", name="beta2", ge=0, lt=1)
@@ -52,7 +53,7 @@ def bias_correction(rule: Rule) -> Param[str]:
 
 
 def build_server_optimiser(rule: Rule, params: dict[str, Any], context: MethodContext) -> Method:
-    """FedAdagrad, FedAdam or FedYogi (`rule`: each method's `build` passes its own)."""
+    """FedAdagrad, FedAdam or FedYogi (`rule`: each method's spec's `build` passes its own)."""
     from raytune_fl.methods.impl.fedopt import AdaptiveServer
 
     server = AdaptiveServer(
@@ -60,3 +61,24 @@ def build_server_optimiser(rule: Rule, params: dict[str, Any], context: MethodCo
         WEIGHTING.of(params), _BIAS_CORRECTION.get(params, "none"),
     )  # fmt: skip
     return Method(f"fed{rule}", (), server)
+
+
+def server_optimiser_spec(rule: Rule, summary: str, **defaults: float) -> MethodSpec:
+    """The spec of fed<rule>, for its module's `SPEC = register(server_optimiser_spec(...))`.
+
+    Its hyperparameters are the family's, in one order (server_lr, beta1, beta2, tau, weighting, bias_correction),
+    less those its rule has no use for: Adagrad's v has no decay (no beta2), and a rule with one bias correction
+    offers no choice. `defaults` replaces the family's defaults by name (FedAdagrad's own).
+    """
+    declared = [SERVER_LR, BETA1, *([BETA2] if rule != "adagrad" else []), TAU, WEIGHTING]
+    if len(BIAS_CORRECTIONS[rule]) > 1:
+        declared.append(bias_correction(rule))
+    unknown = set(defaults) - {param.name for param in declared}
+    if unknown:
+        raise ValueError(f"fed{rule} has no hyperparameter {', '.join(sorted(unknown))} to give a default")
+    own = [dataclasses.replace(p, default=defaults[p.name]) if p.name in defaults else p for p in declared]
+
+    def build(params: dict[str, Any], context: MethodContext) -> Method:
+        return build_server_optimiser(rule, params, context)
+
+    return MethodSpec(f"fed{rule}", hyperparameters(*own), build, summary, as_fedavg=dict(FEDAVG_LIMIT))

@@ -28,6 +28,7 @@ import pandas as pd
 from scipy import stats
 
 from raytune_fl.ablation.table import COUNTED, LEVEL, mean_interval
+from raytune_fl.engine.metric_names import TEST_ACC
 
 ALPHA_LEVEL = 0.05  # the usual two-sided 5 % level; a reader can re-judge from the printed p-values
 PAIR_KEYS = ("seed", "partition_seed")  # what makes two runs a pair (partition_seed where the results have it)
@@ -159,7 +160,7 @@ def compare(variant: str, setting: str, other: pd.DataFrame, base: pd.DataFrame)
     return Difference(variant, setting, delta, p, n, n_ref, low, high, False, len(d), math.nan, max(1, splits))
 
 
-def differences(results: pd.DataFrame, reference: str, metric: str = "test_acc") -> list[Difference]:
+def differences(results: pd.DataFrame, reference: str, metric: str = TEST_ACC) -> list[Difference]:
     """Every other variant against `reference`, in each setting; variants and settings in order of appearance."""
     if reference not in set(results["variant"]):
         raise ValueError(f"reference variant {reference!r} has no runs in the results")

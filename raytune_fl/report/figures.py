@@ -15,6 +15,16 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from raytune_fl.ablation.table import mean_interval
+from raytune_fl.engine.metric_names import (
+    CLIENT_ACC_MEAN,
+    CLIENT_ACC_STD,
+    CLIENT_ACC_WORST,
+    DECOMPOSITION_S,
+    ELAPSED_S,
+    ROUND,
+    ROUND_TIME_S,
+    SETUP_S,
+)
 
 PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF")
 TEMPLATE = "plotly_white"
@@ -33,26 +43,26 @@ def elapsed_seconds(rounds: pd.DataFrame) -> pd.Series:
     that ran FedLD's decomposition (it is timed apart from round_time_s), so missing values count as 0.
     Returned in the frame's round order (sorted), indexed by round.
     """
-    ordered = rounds.sort_values("round")
+    ordered = rounds.sort_values(ROUND)
     zeros = pd.Series(0.0, index=ordered.index)
-    per_round = ordered.get("round_time_s", zeros).fillna(0.0) + ordered.get("decomposition_s", zeros).fillna(0.0)
-    setup = float(ordered.get("setup_s", zeros).fillna(0.0).sum())
-    return pd.Series((setup + per_round.cumsum()).to_numpy(), index=ordered["round"].to_numpy(), name="elapsed_s")
+    per_round = ordered.get(ROUND_TIME_S, zeros).fillna(0.0) + ordered.get(DECOMPOSITION_S, zeros).fillna(0.0)
+    setup = float(ordered.get(SETUP_S, zeros).fillna(0.0).sum())
+    return pd.Series((setup + per_round.cumsum()).to_numpy(), index=ordered[ROUND].to_numpy(), name=ELAPSED_S)
 
 
-def band(curves: pd.DataFrame, y: str, x: str = "round") -> pd.DataFrame:
+def band(curves: pd.DataFrame, y: str, x: str = ROUND) -> pd.DataFrame:
     """Per round: mean of `x` and mean, min and max of `y` over the runs that reached it (n of them), and the 95 %
     t-interval of that mean (ci_lo, ci_hi; NaN where under 2 runs reached the round).
 
-    `curves` is long: one row per (run, round). With x = "round" the x column is the round itself; with another x
+    `curves` is long: one row per (run, round). With x = ROUND the x column is the round itself; with another x
     (elapsed seconds, which differs per run) it is that x averaged over the runs at the round.
     """
     rows = curves.dropna(subset=[y])
-    grouped = rows.groupby("round", sort=True)
+    grouped = rows.groupby(ROUND, sort=True)
     intervals = {r: mean_interval(values) for r, values in grouped[y]}
     table = pd.DataFrame(
         {
-            "x": grouped[x].mean() if x != "round" else grouped["round"].first().astype(float),
+            "x": grouped[x].mean() if x != ROUND else grouped[ROUND].first().astype(float),
             "mean": grouped[y].mean(),
             "lo": grouped[y].min(),
             "hi": grouped[y].max(),
@@ -61,7 +71,7 @@ def band(curves: pd.DataFrame, y: str, x: str = "round") -> pd.DataFrame:
             "ci_hi": pd.Series({r: high for r, (_, high) in intervals.items()}, dtype=float),
         }
     )
-    return table.rename_axis("round").reset_index()
+    return table.rename_axis(ROUND).reset_index()
 
 
 def error_bars(mean: Sequence[float], low: Sequence[float], high: Sequence[float]) -> dict[str, object]:
@@ -89,7 +99,7 @@ def best_so_far(values: Sequence[float], maximize: bool = True) -> list[float]:
 
 def last_round(table: pd.DataFrame) -> pd.DataFrame:
     """The rows of a long per-round table (spectrum, client accuracy) that belong to its last round."""
-    return table[table["round"] == table["round"].max()]
+    return table[table[ROUND] == table[ROUND].max()]
 
 
 def variant_colors(variants: Sequence[str]) -> dict[str, str]:
@@ -172,7 +182,7 @@ def curve_figure(
                 row=row,
                 col=col,
             )
-    fig.update_xaxes(title_text=x_title, **(_integer_ticks(curves["round"]) if x == "round" else {}))
+    fig.update_xaxes(title_text=x_title, **(_integer_ticks(curves[ROUND]) if x == ROUND else {}))
     fig.update_yaxes(title_text=f"{y} (mean; {BAND}" + (f"; {BARS})" if intervals else ")"), col=1)
     fig.update_layout(template=TEMPLATE, title=title, height=380 * rows, margin={"t": 80})
     return fig
@@ -265,7 +275,7 @@ def round_time_figure(times: pd.DataFrame) -> go.Figure:
     for method, group in times.groupby("method", sort=True):
         fig.add_trace(
             go.Box(
-                y=group["round_time_s"],
+                y=group[ROUND_TIME_S],
                 name=f"{method} ({group['run_id'].nunique()} runs)",
                 boxpoints="all" if len(group) <= 200 else "outliers",
                 jitter=0.4,
@@ -293,7 +303,7 @@ def spectrum_figure(spectra: dict[str, pd.DataFrame], colors: dict[str, str], va
                 x=last["index"],
                 y=last["singular_value"],
                 mode="lines+markers",
-                name=f"{label} (round {int(last['round'].iloc[0])})",
+                name=f"{label} (round {int(last[ROUND].iloc[0])})",
                 line={"color": colors.get(variants[label], PALETTE[0])},
             )
         )
@@ -337,21 +347,21 @@ def client_curve_figure(rounds: pd.DataFrame, colors: dict[str, str], title: str
     """
     fig = go.Figure()
     for variant, group in rounds.groupby("variant", sort=False):
-        group = group.sort_values("round")
+        group = group.sort_values(ROUND)
         color = colors.get(variant, PALETTE[0])
-        std = group["client_acc_std"].fillna(0.0) if "client_acc_std" in group else 0.0
-        x = list(group["round"])
-        mean = group["client_acc_mean"]
+        std = group[CLIENT_ACC_STD].fillna(0.0) if CLIENT_ACC_STD in group else 0.0
+        x = list(group[ROUND])
+        mean = group[CLIENT_ACC_MEAN]
         fig.add_trace(_band_trace(x, mean - std, mean + std, color, 0.15, variant))
         fig.add_trace(
             go.Scatter(
-                x=x, y=group["client_acc_mean"], name=f"{variant} mean", line={"color": color}, legendgroup=variant
+                x=x, y=group[CLIENT_ACC_MEAN], name=f"{variant} mean", line={"color": color}, legendgroup=variant
             )
         )
         fig.add_trace(
             go.Scatter(
                 x=x,
-                y=group["client_acc_worst"],
+                y=group[CLIENT_ACC_WORST],
                 name=f"{variant} worst client",
                 line={"color": color, "dash": "dash"},
                 legendgroup=variant,
@@ -360,7 +370,7 @@ def client_curve_figure(rounds: pd.DataFrame, colors: dict[str, str], title: str
     fig.update_layout(
         template=TEMPLATE,
         title=title,
-        xaxis={"title": "round", **_integer_ticks(rounds["round"])},
+        xaxis={"title": ROUND, **_integer_ticks(rounds[ROUND])},
         yaxis_title="client accuracy (mean ± std over clients; dashed: worst)",
         height=420,
     )

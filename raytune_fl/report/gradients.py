@@ -13,9 +13,11 @@ from typing import Any
 
 import pandas as pd
 
-PREFIXES = ("grad_norm_", "grad_cos_")
+from raytune_fl.engine.metric_names import GRAD_COS_PREFIX, GRAD_NORM_CE, GRAD_NORM_PREFIX, GRAD_NORM_TOTAL, ROUND
+
+PREFIXES = (GRAD_NORM_PREFIX, GRAD_COS_PREFIX)
 # the order columns are shown in: the sum, cross-entropy, then the terms as named by the methods
-FIRST = ("grad_norm_total", "grad_norm_ce")
+FIRST = (GRAD_NORM_TOTAL, GRAD_NORM_CE)
 
 
 def histories(rounds_of: Callable[[str], list[dict[str, Any]]], runs: pd.DataFrame) -> pd.DataFrame:
@@ -33,8 +35,8 @@ def histories(rounds_of: Callable[[str], list[dict[str, Any]]], runs: pd.DataFra
 
 def terms(table: pd.DataFrame) -> list[str]:
     """The loss terms the runs measured, by name (`grad_norm_variance` -> variance)."""
-    names = [c.removeprefix("grad_norm_") for c in table.columns if c.startswith("grad_norm_") and c not in FIRST]
-    return sorted(names)
+    measured = [c for c in table.columns if c.startswith(GRAD_NORM_PREFIX) and c not in FIRST]
+    return sorted(c.removeprefix(GRAD_NORM_PREFIX) for c in measured)
 
 
 def by_term(table: pd.DataFrame, setting: str) -> pd.DataFrame:
@@ -43,11 +45,11 @@ def by_term(table: pd.DataFrame, setting: str) -> pd.DataFrame:
     rows = table[table["setting"] == setting]
     out = []
     for variant, runs in rows.groupby("variant", sort=False):
-        ce = runs["grad_norm_ce"].mean()
-        measured = [t for t in terms(runs) if runs[f"grad_norm_{t}"].notna().any()]
+        ce = runs[GRAD_NORM_CE].mean()
+        measured = [t for t in terms(runs) if runs[GRAD_NORM_PREFIX + t].notna().any()]
         for term in measured or ["–"]:
-            norm = runs[f"grad_norm_{term}"].mean() if measured else math.nan
-            cosine = runs[f"grad_cos_{term}"].mean() if measured else math.nan
+            norm = runs[GRAD_NORM_PREFIX + term].mean() if measured else math.nan
+            cosine = runs[GRAD_COS_PREFIX + term].mean() if measured else math.nan
             out.append(
                 {"variant": variant, "term": term, "term_norm": norm, "ce_norm": ce, "ratio": norm / ce, "cos": cosine}
             )
@@ -60,8 +62,8 @@ def ratio_by_round(table: pd.DataFrame, setting: str) -> pd.DataFrame:
     rows = table[table["setting"] == setting]
     out = []
     for variant, runs in rows.groupby("variant", sort=False):
-        for term in (t for t in terms(runs) if runs[f"grad_norm_{t}"].notna().any()):
-            ratio = (runs[f"grad_norm_{term}"] / runs["grad_norm_ce"]).groupby(runs["round"]).mean()
+        for term in (t for t in terms(runs) if runs[GRAD_NORM_PREFIX + t].notna().any()):
+            ratio = (runs[GRAD_NORM_PREFIX + term] / runs[GRAD_NORM_CE]).groupby(runs[ROUND]).mean()
             out.append({"variant": variant, "term": term, **{int(r): v for r, v in ratio.items()}})
     return pd.DataFrame(out)
 

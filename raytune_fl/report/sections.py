@@ -15,6 +15,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from raytune_fl.ablation.table import noise, summarise, to_html
+from raytune_fl.engine.metric_names import CLIENT_ACC_MEAN, CLIENT_ACC_WORST, ELAPSED_S, ROUND, ROUND_TIME_S, TEST_ACC
 from raytune_fl.report import figures
 from raytune_fl.report.page import figure_div
 from raytune_fl.report.runs import COMPLETED, Store, final_value, representatives, run_label, tune_metric
@@ -87,7 +88,7 @@ def ablation_table_section(store: Store) -> Section:
         return section.skip(
             f"the latest ablation run {run_id} has no {ABLATION_FOLDER}/{ABLATION_RESULTS_FILE} (unfinished or failed)"
         )
-    summary = summarise(results, metric="test_acc")
+    summary = summarise(results, metric=TEST_ACC)
     section.parts.append(to_html(summary))
     seeds = store.ablation.data.tags.get(TAG_SEEDS, "?")
     splits = store.ablation.data.tags.get(TAG_PARTITION_SEEDS)  # set only when the ablation varied the split
@@ -111,19 +112,19 @@ def _curves(store: Store, runs: Sequence[Run], setting: Callable[[Run], str]) ->
     frames, missing = [], 0
     for run in runs:
         table = store.artifacts.parquet(run.info.run_id, ROUND_METRICS_FILE)
-        if table is None or "test_acc" not in table:
+        if table is None or TEST_ACC not in table:
             missing += 1
             continue
-        table = table.sort_values("round")
+        table = table.sort_values(ROUND)
         frames.append(
             pd.DataFrame(
                 {
                     "variant": run.data.tags.get(TAG_VARIANT, ""),
                     "setting": setting(run),
                     "run_id": run.info.run_id,
-                    "round": table["round"].to_numpy(),
-                    "test_acc": table["test_acc"].to_numpy(),
-                    "elapsed_s": figures.elapsed_seconds(table).to_numpy(),
+                    ROUND: table[ROUND].to_numpy(),
+                    TEST_ACC: table[TEST_ACC].to_numpy(),
+                    ELAPSED_S: figures.elapsed_seconds(table).to_numpy(),
                 }
             )
         )
@@ -151,13 +152,13 @@ def learning_curves_section(store: Store) -> Section:
         + (f" {missing} runs without a round table." if missing else "")
     )
     by_round = figures.curve_figure(
-        curves, "test_acc", "round", "round", "Test accuracy per round", store.colors, intervals=seeds_only
+        curves, TEST_ACC, ROUND, ROUND, "Test accuracy per round", store.colors, intervals=seeds_only
     )
     _figure(section, by_round)
     by_time = figures.curve_figure(
         curves,
-        "test_acc",
-        "elapsed_s",
+        TEST_ACC,
+        ELAPSED_S,
         f"{figures.ELAPSED_TITLE}; mean over runs at each round",
         "Test accuracy against wall-clock time",
         store.colors,
@@ -224,9 +225,9 @@ def round_time_section(store: Store) -> Section:
     section = Section("round-time")
     rows = []
     for run in store.all_trials:
-        for point in metric_history(store.client, run.info.run_id, "round_time_s"):
+        for point in metric_history(store.client, run.info.run_id, ROUND_TIME_S):
             rows.append(
-                {"method": run.data.tags.get(TAG_METHOD, "?"), "run_id": run.info.run_id, "round_time_s": point.value}
+                {"method": run.data.tags.get(TAG_METHOD, "?"), "run_id": run.info.run_id, ROUND_TIME_S: point.value}
             )
     if not rows:
         return section.skip("no run has logged round_time_s yet: run scripts/tune.py")
@@ -264,7 +265,7 @@ def client_accuracy_section(store: Store) -> Section:
             boxes.append(figures.last_round(table).assign(variant=variant, label=run_label(run)))
         if runs and not found:  # logged before client_accuracy.parquet existed: the per-round summary metrics
             table = store.artifacts.parquet(runs[0].info.run_id, ROUND_METRICS_FILE)
-            if table is not None and {"client_acc_mean", "client_acc_worst"} <= set(table.columns):
+            if table is not None and {CLIENT_ACC_MEAN, CLIENT_ACC_WORST} <= set(table.columns):
                 curves.append(table.assign(variant=variant))
     if boxes:
         title = f"Accuracy of the global model on each client's held-out data, last round ({which}, runs pooled)"

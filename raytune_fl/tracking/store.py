@@ -20,6 +20,7 @@ import yaml
 from mlflow.entities import Metric, Run
 from mlflow.tracking import MlflowClient
 
+from raytune_fl.engine.metric_names import BEST_PREFIX, ROUND, TEST_ACC, TEST_LOSS, VAL_ACC, VAL_LOSS
 from raytune_fl.tracking.schema import (
     ROLE_PARENT,
     RUN_FINISHED,
@@ -71,7 +72,7 @@ __all__ = [
 ]
 
 # the final-round metrics an ablation table row keeps
-RESULT_METRICS = ("test_acc", "val_acc", "test_loss", "val_loss")
+RESULT_METRICS = (TEST_ACC, VAL_ACC, TEST_LOSS, VAL_LOSS)
 _PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 T = TypeVar("T")
 
@@ -183,7 +184,7 @@ def latest_study(client: MlflowClient, experiment: str, variant: str) -> StudyRe
                 stopped=stopped,
                 resume_command=tags.get(TAG_RESUME_COMMAND, ""),
             )
-        if run.info.status != RUN_FINISHED or not any(key.startswith("best_") for key in run.data.metrics):
+        if run.info.status != RUN_FINISHED or not any(key.startswith(BEST_PREFIX) for key in run.data.metrics):
             continue  # a failed study, or one that selected nothing
         params = {
             key.removeprefix(TAG_BEST_PREFIX): decode_value(v)
@@ -295,7 +296,7 @@ def logged_rounds(client: MlflowClient, run_id: str, keys: Iterable[str]) -> lis
     by_round: dict[int, dict[str, Any]] = {}
     for key in keys:
         for point in client.get_metric_history(run_id, key):
-            by_round.setdefault(point.step, {"round": point.step})[key] = point.value
+            by_round.setdefault(point.step, {ROUND: point.step})[key] = point.value
     return [by_round[step] for step in sorted(by_round)]
 
 
@@ -361,8 +362,3 @@ class Artifacts:
     def yaml(self, run_id: str, path: str) -> dict[str, Any] | None:
         local = self.local(run_id, path)
         return None if local is None else yaml.safe_load(local.read_text())
-
-
-def metric_sum(client: MlflowClient, run_id: str, key: str) -> float:
-    """The sum of a metric's whole history on one run (e.g. a trial's clients per round: its client-rounds)."""
-    return float(sum(m.value for m in client.get_metric_history(run_id, key)))

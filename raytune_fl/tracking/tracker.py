@@ -26,6 +26,7 @@ from raytune_fl.data.identity import DataIdentity, source_text
 from raytune_fl.data.record import partition_heatmap, partition_table, save_partition_parquet
 from raytune_fl.tracking import store
 from raytune_fl.tracking.new_store import seed_new_store
+from raytune_fl.tracking.records import RunRecord
 from raytune_fl.tracking.schema import (
     CONFIG_FILE,
     CONTEXT_TRAIN,
@@ -37,20 +38,16 @@ from raytune_fl.tracking.schema import (
     RUN_FINISHED,
     RUN_KILLED,
     RUN_RUNNING,
-    STAGE_TUNE,
     TAG_DESCRIPTION,
     TAG_EXPERIMENT_KIND,
     TAG_INTERRUPTED,
-    TAG_METHOD,
     TAG_RESUME_COMMAND,
     TAG_RESUMED,
-    TAG_STAGE,
     TAG_TRIAL_STATUS,
-    TAG_VARIANT,
     TRIAL_INTERRUPTED,
     encode_value,
 )
-from raytune_fl.tracking.trials import TrialRun, TrialTracker
+from raytune_fl.tracking.trials import TrialTracker
 
 if TYPE_CHECKING:
     from raytune_fl.engine.data import FederatedData
@@ -142,15 +139,17 @@ class StudyTracker:
         self.experiment_name = experiment_name
         self._partitions = PartitionDrawings()
 
-    def start_parent(self, variant: str, tags: dict[str, str], params: dict[str, Any], config: dict[str, Any]) -> str:
-        """A variant study's parent run (stage=tune)."""
-        return self.start_run(variant, {TAG_VARIANT: variant, TAG_STAGE: STAGE_TUNE, **tags}, params, config)
-
-    def start_run(self, run_name: str, tags: dict[str, str], params: dict[str, Any], config: dict[str, Any]) -> str:
-        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
-        self.log_params(run.info.run_id, params)
-        self.client.log_dict(run.info.run_id, config, CONFIG_FILE)
-        return run.info.run_id
+    def start_run(self, record: RunRecord) -> str:
+        """A run as `record` (tracking/records.py) says: name, tags, params, datasets, description, config.yaml."""
+        run = self.client.create_run(self.experiment_id, run_name=record.name, tags=record.tags)
+        run_id = run.info.run_id
+        self.log_params(run_id, record.params)
+        if record.config is not None:
+            self.client.log_dict(run_id, record.config, CONFIG_FILE)
+        self.log_datasets(run_id, list(record.datasets))
+        if record.description:
+            self.describe(run_id, record.description)
+        return run_id
 
     def render_partition(self, data: FederatedData, title: str) -> None:
         """Start drawing `data`'s partition record (its table as Parquet, the heat map: ~0.7 s, mostly matplotlib)
@@ -244,31 +243,10 @@ class StudyTracker:
         self.client.log_batch(run_id, metrics=finite, tags=[RunTag(k, encode_value(v)) for k, v in tags.items()])
         self.client.set_terminated(run_id, status)
 
-    def trial_tracker(
-        self,
-        parent_run_id: str,
-        variant: str,
-        method: str,
-        params: Callable[[dict[str, Any]], dict[str, Any]],
-        rounds: int,
-        resuming: bool = False,
-        datasets: tuple[DataIdentity, ...] = (),
-        describe_trial: Callable[[dict[str, Any], int], str] | None = None,
-    ) -> TrialTracker:
-        """The tune stage's trials: runs named `<variant>-<index>`, params = params(the sampled hyperparameters),
-        trained on `datasets`, described by describe_trial(the sampled hyperparameters, index)."""
-
-        def describe(config: dict[str, Any], index: int) -> TrialRun:
-            tags = {TAG_VARIANT: variant, TAG_METHOD: method, TAG_STAGE: STAGE_TUNE}
-            text = describe_trial(config, index) if describe_trial is not None else ""
-            return TrialRun(f"{variant}-{index:03d}", tags, params(config), datasets=datasets, description=text)
-
-        return TrialTracker(self, parent_run_id, rounds, describe, resuming)
-
     @contextmanager
-    def parent_run(self, start: Callable[[], str], run_id: str | None = None) -> Iterator[ParentRun]:
-        """A parent run for the length of a `with` block: started (`start()` creates it and returns its id) or,
-        with `run_id` (a resume), reopened.
+    def parent_run(self, record: RunRecord, run_id: str | None = None) -> Iterator[ParentRun]:
+        """A parent run for the length of a `with` block: started as `record` says or, with `run_id` (a resume),
+        reopened (`ParentRun.new` tells which).
 
         The block sets `status`, `metrics` and `tags` (and `on_close`) on the yielded ParentRun. When it ends:
         KeyboardInterrupt -> KILLED and re-raised, any other exception -> FAILED and re-raised, a normal exit ->
@@ -277,11 +255,12 @@ class StudyTracker:
         handed to `log_partition_when_drawn` is logged (FAILED if it cannot be), and the parent finishes with its
         metrics, tags and status.
         """
+        new = run_id is None
         if run_id is None:
-            run_id = start()
+            run_id = self.start_run(record)
         else:
             self.reopen(run_id)
-        parent = ParentRun(run_id)
+        parent = ParentRun(run_id, new=new)
         try:
             yield parent
             parent.status = parent.status or RUN_FINISHED
@@ -339,6 +318,7 @@ class ParentRun:
     """The parent run inside `StudyTracker.parent_run`: what the block sets is what the parent finishes with."""
 
     run_id: str
+    new: bool = True  # False: a resumed study's parent, reopened
     status: str | None = None  # None: FINISHED on a normal exit
     metrics: dict[str, float] = field(default_factory=dict)
     tags: dict[str, Any] = field(default_factory=dict)

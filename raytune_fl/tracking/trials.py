@@ -13,7 +13,6 @@ import math
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,8 +21,10 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from raytune_fl.data.identity import DataIdentity
+from raytune_fl.engine.metric_names import ACTOR_FAILURES_TOTAL, ROUND
 from raytune_fl.engine.report import CLIENT_ACC_KEY, CLIENT_LOG_KEY, SPECTRUM_KEY, RoundReport
 from raytune_fl.tracking import store
+from raytune_fl.tracking.records import RunRecord
 from raytune_fl.tracking.schema import (
     CLIENT_ACCURACY_FILE,
     CLIENT_ROUNDS_FILE,
@@ -75,32 +76,24 @@ def replay_differs(logged: dict[str, Any], replayed: dict[str, float]) -> bool:
     return False
 
 
-@dataclass(frozen=True)
-class TrialRun:
-    """How a trial appears in MLflow: its run name, tags to filter by and params to compare."""
-
-    name: str
-    tags: dict[str, str]
-    params: dict[str, Any]
-    rounds: int | None = None  # the rounds this trial runs when it differs from the tracker's (an ablation grid)
-    datasets: tuple[DataIdentity, ...] = ()  # the data it trains on (MLflow dataset inputs)
-    description: str = ""  # the run's description in the MLflow UI
-
-
 # per-round lists a trial reports, filed as long-format Parquet artifacts: key -> (file, columns, rows of a round)
 def _indexed_rows(step: int, values: list) -> list[tuple]:
     return [(step, i, value) for i, value in enumerate(values)]
 
 
 _ROUND_LISTS: dict[str, tuple[str, list[str] | None, Callable[[int, list], list]]] = {
-    SPECTRUM_KEY: (SPECTRUM_FILE, ["round", "index", "singular_value"], _indexed_rows),
-    CLIENT_ACC_KEY: (CLIENT_ACCURACY_FILE, ["round", "client", "accuracy"], _indexed_rows),
+    SPECTRUM_KEY: (SPECTRUM_FILE, [ROUND, "index", "singular_value"], _indexed_rows),
+    CLIENT_ACC_KEY: (CLIENT_ACCURACY_FILE, [ROUND, "client", "accuracy"], _indexed_rows),
     # per client and round: trained / dropped / late / lost, steps, simulated time, staleness (dict rows)
     CLIENT_LOG_KEY: (CLIENT_ROUNDS_FILE, None, lambda step, values: list(values)),
 }
 
-# describe(config, index) -> the run of a new trial; index = its number among the parent's runs
-Describe = Callable[[dict[str, Any], int], TrialRun]
+
+class TrialRecords(Protocol):
+    """The runs of a parent's trials (tracking/records.py's TuneTrials, CellTrials): `record(config, index)` is the
+    run of a new trial, `index` its number among the parent's runs."""
+
+    def record(self, config: dict[str, Any], index: int) -> RunRecord: ...
 
 
 class TrialTracker:
@@ -111,11 +104,11 @@ class TrialTracker:
         tracker: RunWriter,
         parent_run_id: str,
         rounds: int,
-        describe: Describe,
+        records: TrialRecords,
         resuming: bool = False,
     ) -> None:
         self.tracker, self.client = tracker, tracker.client
-        self.parent_run_id, self.rounds, self.describe = parent_run_id, rounds, describe
+        self.parent_run_id, self.rounds, self.records = parent_run_id, rounds, records
         self.resuming = resuming
         self.run_ids: dict[str, str] = {}
         self.history: dict[str, list[dict[str, Any]]] = {}
@@ -152,7 +145,7 @@ class TrialTracker:
                 done = store.child_runs(self.client, experiment, self.parent_run_id)
                 self.trial_index = {run.data.tags.get(TAG_TRIAL_ID, run.info.run_id): i for i, run in enumerate(done)}
             index = self.trial_index.setdefault(trial_id, len(self.trial_index))
-            described = self.describe(config, index)
+            described = self.records.record(config, index)
             if described.rounds is not None:
                 self.trial_rounds[trial_id] = described.rounds
             tags = {
@@ -178,18 +171,18 @@ class TrialTracker:
         step = report.round
         history = self.history[trial_id]
         metrics = report.metrics()
-        if history and step <= history[-1]["round"]:  # replayed after a resume from an earlier checkpoint
-            row = next((r for r in history if r["round"] == step), None)
+        if history and step <= history[-1][ROUND]:  # replayed after a resume from an earlier checkpoint
+            row = next((r for r in history if r[ROUND] == step), None)
             if row is None or not replay_differs(row, metrics):
                 return  # already logged, and the replay gave the same values (always so on a CPU)
             # a GPU without deterministic kernels replays other values: the curve goes on from the replay, said so
-            history[history.index(row)] = {"round": step, **metrics}
+            history[history.index(row)] = {ROUND: step, **metrics}
             for key, rows in self.lists[trial_id].items():  # the replay's per-round lists replace the logged ones
-                self.lists[trial_id][key] = [r for r in rows if (r["round"] if isinstance(r, dict) else r[0]) != step]
+                self.lists[trial_id][key] = [r for r in rows if (r[ROUND] if isinstance(r, dict) else r[0]) != step]
             self.replay_differed.setdefault(trial_id, []).append(step)
             self.client.set_tag(run_id, TAG_REPLAY_DIFFERED, ",".join(map(str, self.replay_differed[trial_id])))
         else:
-            history.append({"round": step, **metrics})
+            history.append({ROUND: step, **metrics})
         now = int(time.time() * 1000)
         batch = [Metric(k, v, now, step) for k, v in metrics.items() if math.isfinite(v)]
         self.client.log_batch(run_id, metrics=batch)
@@ -210,7 +203,7 @@ class TrialTracker:
         if run_id is None:
             return
         rows = self.history.pop(trial_id, [])
-        last_round = rows[-1]["round"] if rows else 0
+        last_round = rows[-1][ROUND] if rows else 0
         reason = self.diverged.pop(trial_id, None)
         if reason is not None:
             trial_status = TRIAL_DIVERGED  # stopped itself; the study went on
@@ -219,7 +212,7 @@ class TrialTracker:
             trial_status = TRIAL_STOPPED_EARLY  # ASHA stopped it: its last value is a truncated score
         self.client.set_tag(run_id, TAG_TRIAL_STATUS, trial_status)
         self.client.set_tag(run_id, TAG_ROUNDS_COMPLETED, str(last_round))
-        failures = rows[-1].get("actor_failures_total", 0) if rows else 0
+        failures = rows[-1].get(ACTOR_FAILURES_TOTAL, 0) if rows else 0
         self.client.set_tag(run_id, TAG_ACTOR_FAILURES, str(int(failures)))
         tables = {ROUND_METRICS_FILE: pd.DataFrame(rows) if rows else None}
         for key, collected in self.lists.pop(trial_id, {}).items():

@@ -9,6 +9,7 @@ from typing import Any
 
 from ray import tune
 
+from raytune_fl.engine.metric_names import ROUND
 from raytune_fl.engine.report import RoundReport
 from raytune_fl.tracking import TrialTracker
 from raytune_fl.tracking.background import SerialWriter
@@ -41,8 +42,8 @@ TUNE_RESULT_KEYS = frozenset(
 
 def round_report(result: dict[str, Any]) -> RoundReport:
     """The round's report a trial sent (tune/trainable.py), from the result Tune hands the driver."""
-    if "round" not in result:  # not one of ours (a runner's own report): Tune's iteration count is its round
-        result = {**result, "round": result.get("training_iteration", 0)}
+    if ROUND not in result:  # not one of ours (a runner's own report): Tune's iteration count is its round
+        result = {**result, ROUND: result.get("training_iteration", 0)}
     return RoundReport.from_result({k: v for k, v in result.items() if k not in TUNE_RESULT_KEYS})
 
 
@@ -146,7 +147,7 @@ class TrialEventsCallback(tune.Callback):
         self.events.tick()
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.events.started(trial.trial_id, trial.config, int((trial.last_result or {}).get("round") or 0))
+        self.events.started(trial.trial_id, trial.config, int((trial.last_result or {}).get(ROUND) or 0))
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         self.events.reported(trial.trial_id, result)

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from raytune_fl.engine.metric_names import VAL_ACC
+
 
 @dataclass(frozen=True)
 class Watch:
@@ -19,7 +21,7 @@ class Watch:
     label: str  # the variant's name, or "ablation"
     total: int  # trials (cells) it runs
     rounds: int  # rounds a trial runs unless stopped
-    metric: str = "val_acc"
+    metric: str = VAL_ACC
     mode: str = "max"
     noun: str = "trial"
     may_stop_early: bool = False  # ASHA may stop trials: the time left is an upper bound

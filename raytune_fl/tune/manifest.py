@@ -18,7 +18,8 @@ from typing import Any
 
 from raytune_fl.config import ConfigError, SearchSpace
 from raytune_fl.runtime.storage import Storage, resolve_storage
-from raytune_fl.tune.study import VariantOutcome, VariantRun
+from raytune_fl.tune.outcome import VariantOutcome
+from raytune_fl.tune.study import VariantRun
 
 
 def space_digest(space: SearchSpace) -> str:

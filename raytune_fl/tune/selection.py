@@ -11,18 +11,20 @@ import math
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
+from raytune_fl.engine.metric_names import DIVERGED, ROUND
+
 T = TypeVar("T")
 
 
 def candidacy(metrics: dict[str, Any], metric: str, rounds: int) -> tuple[bool, float] | None:
     """(ran every round, final value) of an ended trial's last metrics; None when it cannot be chosen: it diverged
     (its score is the worst by construction) or its value is missing or not finite."""
-    if metrics.get("diverged"):
+    if metrics.get(DIVERGED):
         return None
     value = metrics.get(metric)
     if value is None or not math.isfinite(value):
         return None
-    return int(metrics.get("round", 0)) >= rounds, float(value)
+    return int(metrics.get(ROUND, 0)) >= rounds, float(value)
 
 
 def beats(challenger: tuple[bool, float], holder: tuple[bool, float] | None, maximize: bool) -> bool:

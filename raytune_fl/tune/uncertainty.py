@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from raytune_fl.engine.metric_names import VAL_ACC
+
 # two standard errors of a difference: about a 95 % interval, the usual threshold for "not noise"
 NOISE_Z = 2.0
 
@@ -19,7 +21,7 @@ NOISE_Z = 2.0
 def has_binomial_se(metric: str) -> bool:
     """Whether `metric` is an accuracy on the validation set (a proportion of its images), which has a binomial
     standard error; a loss or any other score has none here."""
-    return metric == "val_acc" or metric.endswith("_val_acc")
+    return metric == VAL_ACC or metric.endswith(f"_{VAL_ACC}")
 
 
 def accuracy_se(accuracy: float, samples: int | None) -> float | None:

@@ -272,9 +272,8 @@ def test_both_stages_use_the_same_param_and_metric_names(logged):
 
 
 def test_a_tune_trial_and_an_ablation_cell_of_one_configuration_log_the_same_params():
-    from raytune_fl.ablation.plan import cell_run
     from raytune_fl.methods import METHODS
-    from raytune_fl.tune.study import trial_params
+    from raytune_fl.tracking.records import TuneTrials, ablation_cell
 
     s = parse_space(
         {
@@ -285,12 +284,12 @@ def test_a_tune_trial_and_an_ablation_cell_of_one_configuration_log_the_same_par
         }
     )
     variant, sampled = s.variants["full"], {"mu": 0.25}  # what Tune's searcher drew for one trial
-    trial = trial_params(s.base, variant.method, variant.fixed, sampled)
+    trial = TuneTrials("full", s.base, variant.method, variant.fixed).record(sampled, 0).params
     # the ablation reads that trial back as its study's selection (derived defaults come back as their rule)
     selected = METHODS.get("univarfl").describe({**variant.fixed, **sampled})
     source = variant_source(s, "full", StudyRecord("run1", "univarfl", selected, {"best_val_acc": 0.5}, 0))
     cell = make_plan(s, [], [s.base.seed], settings(s, []), {"full": source}).cells[0]
-    assert cell_run(cell)[2] == trial
+    assert ablation_cell(cell, source.note).params == trial
     # every hyperparameter, resolved: the searched and fixed ones, the defaults, a derived default as its rule
     assert {k: trial[k] for k in ("method", "mu", "eps", "lambda", "include_diagonal")} == {
         "method": "univarfl",

@@ -8,11 +8,12 @@ import math
 import pandas as pd
 import pytest
 
-from raytune_fl.ablation.plan import cell_run, make_plan, parse_grid, settings, splits, variant_source
-from raytune_fl.ablation.run import summary_metrics, with_partition_seeds, write_table
+from raytune_fl.ablation.plan import make_plan, parse_grid, settings, splits, variant_source
+from raytune_fl.ablation.run import TABLE_METRIC, with_partition_seeds, write_table
 from raytune_fl.ablation.table import mean_interval, summarise, to_markdown
 from raytune_fl.cli.ablate import main as ablate
 from raytune_fl.config import ConfigError, parse_space
+from raytune_fl.tracking.records import ablation_cell, summary_metrics
 from tests.support import ablate_argv, tiny_space
 
 T975_2 = 4.302653  # Student's t_{0.975, 2 dof}, from a t-table
@@ -61,8 +62,9 @@ def test_two_partition_seeds_double_the_cells_crossed_with_the_training_seeds():
     assert plan.fingerprint != _plan(1).fingerprint
     assert "2 variants x 2 seeds x 2 partition seeds x 2 settings = 16 runs" in plan.summary_line()
     # the cell's run carries its split as a tag, and its params say it too (partition.seed)
-    name, tags, params = cell_run(plan.cells[1])
-    assert name == "full/seed0/split8/alpha=0.5" and tags["partition_seed"] == "8" and params["partition.seed"] == 8
+    run = ablation_cell(plan.cells[1], "note")
+    assert run.name == "full/seed0/split8/alpha=0.5" and run.tags["partition_seed"] == "8"
+    assert run.params["partition.seed"] == 8
 
 
 def test_each_split_of_each_setting_is_a_partition_the_driver_checks():
@@ -151,7 +153,7 @@ def test_summary_has_the_t_interval_of_the_mean_and_the_splits_it_counted():
 
 def test_the_parent_logs_mean_sd_n_and_the_interval_per_variant_and_setting(tmp_path):
     results = _results().assign(setting="alpha=0.1,rho=0.5")
-    metrics = summary_metrics(summarise(results))
+    metrics = summary_metrics(summarise(results), TABLE_METRIC)
     prefix = "ablation/full/alpha-0.1_rho-0.5/test_acc_"  # MLflow names: the setting as its artifact folder
     assert metrics[prefix + "mean"] == pytest.approx(0.72) and metrics[prefix + "sd"] == pytest.approx(0.02)
     assert metrics[prefix + "n"] == 3.0

@@ -3,6 +3,12 @@ end to end (shrunken) is tests/system/test_reproduce.py."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from raytune_fl.cli import reproduce
@@ -15,7 +21,7 @@ from tests.support import REPO
 def test_every_paper_table_names_a_space_file_that_loads_and_holds_its_reference(name):
     paper = reproduce.PAPERS[name]
     path = paper.space_file(name)
-    assert path.parent == REPO / "search_spaces" / "papers" and path.exists()
+    assert path.parent == REPO / "raytune_fl" / "spaces" / "papers" and path.exists()  # package data
     space = load_space(path)
     assert paper.reference in space.variants and not space.variants[paper.reference].search
     assert space.base.partition.val_fraction > 0  # tuning selects on validation, never on the test set
@@ -24,6 +30,32 @@ def test_every_paper_table_names_a_space_file_that_loads_and_holds_its_reference
         assert variant.method in METHODS
     assert [v for v in space.variants.values() if v.search], "nothing to tune"
     assert reproduce._alphas(paper.alphas) and paper.seeds >= 1 and paper.partition_seeds >= 1
+
+
+FIND_FROM_ELSEWHERE = """
+import json, raytune_fl
+from pathlib import Path
+from raytune_fl.cli import reproduce
+files = {name: str(paper.space_file(name)) for name, paper in reproduce.PAPERS.items()}
+print(json.dumps({"package": str(Path(raytune_fl.__file__).parent), "files": files}))
+"""
+
+
+def test_the_paper_spaces_are_found_in_the_package_from_a_folder_outside_the_repository(tmp_path):
+    """An installed wheel has no search_spaces/ beside it: `reproduce NAME` reads the package's own files, whatever
+    the working directory (the wheel itself, from an empty folder: tools/fresh_install.sh)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}  # as installed
+    done = subprocess.run(
+        [sys.executable, "-c", FIND_FROM_ELSEWHERE], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(found["files"]) == set(reproduce.PAPERS)
+    for name, file in found["files"].items():
+        path = Path(file)
+        assert path.is_file() and not path.is_symlink(), file
+        assert path.parent == Path(found["package"]) / "spaces" / "papers", file
+        assert load_space(path).name, name
 
 
 @pytest.mark.parametrize(

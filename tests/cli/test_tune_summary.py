@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from raytune_fl.cli.tune import print_next_steps, print_summary
-from raytune_fl.tune.study import VariantOutcome
+from raytune_fl.tune.outcome import VariantOutcome
 
 URI = "sqlite:////tmp/m.db"
 

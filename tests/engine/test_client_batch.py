@@ -27,7 +27,7 @@ from raytune_fl.config import ExperimentConfig, ResourcesConfig
 from raytune_fl.engine.augment import AugmentSpec
 from raytune_fl.engine.batched import _client_schedule, _plan, auto_client_batch, client_bytes, vectorisable
 from raytune_fl.engine.data import prepare_data
-from raytune_fl.engine.federation import Federation, client_batch
+from raytune_fl.engine.federation import EngineNotice, Federation, client_batch
 from raytune_fl.engine.local import LocalSettings
 from raytune_fl.engine.pool import InProcessPool, TrainJob, client_batches
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
@@ -155,16 +155,19 @@ def test_each_methods_declaration_matches_what_its_hooks_can_do():
         assert bool(METHODS.get(name).sequential) == bool(vectorisable(method)), name
 
 
-def test_a_method_that_cannot_batch_trains_one_at_a_time_with_a_notice(capsys):
+def test_a_method_that_cannot_batch_trains_one_at_a_time_with_a_notice_its_caller_shows(capsys, recwarn):
     experiment = ExperimentConfig(dataset="digits", resources={"actors": 0, "client_batch": 4})
     data = prepare_data(experiment)
     model = ModelSpec("simple_cnn", 1, 10, (8, 8))
-    assert client_batch(experiment, data, "moon", model) == 1
-    notice = capsys.readouterr().err.strip()
-    assert notice.startswith("notice: resources.client_batch: moon trains its clients one at a time (")
-    assert "\n" not in notice
-    assert client_batch(experiment, data, "fedprox", model) == 4
+    with pytest.warns(EngineNotice) as notices:  # a warning: the engine itself writes nothing
+        assert client_batch(experiment, data, "moon", model) == 1
+    [notice] = [str(n.message) for n in notices]
+    assert notice.startswith("resources.client_batch: moon trains its clients one at a time (") and "\n" not in notice
+    assert notices[0].filename == __file__  # stacklevel 2: it names the call that resolved the batch, here this test
     assert capsys.readouterr().err == ""
+    recwarn.clear()
+    assert client_batch(experiment, data, "fedprox", model) == 4
+    assert not [w for w in recwarn if issubclass(w.category, EngineNotice)] and capsys.readouterr().err == ""
 
 
 def test_the_batch_plan_groups_a_step_by_batch_size_and_offsets_rows_per_client():

@@ -166,8 +166,8 @@ def test_gradient_norms_need_costly_rounds():
         _experiment(gradient_norms=True, every=0)
 
 
-def test_gradient_norms_probe_the_costly_rounds_one_client_at_a_time(capsys):
-    from raytune_fl.engine.federation import client_batch, probe_rounds
+def test_gradient_norms_probe_the_costly_rounds_one_client_at_a_time():
+    from raytune_fl.engine.federation import EngineNotice, client_batch, probe_rounds
 
     experiment = _experiment(gradient_norms=True).model_copy(update={"rounds": 12})
     assert probe_rounds(experiment) == {2, 4, 6, 8, 10, 12}
@@ -179,5 +179,5 @@ def test_gradient_norms_probe_the_costly_rounds_one_client_at_a_time(capsys):
         }
     )
     assert probe_rounds(five) == {5, 10, 12}
-    assert client_batch(five, None, "fedavg", None) == 1
-    assert "clients train one at a time (diagnostics.gradient_norms)" in capsys.readouterr().err
+    with pytest.warns(EngineNotice, match=r"clients train one at a time \(diagnostics.gradient_norms\)"):
+        assert client_batch(five, None, "fedavg", None) == 1

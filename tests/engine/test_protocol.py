@@ -15,6 +15,7 @@ from raytune_fl.engine.federation import CLIENT_LOG_KEY, Federation, worker_spec
 from raytune_fl.engine.lr_schedule import LrSchedule
 from raytune_fl.engine.system import epoch_steps
 from raytune_fl.engine.worker import ClientWorker
+from raytune_fl.tracking.records import trial_params
 from raytune_fl.types import ClientUpdate
 from tests.support.workload import WORKLOAD_SIZES
 
@@ -70,7 +71,7 @@ def test_schedule_settings_are_checked_and_name_their_field():
 
 def test_the_knobs_are_logged_as_params():
     experiment = ExperimentConfig(drop_last=True, optimizer={"schedule": {"kind": "cosine"}})
-    params = TrialSpec.resolve(experiment, "fedavg", {}).mlflow_params()
+    params = trial_params(TrialSpec.resolve(experiment, "fedavg", {}))
     assert params["optimizer.schedule.kind"] == "cosine" and params["drop_last"] is True
     assert params["optimizer.schedule.t_max"] is None  # unset: the run's rounds, as the YAML says it
 
@@ -223,7 +224,7 @@ def test_a_variant_trains_with_its_own_optimiser_in_both_stages():
     assert space.experiment_for("fedavg") is space.base
     fedld = space.experiment_for("fedld")
     assert fedld.optimizer.momentum == 0.5 and fedld.optimizer.weight_decay == 5e-4 and fedld.rounds == 2
-    logged = TrialSpec.resolve(fedld, "fedld", {}).mlflow_params()  # the run's params
+    logged = trial_params(TrialSpec.resolve(fedld, "fedld", {}))  # the run's params
     assert logged["optimizer.momentum"] == 0.5
     sources = {name: VariantSource(name, v.method, {}, None, "") for name, v in space.variants.items()}
     cells = build_cells(sources, {"-": space.base}, [0, 1], {"fedld": fedld.optimizer})

@@ -20,7 +20,7 @@ from tests.support import REPO, command_lines, tiny_space
 TRIAL_CHILD = """
 import os, sys, time, ray
 from ray import tune
-import raytune_fl.tune.study as study
+import raytune_fl.tune.tuner as tuner
 from benchmarks.proc import descendants
 from raytune_fl.runtime.cluster import start_local
 
@@ -32,7 +32,7 @@ for _ in range(150):  # Ray prestarts an idle worker per CPU once this driver ha
     time.sleep(0.1)
 if sys.argv[1] == "tune-default":  # Tune's own runtime_env: the trial's process is a new one
     study.trials_without_runtime_env = lambda: None
-config = study.run_config("where", sys.argv[2], [], 0)
+config = tuner.run_config("where", sys.argv[2], [], 0)
 trainable = tune.with_resources(lambda config: tune.report({"pid": os.getpid()}), {"cpu": 1})
 pid = tune.Tuner(trainable, run_config=config).fit()[0].metrics["pid"]
 print("IDLE", len(idle), "TRIAL_ON_AN_IDLE_WORKER", pid in idle)

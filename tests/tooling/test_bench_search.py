@@ -1,5 +1,5 @@
-"""benchmarks/search.py: the grid's axes and the summary by hand; the landscape section on logged grid runs; a
-tiny end-to-end run through tune.py (slow)."""
+"""benchmarks/search.py: the grid's axes and the summary by hand; the landscape section on grid runs logged by
+benchmarks/grid.py, and a run's metric summed (the search's cost); a tiny end-to-end run through tune.py (slow)."""
 
 from __future__ import annotations
 
@@ -66,10 +66,11 @@ def test_unknown_strategies_and_a_used_workdir_are_refused(tmp_path, capsys):
 
 
 def test_the_landscape_section_draws_logged_grid_runs(tmp_path):
+    from benchmarks.grid import log_grid_run
     from raytune_fl.config import SearchSpace
     from raytune_fl.report.runs import open_store
     from raytune_fl.report.sections import search_landscape_section
-    from raytune_fl.tracking.grid import log_grid_run
+    from raytune_fl.tracking.store import open_client
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     space = SearchSpace.model_validate({"name": "landscape", "variants": {"full": {"method": "fedavg"}}})
@@ -82,7 +83,8 @@ def test_the_landscape_section_draws_logged_grid_runs(tmp_path):
     notes = " ".join(section.parts)
     assert "Grid: 4 points, 2 seed(s) each; its best mean val_acc 0.9050 at lambda=10, mu=1" in notes
     empty = SearchSpace.model_validate({"name": "empty", "variants": {"full": {"method": "fedavg"}}})
-    log_grid_run(uri, "empty", "full", {"mu": 1.0}, 0, [{"round": 1, "val_acc": 0.5}])
+    run_id = log_grid_run(uri, "empty", "full", {"mu": 1.0}, 0, [{"round": 1, "val_acc": 0.5, "clients": 3}])
+    assert search.metric_sum(open_client(uri), run_id, "clients") == 3.0  # a run's client-rounds, from its history
     assert "a map needs 2" in search_landscape_section(open_store(uri, empty, tmp_path / "a2")).skipped
 
 

@@ -136,3 +136,26 @@ def test_the_runner_flattens_a_report_only_where_it_is_a_dataclass():
     assert runner.row_to_dict(AsMapping(2)) == {"round": 2, "val_acc": 0.5}
     row = {"round": 1, "val_acc": 0.5}
     assert runner.row_to_dict(row) == row and runner.row_to_dict(row) is not row
+
+
+def _run(params: dict) -> dict:
+    return {"rows": [], "meta": {"status": "FINISHED", "params": dict(params), "tags": {}}, "error": None}
+
+
+def test_a_parent_logs_its_trials_params_minus_the_searched_names():
+    trial = {"rounds": "2", "method": "univarfl", "mu": "0.25", "eps": "0.02"}
+    after = {
+        "tune:full(parent)": _run({"rounds": "2", "method": "univarfl", "eps": "0.02", "search.mu": "{}"}),
+        "tune:full-000": _run(trial),
+    }
+    before = {"tune:full(parent)": _run({"rounds": "2", "method": "univarfl", "synthetic.classes": "10"})}
+    [outcome] = fc.check_parent_params(before, after)
+    assert outcome.ok, outcome.detail
+    assert "params" not in after["tune:full(parent)"]["meta"] and "params" not in before["tune:full(parent)"]["meta"]
+    after["tune:full(parent)"]["meta"]["params"] = {"rounds": "3", "method": "univarfl", "search.mu": "{}"}
+    [outcome] = fc.check_parent_params({}, after)  # eps missing, rounds differs from the trial's
+    assert not outcome.ok and "full-000" in outcome.detail
+    before = {"tune:full(parent)": _run({"rounds": "3"})}
+    after["tune:full(parent)"]["meta"]["params"] = {"rounds": "2", "method": "univarfl", "eps": "0.02", "search.mu": 1}
+    [outcome] = fc.check_parent_params(before, after)  # matches its trial, but changed a value the before side logged
+    assert not outcome.ok and outcome.detail == "before and after differ on rounds"

@@ -7,8 +7,8 @@ from __future__ import annotations
 from mlflow.tracking import MlflowClient
 
 from raytune_fl.tracking.schema import EXPERIMENT_KIND_TRAINING, TAG_EXPERIMENT_KIND
-from raytune_fl.tracking.urls import compare_url, runs_url
-from tools.mlflow_ui import RunRow, nested
+from raytune_fl.tracking.urls import runs_url
+from tools.mlflow_ui import RunRow, compare_url, nested
 
 # ---------------------------------------------------------------- fast: the tag, the URLs, the table's nesting
 

@@ -70,8 +70,9 @@ class _NoStore:  # enough of TrialTracker's RunWriter to construct one; nothing 
     client, experiment_id = None, "0"
 
 
-def _describe(config: dict, index: int) -> None:
-    return None
+class _NoRecords:  # TrialTracker's records; none is asked for in this test
+    def record(self, config: dict, index: int) -> None:
+        return None
 
 
 def test_the_tune_callback_pickles_without_its_thread(tmp_path):
@@ -79,7 +80,7 @@ def test_the_tune_callback_pickles_without_its_thread(tmp_path):
     from raytune_fl.tracking.trials import TrialTracker
     from raytune_fl.tune.callbacks import MlflowTrialLogger
 
-    logger = MlflowTrialLogger(TrialTracker(_NoStore(), "parent", 3, _describe))
+    logger = MlflowTrialLogger(TrialTracker(_NoStore(), "parent", 3, _NoRecords()))
     assert logger.writer is logger.writer  # made once, on first use
     restored = pickle.loads(pickle.dumps(logger))
     assert restored._writer is None and restored.trials._pending == []

@@ -132,6 +132,21 @@ def test_parent_runs_describe_variant_method_fixed_and_searched(records_study):
     assert trial.data.tags[TAG_DESCRIPTION].startswith("Trial 0 of variant `full` (method `univarfl`): `lambda=")
 
 
+def test_a_parent_logs_its_trials_params_minus_the_searched_names(records_study):
+    # one builder for both (tracking/records.py): a parent and its trials line up column by column in the MLflow UI
+    _, _, _, runs, _, _, _ = records_study
+    for variant, parent in _parents(runs).items():
+        searched = {k.removeprefix("search.") for k in parent.data.params if k.startswith("search.")}
+        trials = [r for r in runs if r.data.tags.get(TAG_PARENT_RUN) == parent.info.run_id]
+        assert trials, variant
+        for trial in trials:
+            expected = {k: v for k, v in trial.data.params.items() if k not in searched}
+            unsearched = {k: v for k, v in parent.data.params.items() if not k.startswith("search.")}
+            assert unsearched == expected, (variant, trial.info.run_name)
+    assert {k for k in _parents(runs)["full"].data.params if k.startswith("search.")} == {"search.mu", "search.lambda"}
+    assert not any(k.startswith("synthetic.") for k in _parents(runs)["full"].data.params)  # digits: not its data
+
+
 # ------------------------------------------------------------------------------------------- models
 
 

@@ -18,6 +18,7 @@ from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.data import prepare_data
 from raytune_fl.tracking import StudyTracker
 from raytune_fl.tracking import tracker as tracker_module
+from raytune_fl.tracking.records import RunRecord
 
 EXPERIMENT = ExperimentConfig(dataset="digits", partition={"clients": 3, "alpha": 0.5, "min_size": 20})
 
@@ -34,7 +35,7 @@ def test_the_record_is_drawn_once_ahead_and_each_parent_run_logs_it(tmp_path, mo
     monkeypatch.setattr(tracker_module, "draw_partition", counted)
     tracker = StudyTracker(f"sqlite:///{tmp_path / 'm.db'}", "study")
     tracker.render_partition(data, "digits: dirichlet, 3 clients")
-    runs = [tracker.start_run(name, {}, {}, {}) for name in ("full", "fedavg")]
+    runs = [tracker.start_run(RunRecord(name, {}, {})) for name in ("full", "fedavg")]
     tables = [tracker.log_partition(run, data, "digits: dirichlet, 3 clients") for run in runs]
 
     assert len(drawn) == 1 and drawn[0].startswith("partition-record")  # not on this thread
@@ -57,19 +58,9 @@ def test_a_tracker_with_a_drawing_pickles_and_its_copy_draws_anew(tmp_path):
     tracker = StudyTracker(f"sqlite:///{tmp_path / 'm.db'}", "study")
     tracker.render_partition(data, "title")
     copy = pickle.loads(pickle.dumps(tracker))
-    run = copy.start_run("full", {}, {}, {})
+    run = copy.start_run(RunRecord("full", {}, {}))
     table = copy.log_partition(run, data, "title")
     assert len(table) == 3
-
-
-def _start_logging_later(tracker: StudyTracker, data, started: list[str]):
-    def start() -> str:
-        run = tracker.start_run("full", {}, {}, {})
-        tracker.log_partition_when_drawn(run, data, "title")
-        started.append(run)
-        return run
-
-    return start
 
 
 def test_a_parent_run_logs_its_record_on_the_drawing_thread_and_has_it_when_it_ends(tmp_path, monkeypatch):
@@ -83,10 +74,10 @@ def test_a_parent_run_logs_its_record_on_the_drawing_thread_and_has_it_when_it_e
         return log_artifacts(self, *args, **kwargs)
 
     monkeypatch.setattr(MlflowClient, "log_artifacts", seen)
-    tracker, started = StudyTracker(f"sqlite:///{tmp_path / 'm.db'}", "study"), []
-    with tracker.parent_run(_start_logging_later(tracker, data, started)):
-        pass
-    [run] = started
+    tracker = StudyTracker(f"sqlite:///{tmp_path / 'm.db'}", "study")
+    with tracker.parent_run(RunRecord("full", {}, {})) as parent:
+        tracker.log_partition_when_drawn(parent.run_id, data, "title")
+    run = parent.run_id
     assert len(threads) == 1 and threads[0].startswith("partition-record")
     logged = {f.path for f in tracker.client.list_artifacts(run, "partition")}
     assert logged == {"partition/partition.parquet", "partition/partition.png"}
@@ -94,17 +85,10 @@ def test_a_parent_run_logs_its_record_on_the_drawing_thread_and_has_it_when_it_e
 
 
 def test_a_record_that_cannot_be_logged_fails_its_parent_run_when_it_ends(tmp_path):
-    tracker, data, started = StudyTracker(f"sqlite:///{tmp_path / 'm.db'}", "study"), prepare_data(EXPERIMENT), []
-
-    def start() -> str:
-        run = tracker.start_run("full", {}, {}, {})
-        artifacts = Path(urlparse(tracker.client.get_run(run).info.artifact_uri).path)
-        (artifacts / "partition").write_text("a file where the record's folder goes")
-        tracker.log_partition_when_drawn(run, data, "title")
-        started.append(run)
-        return run
-
+    tracker, data = StudyTracker(f"sqlite:///{tmp_path / 'm.db'}", "study"), prepare_data(EXPERIMENT)
     with pytest.raises(OSError):
-        with tracker.parent_run(start):
-            pass
-    assert tracker.client.get_run(started[0]).info.status == "FAILED"
+        with tracker.parent_run(RunRecord("full", {}, {})) as parent:
+            artifacts = Path(urlparse(tracker.client.get_run(parent.run_id).info.artifact_uri).path)
+            (artifacts / "partition").write_text("a file where the record's folder goes")
+            tracker.log_partition_when_drawn(parent.run_id, data, "title")
+    assert tracker.client.get_run(parent.run_id).info.status == "FAILED"

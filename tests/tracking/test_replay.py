@@ -8,8 +8,9 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 
 from raytune_fl.engine.report import RoundReport
+from raytune_fl.tracking.records import CellTrials, RunRecord
 from raytune_fl.tracking.schema import TAG_REPLAY_DIFFERED
-from raytune_fl.tracking.trials import TrialRun, TrialTracker, replay_differs
+from raytune_fl.tracking.trials import TrialTracker, replay_differs
 
 
 class _Writer:  # the RunWriter a TrialTracker needs, on a real MLflow store
@@ -40,17 +41,17 @@ def test_replay_differs_compares_learning_metrics_only():
 
 def test_a_replayed_round_is_logged_again_only_when_its_values_differ(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'm.db'}")
-    tracker = TrialTracker(_Writer(client), "parent", 4, lambda config, index: TrialRun("t", {}, {}))
+    tracker = TrialTracker(_Writer(client), "parent", 4, CellTrials({"t": RunRecord("t", {}, {})}))
     for step, acc in ((1, 0.1), (2, 0.2), (3, 0.3)):
-        tracker.log_round("trial", {}, _round(step, acc))
+        tracker.log_round("trial", {"cell": "t"}, _round(step, acc))
     run_id = tracker.run_ids["trial"]
-    tracker.log_round("trial", {}, _round(2, 0.2))  # a CPU replay: the same values
+    tracker.log_round("trial", {"cell": "t"}, _round(2, 0.2))  # a CPU replay: the same values
     assert [m.value for m in client.get_metric_history(run_id, "val_acc")] == [0.1, 0.2, 0.3]
     assert TAG_REPLAY_DIFFERED not in client.get_run(run_id).data.tags
-    tracker.log_round("trial", {}, _round(3, 0.35))  # a GPU replay: other values
+    tracker.log_round("trial", {"cell": "t"}, _round(3, 0.35))  # a GPU replay: other values
     history = client.get_metric_history(run_id, "val_acc")
     assert [(m.step, m.value) for m in history] == [(1, 0.1), (2, 0.2), (3, 0.3), (3, 0.35)]
     assert client.get_run(run_id).data.tags[TAG_REPLAY_DIFFERED] == "3"
     assert [row["val_acc"] for row in tracker.history["trial"]] == [0.1, 0.2, 0.35]  # the round table: the replay's
-    tracker.log_round("trial", {}, _round(4, 0.4))
+    tracker.log_round("trial", {"cell": "t"}, _round(4, 0.4))
     assert tracker.history["trial"][-1]["round"] == 4

@@ -141,7 +141,8 @@ def test_a_ctrl_c_during_fit_stops_the_trials_gracefully_and_restore_finishes_th
 def test_the_study_record_says_what_resume_does_with_each_variant(tmp_path):
     from raytune_fl.config import SearchSpace
     from raytune_fl.tune.manifest import StudyManifest
-    from raytune_fl.tune.study import VariantOutcome, VariantRun
+    from raytune_fl.tune.outcome import VariantOutcome
+    from raytune_fl.tune.study import VariantRun
     from tests.support import tiny_space
 
     space = SearchSpace.model_validate(tiny_space())
@@ -204,7 +205,7 @@ def test_a_resume_prints_no_traceback_for_a_checkpoint_already_deleted(tmp_path)
     import pyarrow.fs
     from ray.train._internal.storage import _delete_fs_path
 
-    from raytune_fl.tune.study import quiet_tune
+    from raytune_fl.tune.tuner import quiet_tune
 
     quiet_tune()
     logger = logging.getLogger("ray.tune.execution.tune_controller")

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from raytune_fl.config import TuneSettings
-from raytune_fl.tune.study import make_sampler, sampler_seed, tpe_startup_trials
+from raytune_fl.tune.search import make_sampler, sampler_seed, tpe_startup_trials
 
 
 def _first_proposals(sampler: optuna.samplers.BaseSampler, count: int = 3) -> list[float]:

@@ -49,7 +49,7 @@ def _result(round_: int, val_acc: float) -> SimpleNamespace:
 
 
 def test_summarise_adds_the_selected_trials_standard_error():
-    from raytune_fl.tune.study import summarise
+    from raytune_fl.tune.outcome import summarise
 
     results = [_result(3, 0.6), _result(3, 0.7), _result(1, 0.9)]  # the last stopped early: not selected
     outcome, best = summarise(results, "fedavg", "fedavg", {}, "val_acc", "max", 3, val_samples=400)

@@ -2,7 +2,8 @@
 
 A grid run (tag stage = grid) holds one configuration trained under one seed: its searched hyperparameters as
 params, the seed as a tag, and its per-round val/test metrics with step = round. The dashboard's search-landscape
-section reads them back (report/runs.py: Store.grid_runs).
+section reads them back (raytune_fl/report/runs.py: Store.grid_runs); only this benchmark writes them, so the
+writer lives beside it, not in the package.
 """
 
 from __future__ import annotations

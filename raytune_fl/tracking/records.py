@@ -1,0 +1,342 @@
+"""Every MLflow record the project writes, built here from the resolved objects: pure functions, no MLflow, no torch.
+
+A record is what a run starts with (name, tags, params, config file, description, datasets) or what it ends with
+(metrics, tags, status). The stages (tune/, ablation/) build records here and hand them to the writers
+(tracker.py, trials.py), which store them and never call back. The params of every run come from `trial_params`:
+a tune parent logs its trials' params minus the searched names (plus the searched ranges, as `search.<name>`), so
+parent, trial and ablation cell agree on every name they share.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from raytune_fl.config import ExperimentConfig, SearchSpace, TrialSpec, flatten
+from raytune_fl.data.identity import DataIdentity
+from raytune_fl.engine.metric_names import BEST_PREFIX
+from raytune_fl.tracking.describe import ablation_description, cell_description, trial_description, variant_description
+from raytune_fl.tracking.schema import (
+    ABLATION_FOLDER,
+    METRIC_VAL_SAMPLES,
+    NO_STUDY,
+    ROLE_PARENT,
+    ROLE_TRIAL,
+    RUN_FAILED,
+    RUN_FINISHED,
+    STAGE_ABLATION,
+    STAGE_TUNE,
+    SUMMARY_STATISTICS,
+    TAG_BEST_BASIS,
+    TAG_BEST_PREFIX,
+    TAG_CELL,
+    TAG_CONFIG_SOURCE_PREFIX,
+    TAG_DATASET,
+    TAG_GRID,
+    TAG_METHOD,
+    TAG_OPTUNA_STORAGE,
+    TAG_OPTUNA_STUDY,
+    TAG_PARTITION,
+    TAG_PARTITION_SEED,
+    TAG_PARTITION_SEEDS,
+    TAG_PLAN,
+    TAG_ROLE,
+    TAG_SEARCHED,
+    TAG_SEED,
+    TAG_SEEDS,
+    TAG_SETTING,
+    TAG_STAGE,
+    TAG_STUDY_RUN_ID,
+    TAG_STUDY_RUN_IDS,
+    TAG_VARIANT,
+    TAG_VARIANTS,
+    setting_folder,
+)
+
+WALL_TIME = "wall_time_s"  # every parent: the study's or ablation's wall-clock time
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """How a run starts in MLflow: its name, the tags to filter by, the params to compare."""
+
+    name: str
+    tags: dict[str, str]
+    params: dict[str, Any]
+    rounds: int | None = None  # a trial's rounds where they differ from its study's (an ablation grid)
+    datasets: tuple[DataIdentity, ...] = ()  # the data it trains on (MLflow dataset inputs)
+    description: str = ""  # the run's description in the MLflow UI
+    config: dict[str, Any] | None = None  # a parent's configuration, logged as config.yaml
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a parent run ends: what it adds (metrics, tags) and its status."""
+
+    status: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------------ params
+
+
+def experiment_params(experiment: ExperimentConfig) -> dict[str, Any]:
+    """The flattened experiment (`partition.alpha`, ...); the synthetic data's settings only where they are the
+    data."""
+    exclude = None if experiment.dataset == "synthetic" else {"synthetic"}
+    return flatten(experiment.model_dump(mode="json", exclude=exclude))
+
+
+def trial_params(trial: TrialSpec) -> dict[str, Any]:
+    """A trial's params, the same in both stages: the flattened experiment, the method, every hyperparameter as
+    shown (a data-derived default as its rule, e.g. "D/4")."""
+    return {**experiment_params(trial.experiment), "method": trial.method, **trial.described()}
+
+
+# ------------------------------------------------------------------------------------------------ the tune stage
+
+
+def partition_tag(experiment: ExperimentConfig) -> str:
+    part = experiment.partition
+    return f"{part.kind}(alpha={part.alpha})" if part.kind == "dirichlet" else part.kind
+
+
+def partition_title(experiment: ExperimentConfig) -> str:
+    """The title of the partition heat map a study's parent run logs."""
+    return f"{experiment.dataset}: {experiment.partition.kind}, {experiment.partition.clients} clients"
+
+
+def tune_parent(
+    space: SearchSpace,
+    variant_name: str,
+    num_samples: int,
+    datasets: Sequence[DataIdentity] = (),
+    optuna_study: str | None = None,
+    optuna_storage: str | None = None,
+) -> RunRecord:
+    """A variant study's parent run (stage=tune)."""
+    variant, base = space.variants[variant_name], space.experiment_for(variant_name)
+    unsearched = TrialSpec.resolve(base, variant.method, variant.fixed)
+    params = {k: v for k, v in trial_params(unsearched).items() if k not in variant.search}
+    optuna = {TAG_OPTUNA_STUDY: optuna_study, TAG_OPTUNA_STORAGE: optuna_storage} if optuna_study else {}
+    return RunRecord(
+        variant_name,
+        tags={
+            TAG_VARIANT: variant_name,
+            TAG_STAGE: STAGE_TUNE,
+            TAG_METHOD: variant.method,
+            TAG_DATASET: base.dataset,
+            TAG_PARTITION: partition_tag(base),
+            TAG_SEARCHED: ",".join(variant.search) or "(none)",
+            **optuna,
+        },
+        params={**params, **{f"search.{k}": v.model_dump(exclude_none=True) for k, v in variant.search.items()}},
+        datasets=tuple(datasets),
+        description=variant_description(space, variant_name, num_samples),
+        config={
+            "name": space.name,
+            "base": base.model_dump(mode="json"),
+            "variant": variant.model_dump(mode="json"),
+            "tune": space.tune.model_dump(mode="json"),
+        },
+    )
+
+
+def tune_trial(variant_name: str, trial: TrialSpec, sampled: dict[str, Any], index: int, datasets=()) -> RunRecord:
+    """A tune-stage trial's run, `<variant>-<index>`: `sampled` is what its searcher drew."""
+    tags = {TAG_VARIANT: variant_name, TAG_METHOD: trial.method, TAG_STAGE: STAGE_TUNE}
+    text = trial_description(variant_name, trial.method, sampled, index)
+    return RunRecord(
+        f"{variant_name}-{index:03d}", tags, trial_params(trial), datasets=tuple(datasets), description=text
+    )
+
+
+@dataclass(frozen=True)
+class TuneTrials:
+    """A variant's trial runs, each resolved from what its searcher drew (TrialTracker asks for them)."""
+
+    variant: str
+    experiment: ExperimentConfig
+    method: str
+    fixed: dict[str, Any]
+    datasets: tuple[DataIdentity, ...] = ()
+
+    def record(self, config: dict[str, Any], index: int) -> RunRecord:
+        trial = TrialSpec.resolve(self.experiment, self.method, self.fixed, config)
+        return tune_trial(self.variant, trial, config, index, self.datasets)
+
+
+def tune_parent_end(
+    best_params: Mapping[str, Any],
+    best_metrics: Mapping[str, float],
+    trials: Mapping[str, int],
+    seed: int,
+) -> RunEnd:
+    """A finished study's parent: the selected trial's metrics as best_*, the trial counts, the selected values as
+    best.<name> tags; FAILED when no trial gave a score."""
+    if not best_metrics:
+        return RunEnd(RUN_FAILED)
+    metrics = {
+        **{f"{BEST_PREFIX}{k}": v for k, v in best_metrics.items()},
+        **{f"trials_{k}": v for k, v in trials.items()},
+    }
+    tags: dict[str, Any] = {f"{TAG_BEST_PREFIX}{k}": v for k, v in best_params.items()}
+    # the best is one trial's score at one seed: a ranking of variants needs the ablation's seeds
+    tags[TAG_BEST_BASIS] = f"single trial, seed {seed}"
+    return RunEnd(RUN_FINISHED, metrics, tags)
+
+
+def tune_parent_closing(started: float, val_samples: int | None) -> dict[str, float]:
+    """What a tune parent logs however it ends: its wall time, and the validation images best_val_acc is a
+    proportion of (beside it in the runs table: its standard error's n)."""
+    metrics = {WALL_TIME: time.time() - started}
+    if val_samples is not None:
+        metrics[METRIC_VAL_SAMPLES] = val_samples
+    return metrics
+
+
+# ------------------------------------------------------------------------------------------------ the ablation
+
+
+class Cell(Protocol):
+    """What a cell's run is built from (ablation/plan.py's AblationCell)."""
+
+    variant: str
+    method: str
+    seed: int
+    setting: str
+    params: dict[str, Any]
+    study_run_id: str | None
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def data_label(self) -> str: ...
+    @property
+    def partition_seed(self) -> int: ...
+    @property
+    def trial(self) -> TrialSpec: ...
+    @property
+    def experiment(self) -> ExperimentConfig: ...
+
+
+def ablation_cell(cell: Cell, note: str, datasets: Sequence[DataIdentity] = ()) -> RunRecord:
+    """An ablation cell's run, named by its key; `note` says where its configuration came from."""
+    tags = {
+        TAG_STAGE: STAGE_ABLATION,
+        TAG_ROLE: ROLE_TRIAL,
+        TAG_VARIANT: cell.variant,
+        TAG_METHOD: cell.method,
+        TAG_SEED: str(cell.seed),
+        TAG_PARTITION_SEED: str(cell.partition_seed),  # every cell: the split it trained on, varied or not
+        TAG_SETTING: cell.setting,
+        TAG_CELL: cell.key,
+        TAG_STUDY_RUN_ID: cell.study_run_id or NO_STUDY,
+    }
+    text = cell_description(cell.variant, cell.method, cell.seed, cell.data_label, cell.params, note)
+    return RunRecord(
+        cell.key,
+        tags,
+        trial_params(cell.trial),
+        rounds=cell.experiment.rounds,
+        datasets=tuple(datasets),
+        description=text,
+    )
+
+
+@dataclass(frozen=True)
+class CellTrials:
+    """An ablation's cell runs, built ahead by cell key (a Tune trial's config names its cell)."""
+
+    by_cell: dict[str, RunRecord]
+
+    def record(self, config: dict[str, Any], index: int) -> RunRecord:
+        return self.by_cell[config["cell"]]
+
+
+class Source(Protocol):
+    """Where a variant's ablated configuration came from (ablation/plan.py's VariantSource)."""
+
+    variant: str
+    method: str
+    params: dict[str, Any]
+    study_run_id: str | None
+    note: str
+
+
+@dataclass(frozen=True)
+class AblationFacts:
+    """What an ablation parent's record says of its plan."""
+
+    space: SearchSpace
+    fingerprint: str
+    seeds: list[int]
+    split_seeds: list[int]  # the partition seeds the cells train on
+    partition_seeds: int  # splits per cell; 1: each setting's own
+    grid: dict[str, dict[str, Any]]  # axis name -> {"field": base.<field>, "values": [...]}
+    settings: list[str]
+    sources: Sequence[Source]
+
+
+def ablation_parent(plan: AblationFacts, datasets: Sequence[DataIdentity] = ()) -> RunRecord:
+    """An ablation's parent run: the plan, where each variant's configuration came from (partition seeds only
+    when the plan varies them: a parent of one split is logged as it always was)."""
+    varied = plan.partition_seeds > 1
+    text = ablation_description(plan.space, [s.variant for s in plan.sources], plan.seeds, plan.settings)
+    if varied:
+        text += (
+            f"\n\nEvery (variant, seed, setting) also runs on partition seeds {', '.join(map(str, plan.split_seeds))}: "
+            "the table's spread includes the split's noise."
+        )
+    return RunRecord(
+        "ablation",
+        tags={
+            TAG_STAGE: STAGE_ABLATION,
+            TAG_ROLE: ROLE_PARENT,
+            TAG_PLAN: plan.fingerprint,
+            TAG_SEEDS: ",".join(map(str, plan.seeds)),
+            **({TAG_PARTITION_SEEDS: ",".join(map(str, plan.split_seeds))} if varied else {}),
+            TAG_GRID: json.dumps({name: axis["values"] for name, axis in plan.grid.items()}, default=str),
+            TAG_VARIANTS: ",".join(s.variant for s in plan.sources),
+            TAG_STUDY_RUN_IDS: json.dumps({s.variant: s.study_run_id for s in plan.sources}),
+            **{f"{TAG_CONFIG_SOURCE_PREFIX}{s.variant}": s.note[:500] for s in plan.sources},
+        },
+        params={
+            **experiment_params(plan.space.base),
+            "seeds": len(plan.seeds),
+            **({"partition_seeds": plan.partition_seeds} if varied else {}),
+        },
+        datasets=tuple(datasets),
+        description=text,
+        config={
+            "name": plan.space.name,
+            "base": plan.space.base.model_dump(mode="json"),
+            "grid": plan.grid,
+            "seeds": plan.seeds,
+            **({"partition_seeds": plan.split_seeds} if varied else {}),
+            "variants": {s.variant: {"method": s.method, "params": s.params, "source": s.note} for s in plan.sources},
+        },
+    )
+
+
+def summary_metrics(summary: Any, metric: str) -> dict[str, float]:
+    """An ablation parent's per-(variant, setting) metrics (`summary`: ablation/table.py's summarise):
+    ablation/<variant>/<setting folder>/<metric>_<statistic> for mean, sd, n, ci_low and ci_high (the 95 %
+    t-interval of the mean); MLflow drops the NaN ones (n < 2)."""
+    out: dict[str, float] = {}
+    for row in summary.itertuples(index=False):
+        # MLflow names allow letters, digits and _-. /: a setting's '=' and ',' become setting_folder's '-' and '_'
+        where = "/".join(re.sub(r"[^\w.\- ]", "_", part) for part in (str(row.variant), setting_folder(row.setting)))
+        values = dict(zip(SUMMARY_STATISTICS, (row.mean, row.std, row.n, row.ci_low, row.ci_high), strict=True))
+        out.update({f"{ABLATION_FOLDER}/{where}/{metric}_{name}": float(value) for name, value in values.items()})
+    return out
+
+
+def ablation_parent_metrics(wall_time_s: float, status_counts: Mapping[str, int]) -> dict[str, float]:
+    """What an ablation parent logs however it ends: its wall time and its cells' runs by status."""
+    return {WALL_TIME: wall_time_s, **{f"runs_{k}": float(v) for k, v in status_counts.items()}}

@@ -1,0 +1,140 @@
+"""A Tune run, new or restored, for a study and an ablation alike: its RunConfig, its Tuner, Tune's console kept
+quiet, and the one workaround for Ray's API a restore needs (`replace_restored_callbacks`)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+from raytune_fl.config import ExperimentConfig, TuneSettings
+from raytune_fl.runtime.storage import Storage, resolve_storage
+from raytune_fl.tune.interrupt import tune_run
+from raytune_fl.tune.resources import placement_group_factory
+from raytune_fl.tune.search import Search
+from raytune_fl.tune.trainable import federated_trial
+
+
+def study_trainable(experiment: ExperimentConfig, method: str, fixed: dict[str, Any]) -> Any:
+    """A variant's trials: the federated trial with the variant's experiment, on its placement group."""
+    trainable = tune.with_parameters(federated_trial, experiment=experiment, method=method, fixed=dict(fixed))
+    return tune.with_resources(trainable, placement_group_factory(experiment.resources))
+
+
+def new_tuner(
+    trainable: Any,
+    settings: TuneSettings,
+    search: Search,
+    run: tune.RunConfig,
+) -> tune.Tuner:
+    return tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(
+            metric=settings.metric,
+            mode=settings.mode,
+            search_alg=search.algorithm,
+            scheduler=search.scheduler,
+            num_samples=search.num_samples,
+            max_concurrent_trials=settings.max_concurrent,
+            reuse_actors=True,  # the next trial runs in the finished trial's process, with its client actors
+        ),
+        run_config=run,
+    )
+
+
+def restorable(path: str | None, storage: Storage) -> bool:
+    """Whether a Tune experiment can be restored from `path` (within the storage's filesystem)."""
+    return path is not None and tune.Tuner.can_restore(path, storage_filesystem=storage.filesystem)
+
+
+def restore_tuner(path: str, trainable: Any, storage: Storage, callbacks: list[tune.Callback]) -> tune.Tuner:
+    """The experiment at `path` (a study a stopped or killed driver left), its unfinished and errored trials
+    resumed from their last checkpoints, with this process's callbacks."""
+    quiet_tune()  # as run_config does for a new Tuner
+    tuner = tune.Tuner.restore(
+        path, trainable, resume_unfinished=True, resume_errored=True, storage_filesystem=storage.filesystem
+    )
+    replace_restored_callbacks(tuner, callbacks)
+    return tuner
+
+
+def replace_restored_callbacks(tuner: tune.Tuner, callbacks: list[tune.Callback]) -> None:
+    """Ray 2.x's Tuner.restore (2.60 here) takes no RunConfig and brings back the callbacks pickled at the first
+    start; ours hold this process's MLflow bookkeeping and console, so they replace them through Tune's private
+    state. The one place that reaches into it: a Ray whose restore takes callbacks ends it here."""
+    tuner._local_tuner.get_run_config().callbacks = with_result_files(callbacks)
+
+
+def fit(tuner: tune.Tuner) -> tune.ResultGrid:
+    """The trials run; a Ctrl-C or SIGTERM is Tune's graceful stop, raised as StudyInterrupted once fit() returned
+    (tune/interrupt.py)."""
+    with tune_run():
+        return tuner.fit()
+
+
+def run_config(
+    name: str, storage: str | Path | Storage, callbacks: list[tune.Callback], trial_retries: int
+) -> tune.RunConfig:
+    """Where a Tune run writes, who hears of its trials, how many checkpoints it keeps, how often a dead trial is
+    restarted from its last checkpoint (tune and ablation alike)."""
+    storage = resolve_storage(storage)
+    quiet_tune()
+    return tune.RunConfig(
+        name=name,
+        # the filesystem itself, not a URI: Ray pickles it to the trials with the endpoint it was made with
+        storage_path=storage.path,
+        storage_filesystem=storage.filesystem,
+        callbacks=with_result_files(callbacks),
+        failure_config=tune.FailureConfig(max_failures=trial_retries),
+        verbose=0,  # cli/progress.py shows a status line and a line per trial instead of Tune's tables
+        # the latest checkpoint is what a resume needs; one more in case the newest was being written
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+    )
+
+
+def with_result_files(callbacks: list[tune.Callback]) -> list[tune.Callback]:
+    """`callbacks` and Tune's own result files (result.json, progress.csv), which its result tables read."""
+    return [*callbacks, CSVLoggerCallback(), JsonLoggerCallback()]
+
+
+def quiet_tune() -> None:
+    """Tune's console as our commands want it, for a new Tuner and a restored one alike (its settings are read when
+    fit() runs, not pickled with the experiment)."""
+    # Ray's newer console output prints its own boxes and hints even at verbose=0; the classic one at 0 prints
+    # nothing, and our progress display (cli/progress.py) says what a user needs
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Tune's own result files (result.json, progress.csv: its result tables read them) but not its TensorBoard
+    # logger, which warns on every list-valued or NaN metric (client_log; val_loss with no validation data)
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    trials_without_runtime_env()
+    if _missing_checkpoint_deletion not in _TUNE_CONTROLLER_LOGGER.filters:
+        _TUNE_CONTROLLER_LOGGER.addFilter(_missing_checkpoint_deletion)
+
+
+# A resume after a kill: the experiment state may list a checkpoint the killed run had already deleted (keeping its
+# newest two); when the resumed trial's next checkpoint makes Tune delete it again, the FileNotFoundError is logged as
+# an ERROR with a traceback ("Error handling checkpoint"), though the new checkpoint is registered and nothing is
+# lost. Only that case is left out.
+_TUNE_CONTROLLER_LOGGER = logging.getLogger("ray.tune.execution.tune_controller")
+
+
+def _missing_checkpoint_deletion(record: logging.LogRecord) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    return not (str(record.msg).endswith("Error handling checkpoint %s") and isinstance(error, FileNotFoundError))
+
+
+def trials_without_runtime_env() -> None:
+    """Trials (and so their client actors, which inherit it) without the runtime_env Tune gives each: Ray starts a
+    worker with a runtime_env as a new process, so they never took the idle workers Ray prestarts (one per CPU, with
+    the cluster), and the first trial's process and actors each waited for a Python and Ray start-up (~0.5 s less
+    to the first trial's first round without, measured). Tune's default is `PL_DISABLE_FORK` for PyTorch Lightning,
+    which nothing here runs; the variables Tune passes on from this process (AWS credentials, ...) still go."""
+    with contextlib.suppress(ImportError, AttributeError):  # another Ray: its trials start as they do
+        from ray.tune.execution import class_cache
+
+        class_cache.DEFAULT_ENV_VARS.pop("PL_DISABLE_FORK", None)
