@@ -43,7 +43,10 @@ class PaperTable:
     partition_seeds: int = 1  # splits per cell (1: the file's partition seed) unless --partition-seeds is given
 
     def space_file(self, name: str) -> Path:
-        return PAPERS_DIR / f"{name}.yaml"
+        """The table's space as the commands name it: the clone's `search_spaces/papers/<name>.yaml` when run from a
+        clone's root (the path the docs give), else the copy installed with the package."""
+        in_clone = Path("search_spaces") / "papers" / f"{name}.yaml"
+        return in_clone if in_clone.is_file() else PAPERS_DIR / f"{name}.yaml"
 
 
 PAPERS: dict[str, PaperTable] = {
@@ -329,7 +332,7 @@ def write_results(name, paper, space_file, uri, results_file, assets, shot, comm
         "",
         *(f"> {line}" if line else ">" for line in protocol),
         "",
-        f"Space file: `search_spaces/papers/{space_file.name}`; {rounds} rounds in the ablation; "
+        f"Space file: `{space_file}`; {rounds} rounds in the ablation; "
         f"{seeds} training seeds"
         + (f" x {splits} partition seeds (splits)" if splits > 1 else "")
         + f" per cell; per-run results in `{relative}/runs.csv`.",
@@ -356,8 +359,7 @@ def write_results(name, paper, space_file, uri, results_file, assets, shot, comm
             "",
         ]
         lines += [
-            f"The whole interactive dashboard: `python dashboards/build.py --space search_spaces/papers/"
-            f"{space_file.name} --mlflow-uri {uri}`.",
+            f"The whole interactive dashboard: `python dashboards/build.py --space {space_file} --mlflow-uri {uri}`.",
             "",
         ]
     lines += ["## Commands", "", "```", *commands, "```", ""]

@@ -18,10 +18,12 @@ from tests.support import REPO
 
 
 @pytest.mark.parametrize("name", sorted(reproduce.PAPERS))
-def test_every_paper_table_names_a_space_file_that_loads_and_holds_its_reference(name):
+def test_every_paper_table_names_a_space_file_that_loads_and_holds_its_reference(name, monkeypatch):
     paper = reproduce.PAPERS[name]
+    monkeypatch.chdir(REPO)  # from a clone's root the commands name the documented path, a link to the package data
     path = paper.space_file(name)
-    assert path.parent == REPO / "raytune_fl" / "spaces" / "papers" and path.exists()  # package data
+    assert path == Path("search_spaces") / "papers" / f"{name}.yaml"
+    assert path.resolve().parent == REPO / "raytune_fl" / "spaces" / "papers" and path.exists()
     space = load_space(path)
     assert paper.reference in space.variants and not space.variants[paper.reference].search
     assert space.base.partition.val_fraction > 0  # tuning selects on validation, never on the test set

@@ -30,7 +30,8 @@ CASES = {
     "adaptive": None,
     "stragglers": None,
     "feduv": ["full_official", "freeze", "feddecorr", "fedalign"],
-    "univarfl": ["feduv_official", "feddecorr", "feddyn"],
+    # its feduv_official and feddecorr are feduv.yaml's full_official and feddecorr, variant for variant
+    "univarfl": ["feddyn"],
 }
 
 

@@ -1,0 +1,24 @@
+"""A seeded study logs what it logged before the study driver was split into parts (issue 49): the real tune.py in a
+frozen copy of the commit before that refactor and in this tree, their MLflow runs compared by
+tools/frozen_compare.py. Every trial's params, tags and metric histories equal, every parent's tags and metrics
+equal; a parent's params are its trials' params minus the searched names (the one change, made on purpose)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.support import REPO, git_output
+
+BEFORE_RECORDS = "12bd35b"  # the last commit before tracking/records.py built every record
+
+
+def test_a_seeded_study_logs_what_it_logged_before_the_record_builder(tmp_path):
+    git_output("cat-file", "-t", BEFORE_RECORDS)  # skipped where git or the commit (a shallow clone) is missing
+    command = [sys.executable, "tools/frozen_compare.py", "--base", BEFORE_RECORDS, "--with-tune", "--cases", "tune"]
+    command += ["--parent-params-from-trials", "--out", str(tmp_path / "out")]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "ALL EQUAL" in done.stdout
+    for case in ("tune:full(parent) params", "tune:full(parent)", "tune:full-000", "tune:fedavg-000"):
+        assert any(line.startswith(case + " ") and line.endswith("ok") for line in done.stdout.splitlines()), case
