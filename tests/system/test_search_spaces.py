@@ -58,3 +58,9 @@ def test_search_space_runs_through_tune_py(name, ray_cluster, tmp_path, capsys):
     for child in children:  # the costly diagnostic ran (every=1) and adds up to the validation loss
         m = child.data.metrics
         assert m["loss_local"] + m["loss_shift"] + m["loss_aggregation"] == pytest.approx(m["val_loss"], rel=1e-6)
+
+
+def test_the_univarfl_variants_left_out_above_are_the_feduv_ones_that_run():
+    univarfl, feduv = (load_space(REPO / "search_spaces" / f"{name}.yaml") for name in ("univarfl", "feduv"))
+    assert univarfl.variants["feduv_official"] == feduv.variants["full_official"]
+    assert univarfl.variants["feddecorr"] == feduv.variants["feddecorr"]
