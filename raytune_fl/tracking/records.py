@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -191,13 +190,10 @@ def tune_parent_end(
     return RunEnd(RUN_FINISHED, metrics, tags)
 
 
-def tune_parent_closing(started: float, val_samples: int | None) -> dict[str, float]:
-    """What a tune parent logs however it ends: its wall time, and the validation images best_val_acc is a
+def tune_parent_metrics(val_samples: int | None) -> dict[str, float]:
+    """What a tune parent logs however it ends, beside its wall time: the validation images best_val_acc is a
     proportion of (beside it in the runs table: its standard error's n)."""
-    metrics = {WALL_TIME: time.time() - started}
-    if val_samples is not None:
-        metrics[METRIC_VAL_SAMPLES] = val_samples
-    return metrics
+    return {} if val_samples is None else {METRIC_VAL_SAMPLES: val_samples}
 
 
 # ------------------------------------------------------------------------------------------------ the ablation

@@ -26,7 +26,7 @@ from raytune_fl.data.identity import DataIdentity, source_text
 from raytune_fl.data.record import partition_heatmap, partition_table, save_partition_parquet
 from raytune_fl.tracking import store
 from raytune_fl.tracking.new_store import seed_new_store
-from raytune_fl.tracking.records import RunRecord
+from raytune_fl.tracking.records import WALL_TIME, RunRecord
 from raytune_fl.tracking.schema import (
     CONFIG_FILE,
     CONTEXT_TRAIN,
@@ -244,9 +244,12 @@ class StudyTracker:
         self.client.set_terminated(run_id, status)
 
     @contextmanager
-    def parent_run(self, record: RunRecord, run_id: str | None = None) -> Iterator[ParentRun]:
+    def parent_run(
+        self, record: RunRecord, run_id: str | None = None, started: float | None = None
+    ) -> Iterator[ParentRun]:
         """A parent run for the length of a `with` block: started as `record` says or, with `run_id` (a resume),
-        reopened (`ParentRun.new` tells which).
+        reopened (`ParentRun.new` tells which). With `started` (a time.time()) the parent ends with its wall time
+        since then (wall_time_s).
 
         The block sets `status`, `metrics` and `tags` (and `on_close`) on the yielded ParentRun. When it ends:
         KeyboardInterrupt -> KILLED and re-raised, any other exception -> FAILED and re-raised, a normal exit ->
@@ -284,6 +287,8 @@ class StudyTracker:
                     parent.status = RUN_FAILED
                     raise
             finally:
+                if started is not None:
+                    parent.metrics[WALL_TIME] = time.time() - started
                 self.finish_parent(run_id, parent.metrics, parent.tags, parent.status or RUN_FAILED)
 
 

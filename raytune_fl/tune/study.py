@@ -23,8 +23,8 @@ from raytune_fl.tracking.records import (
     TuneTrials,
     partition_title,
     tune_parent,
-    tune_parent_closing,
     tune_parent_end,
+    tune_parent_metrics,
 )
 from raytune_fl.tracking.schema import TAG_MODEL_RUN_ID, TAG_RESUME_COMMAND
 from raytune_fl.tune.callbacks import BestSoFar, ForwardInterrupt, MlflowTrialLogger, TrialEventsCallback, print_line
@@ -74,8 +74,8 @@ def run_variant(
     val_samples = identity.sizes["val_samples"] if identity is not None else None  # val_acc's standard error's n
     callbacks = _followers(watch, Watch(variant_name, search.num_samples, base.rounds, *_rule(settings)), search)
     record = tune_parent(space, variant_name, search.num_samples, [identity] if identity else [], *_optuna(search))
-    closing = lambda: tune_parent_closing(started, val_samples)  # noqa: E731
-    with _parent_run(tracker, record, resume, data, base, closing) as parent:
+    logged = tune_parent_metrics(val_samples)
+    with _parent_run(tracker, record, resume, data, base, started, logged) as parent:
         parent_run_id = parent.run_id if parent is not None else None
         if parent is not None:
             trials = TuneTrials(variant_name, base, variant.method, dict(variant.fixed), (identity,))
@@ -136,16 +136,18 @@ def _parent_run(
     resume: VariantRun | None,
     data: FederatedData | None,
     base: ExperimentConfig,
-    closing: Callable[[], dict[str, float]],
+    started: float,
+    metrics: dict[str, float],
 ) -> Iterator[ParentRun | None]:
-    """The study's parent run (none without a tracker): new, with its partition record, or the resumed one."""
+    """The study's parent run (none without a tracker): new, with its partition record, or the resumed one; it
+    ends with its wall time since `started` and `metrics` whatever stops it."""
     if tracker is None:
         yield None
         return
-    with tracker.parent_run(record, resume.parent_run_id if resume else None) as parent:
+    with tracker.parent_run(record, resume.parent_run_id if resume else None, started) as parent:
         if parent.new:
             tracker.log_partition_when_drawn(parent.run_id, data, partition_title(base))
-        parent.on_close = lambda closed: closed.metrics.update(closing())
+        parent.metrics.update(metrics)
         if resume_command():  # what `ablate` names when it refuses this study's variant, if it is stopped
             parent.interrupt_tags[TAG_RESUME_COMMAND] = resume_command()
         yield parent
