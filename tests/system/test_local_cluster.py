@@ -31,7 +31,7 @@ for _ in range(150):  # Ray prestarts an idle worker per CPU once this driver ha
         break
     time.sleep(0.1)
 if sys.argv[1] == "tune-default":  # Tune's own runtime_env: the trial's process is a new one
-    study.trials_without_runtime_env = lambda: None
+    tuner.trials_without_runtime_env = lambda: None
 config = tuner.run_config("where", sys.argv[2], [], 0)
 trainable = tune.with_resources(lambda config: tune.report({"pid": os.getpid()}), {"cpu": 1})
 pid = tune.Tuner(trainable, run_config=config).fit()[0].metrics["pid"]
