@@ -64,7 +64,7 @@ def restore_tuner(path: str, trainable: Any, storage: Storage, callbacks: list[t
 
 
 def replace_restored_callbacks(tuner: tune.Tuner, callbacks: list[tune.Callback]) -> None:
-    """Ray 2.50-2.60 (what pyproject.toml admits; both ends tested): Tuner.restore takes no RunConfig and brings back
+    """Ray 2.50-2.60 (what pyproject.toml admits, checked with 2.60): Tuner.restore takes no RunConfig and brings back
     the callbacks pickled at the first start. Ours hold this process's MLflow bookkeeping and console, so they
     replace those through Tune's private state: the one place that reaches into it, to go once a Ray release's
     restore takes callbacks."""
