@@ -244,11 +244,20 @@ def _commands(
     the page says how to make it, not how it was finished)."""
     given = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--resume"]
     tune_argv, ablate_argv = [a for a in tune_argv if a != "--resume"], [a for a in ablate_argv if a != "--resume"]
-    lines = [f"python scripts/reproduce.py {_quoted(given)}"]
+    run = _launcher()
+    lines = [f"{run('reproduce')} {_quoted(given)}"]
     if searched:
-        lines.append(f"python scripts/tune.py {_quoted(tune_argv)}")
-    lines.append(f"python scripts/ablate.py {_quoted(ablate_argv)}")
+        lines.append(f"{run('tune')} {_quoted(tune_argv)}")
+    lines.append(f"{run('ablate')} {_quoted(ablate_argv)}")
     return lines
+
+
+def _launcher() -> Callable[[str], str]:
+    """How the page names a command: as the user started this one (`raytune-fl reproduce` from an installed wheel
+    has no scripts/ folder; `python scripts/reproduce.py` from a clone)."""
+    if Path(sys.argv[0]).name == "raytune-fl":
+        return lambda command: f"raytune-fl {command}"
+    return lambda command: f"python scripts/{command}.py"
 
 
 def machine() -> str:

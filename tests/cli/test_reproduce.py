@@ -82,3 +82,16 @@ def test_an_unknown_table_is_refused_with_the_known_names(capsys):
         reproduce.main(["feduv_table9"])
     assert exit_.value.code == 2
     assert "feduv_table4" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("program", "expected"),
+    [
+        ("/venv/bin/raytune-fl", ["raytune-fl reproduce", "raytune-fl tune", "raytune-fl ablate"]),
+        ("scripts/reproduce.py", ["python scripts/reproduce.py", "python scripts/tune.py", "python scripts/ablate.py"]),
+    ],
+)
+def test_the_page_names_the_commands_as_the_user_started_this_one(program, expected, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [program, "fedld_table2", "--resume"])
+    lines = reproduce._commands(None, ["--space", "s.yaml", "--resume"], ["--space", "s.yaml"], searched=["margin"])
+    assert lines == [f"{expected[0]} fedld_table2", f"{expected[1]} --space s.yaml", f"{expected[2]} --space s.yaml"]
