@@ -11,7 +11,9 @@ import numpy as np
 
 from raytune_fl.engine.metric_names import (
     CLIENT_ACC_MEAN,
+    CLIENT_ACC_P10,
     CLIENT_ACC_STD,
+    CLIENT_ACC_VAR,
     CLIENT_ACC_WORST,
     LOSS_AGGREGATION,
     LOSS_LOCAL,
@@ -57,7 +59,8 @@ def client_accuracies(correct: np.ndarray, owner: np.ndarray, num_clients: int) 
 
 
 def per_client_accuracy(correct: np.ndarray, owner: np.ndarray, num_clients: int) -> dict[str, float]:
-    """Accuracy of the global model on each client's held-out samples: unweighted mean, worst, spread.
+    """Accuracy of the global model on each client's held-out samples: unweighted mean, worst, 10th percentile,
+    spread (standard deviation and variance).
 
     `correct[i]` says whether sample i was classified right, `owner[i]` is the client it belongs to.
     Clients without held-out samples are left out.
@@ -70,6 +73,8 @@ def per_client_accuracy(correct: np.ndarray, owner: np.ndarray, num_clients: int
         CLIENT_ACC_MEAN: float(acc.mean()),
         CLIENT_ACC_WORST: float(acc.min()),
         CLIENT_ACC_STD: float(acc.std()),
+        CLIENT_ACC_VAR: float(acc.var()),
+        CLIENT_ACC_P10: float(np.percentile(acc, 10)),
     }
 
 

@@ -44,6 +44,8 @@ GRAD_COS_PREFIX: Final = "grad_cos_"
 CLIENT_ACC_MEAN: Final = "client_acc_mean"
 CLIENT_ACC_WORST: Final = "client_acc_worst"
 CLIENT_ACC_STD: Final = "client_acc_std"
+CLIENT_ACC_VAR: Final = "client_acc_var"
+CLIENT_ACC_P10: Final = "client_acc_p10"
 
 # the classifier's spectrum (diagnostics.spectrum)
 SV_MAX: Final = "sv_max"
@@ -124,6 +126,8 @@ GROUPS: Final[Mapping[str, Mapping[str, str]]] = {
         CLIENT_ACC_MEAN: "the global model's accuracy on each client's held-out samples: unweighted mean over clients",
         CLIENT_ACC_WORST: "the lowest client's accuracy",
         CLIENT_ACC_STD: "the standard deviation over clients (ddof 0)",
+        CLIENT_ACC_VAR: "the variance over clients (ddof 0): q-FFL's measure of unfairness",
+        CLIENT_ACC_P10: "the 10th percentile over clients (numpy's linear interpolation): the bottom tenth's level",
     },
     "classifier spectrum (diagnostics.spectrum)": {
         SV_MAX: "the classifier weight's largest singular value",

@@ -41,6 +41,9 @@ def test_per_client_accuracy_by_hand():
     assert stats["client_acc_mean"] == pytest.approx(0.5)
     assert stats["client_acc_worst"] == 0.0
     assert stats["client_acc_std"] == pytest.approx(np.sqrt(0.5 / 3))
+    assert stats["client_acc_var"] == pytest.approx(0.5 / 3)
+    # sorted 0, 0.5, 1: the 10th percentile sits a fifth of the way from 0 to 0.5 (position 0.1 * 2 = 0.2)
+    assert stats["client_acc_p10"] == pytest.approx(0.1)
 
 
 def test_loss_decomposition_by_hand_and_it_adds_up():
