@@ -29,7 +29,16 @@ from pydantic import (
 
 # the synthetic dataset's settings live beside its builder (the data package never imports this module)
 from raytune_fl.data.synthetic import SyntheticConfig
-from raytune_fl.engine.metric_names import VAL_ACC, VAL_LOSS
+from raytune_fl.engine.metric_names import (
+    CLIENT_ACC_MEAN,
+    CLIENT_ACC_P10,
+    CLIENT_ACC_STD,
+    CLIENT_ACC_VAR,
+    CLIENT_ACC_WORST,
+    ROUND_TIME_S,
+    VAL_ACC,
+    VAL_LOSS,
+)
 
 
 class ConfigError(ValueError):
@@ -702,23 +711,110 @@ class SchedulerConfig(_Strict):
     )
 
 
+# what a study may select on: validation scores and the spread over clients (the test set never steers tuning),
+# each with the direction it improves in; a list of several makes the search multi-objective
+OBJECTIVES: dict[str, str] = {
+    VAL_ACC: "max",
+    VAL_LOSS: "min",
+    CLIENT_ACC_MEAN: "max",
+    CLIENT_ACC_WORST: "max",
+    CLIENT_ACC_P10: "max",
+    CLIENT_ACC_STD: "min",
+    CLIENT_ACC_VAR: "min",
+    ROUND_TIME_S: "min",
+}
+Mode = Literal["max", "min"]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One metric a study optimises and its direction."""
+
+    metric: str
+    mode: str
+
+    def __str__(self) -> str:
+        return f"{self.metric} ({self.mode})"
+
+
+def _objective_name(name: Any) -> str:
+    if not isinstance(name, str) or name not in OBJECTIVES:
+        test = " (the test set never steers tuning: select on validation)" if str(name).startswith("test_") else ""
+        hint = did_you_mean(str(name), OBJECTIVES)
+        raise ValueError(f"unknown metric {name!r}{test}; {hint}choose from {', '.join(OBJECTIVES)}")
+    return name
+
+
 class TuneSettings(_Strict):
     num_samples: int = Field(8, ge=1, description="trials per searched variant (a variant that searches nothing: one)")
     max_concurrent: int = Field(1, ge=1, description="trials at once; on 2 cores one trial already fills the machine")
-    metric: Literal[VAL_ACC, VAL_LOSS] = Field(
+    metric: str | list[str | dict[str, Mode]] = Field(
         VAL_ACC,
-        description="what selects: val_acc (maximised) or val_loss (minimised); validation only, the test set "
-        "never steers tuning",
+        description="what selects: a metric (val_acc maximised, val_loss minimised, client_acc_worst, ...: "
+        "validation only, the test set never steers tuning), or a list of several with their directions, e.g. "
+        "[val_acc: max, client_acc_worst: max], searched by Optuna's multi-objective TPE: the summary shows each "
+        "variant's Pareto front and the first metric selects the configuration the ablation runs",
     )
-    scheduler: SchedulerConfig = Field(SchedulerConfig(), description="the trial scheduler: ASHA, or none")
+    scheduler: SchedulerConfig = Field(
+        SchedulerConfig(),
+        description="the trial scheduler: ASHA, or none (several objectives: none, as ASHA ranks trials on one number)",
+    )
     sampler: Literal["tpe", "random"] = Field(
         "tpe", description="Optuna's TPE, or random sampling (the baseline a search strategy must beat)"
     )
     seed: Seed = Field(0, description="the sampler's seed; each variant's sampler draws from (seed, variant name)")
 
+    @field_validator("metric")
+    @classmethod
+    def _known_metrics(cls, value: str | list[str | dict[str, str]]) -> str | list[str | dict[str, str]]:
+        if isinstance(value, str):
+            _objective_name(value)
+            return value
+        if not value:
+            raise ValueError("an empty list: name at least one metric, e.g. [val_acc: max, client_acc_worst: max]")
+        seen = set()
+        for item in value:
+            if isinstance(item, dict) and len(item) != 1:
+                raise ValueError(f"{item!r}: one metric per entry, as `name: max` or `name: min`")
+            name = next(iter(item)) if isinstance(item, dict) else item
+            if _objective_name(name) in seen:
+                raise ValueError(f"{name!r} is listed twice")
+            seen.add(name)
+        return value
+
+    @model_validator(mode="after")
+    def _one_number_for_asha(self) -> TuneSettings:
+        if self.multi_objective and "asha" in self.scheduler.model_fields_set and self.scheduler.asha is not None:
+            raise ValueError(
+                f"scheduler.asha: ASHA stops trials by one number, and tune.metric lists {len(self.objectives)} "
+                "(a trial it cut may be on the Pareto front); set scheduler: {asha: null} or select on one metric"
+            )
+        return self
+
+    @property
+    def objectives(self) -> tuple[Objective, ...]:
+        """What the study optimises, in the file's order; the first selects the configuration the ablation runs."""
+        items = [self.metric] if isinstance(self.metric, str) else self.metric
+        pairs = [next(iter(item.items())) if isinstance(item, dict) else (item, OBJECTIVES[item]) for item in items]
+        return tuple(Objective(name, mode) for name, mode in pairs)
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
+
+    @property
+    def primary(self) -> str:
+        """The metric that selects each variant's configuration (the first objective)."""
+        return self.objectives[0].metric
+
     @property
     def mode(self) -> str:
-        return "max" if self.metric == VAL_ACC else "min"
+        return self.objectives[0].mode
+
+    @property
+    def early_stopping(self) -> AshaConfig | None:
+        """ASHA's settings, or None: off in the file, or several objectives (the default scheduler gives way)."""
+        return None if self.multi_objective else self.scheduler.asha
 
 
 class SearchSpace(_Strict):
@@ -779,6 +875,15 @@ class SearchSpace(_Strict):
         for name in value:
             _check_file_name("variant name", name)
         return value
+
+    @model_validator(mode="after")
+    def _objectives_are_measured(self) -> SearchSpace:
+        spread = [o.metric for o in self.tune.objectives if o.metric.startswith("client_acc_")]
+        if spread and not self.base.diagnostics.client_accuracy:
+            raise ValueError(
+                f"tune.metric: {spread[0]} is measured by base.diagnostics.client_accuracy, which is off; turn it on"
+            )
+        return self
 
     @model_validator(mode="after")
     def _asynchronous_has_no_deadline(self) -> SearchSpace:

@@ -39,6 +39,7 @@ from raytune_fl.tracking.schema import (
     setting_folder,
 )
 from raytune_fl.tracking.store import ablation_results, one_run_per_cell
+from raytune_fl.tracking.system_metrics import system_metrics_on
 from raytune_fl.tune.callbacks import ForwardInterrupt, MlflowTrialLogger, TrialEventsCallback, print_line
 from raytune_fl.tune.events import Watch, Watcher
 from raytune_fl.tune.interrupt import resume_command, tune_run
@@ -126,7 +127,9 @@ def run_cells(
     by_key = {cell.key: cell for cell in cells}
     resources = cells[0].experiment.resources  # a grid cannot change resources (ablation._NOT_GRIDDABLE)
     trainable = tune.with_resources(
-        tune.with_parameters(ablation_trial, cells=by_key), placement_group_factory(resources)
+        # the driver's MLflow switch, handed to the cells: they sample their node and send it with each round
+        tune.with_parameters(ablation_trial, cells=by_key, system_metrics=system_metrics_on()),
+        placement_group_factory(resources),
     )
     tuner = tune.Tuner(
         trainable,
@@ -245,7 +248,7 @@ def cells_watch(plan: AblationPlan, cells: list[AblationCell]) -> Watch:
         "ablation",
         len(cells),
         plan.rounds,
-        plan.space.tune.metric,
+        plan.space.tune.primary,
         noun="cell",
         show_best=False,
         rounds_of=lambda config: rounds[config["cell"]],

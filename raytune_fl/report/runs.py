@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raytune_fl.config import SearchSpace
-from raytune_fl.engine.metric_names import VAL_LOSS
+from raytune_fl.config import SearchSpace, TuneSettings
 from raytune_fl.report.figures import variant_colors
 from raytune_fl.tracking.schema import (
     CONFIG_FILE,
@@ -116,8 +115,10 @@ def _cell(run: Run) -> str:
 def tune_metric(store: Store, variant: str) -> tuple[str, bool, dict[str, Any]]:
     """The study's metric, whether it is maximised, and its config.yaml (the study's own, not today's file)."""
     config = store.artifacts.yaml(store.tune_parents[variant].info.run_id, CONFIG_FILE) or {}
-    metric = (config.get("tune") or {}).get("metric", store.space.tune.metric)
-    return metric, metric != VAL_LOSS, config
+    logged = (config.get("tune") or {}).get("metric")
+    # the study's own selection metric: the first of its objectives (a list since multi-objective studies)
+    settings = store.space.tune if logged is None else TuneSettings(metric=logged)
+    return settings.primary, settings.mode == "max", config
 
 
 def final_value(run: Run, metric: str) -> float:

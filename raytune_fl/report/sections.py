@@ -319,7 +319,7 @@ def search_landscape_section(store: Store) -> Section:
     section = Section("search-landscape")
     if not store.grid_runs:
         return section.skip("no grid runs in this experiment: benchmarks/search.py logs a ground-truth grid")
-    metric = store.space.tune.metric
+    metric = store.space.tune.primary
     rows = [
         {**{k: float(v) for k, v in run.data.params.items()}, "value": final_value(run, metric)}
         for run in store.grid_runs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raytune_fl.config import ExperimentConfig, SearchSpace
+from raytune_fl.config import ExperimentConfig, SearchSpace, TuneSettings
 from raytune_fl.methods import METHODS
 
 
@@ -39,6 +39,13 @@ def setup_line(base: ExperimentConfig) -> str:
     )
 
 
+def _selection(settings: TuneSettings) -> str:
+    if not settings.multi_objective:
+        return f"selected on `{settings.primary}`"
+    listed = ", ".join(f"`{o.metric}` ({o.mode})" for o in settings.objectives)
+    return f"a Pareto front over {listed}, the configuration selected on `{settings.primary}`"
+
+
 def variant_description(space: SearchSpace, variant_name: str, num_trials: int) -> str:
     """A tune-stage parent run: the variant, its method, what is fixed and what is searched, and how."""
     variant, settings = space.variants[variant_name], space.tune
@@ -54,7 +61,7 @@ def variant_description(space: SearchSpace, variant_name: str, num_trials: int) 
         ranges = ", ".join(
             f"`{name}` ~ {_distribution(dist.model_dump(exclude_none=True))}" for name, dist in variant.search.items()
         )
-        asha = settings.scheduler.asha
+        asha = settings.early_stopping
         stopping = (
             f"ASHA on rounds (grace {asha.grace(space.base.rounds)}, reduction {asha.reduction_factor:g})"
             if asha is not None
@@ -64,7 +71,7 @@ def variant_description(space: SearchSpace, variant_name: str, num_trials: int) 
             f"- Searched: {ranges}",
             f"- Search: {num_trials} trials, Optuna {'TPE' if settings.sampler == 'tpe' else 'random sampling'} "
             f"(seed {settings.seed}, drawn per variant), {stopping}; "
-            f"selected on `{settings.metric}` (validation), test reported beside.",
+            f"{_selection(settings)} (validation), test reported beside.",
         ]
     else:
         lines.append("- Searched: nothing (one run of the fixed configuration)")

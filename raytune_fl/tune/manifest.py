@@ -18,7 +18,7 @@ from typing import Any
 
 from raytune_fl.config import ConfigError, SearchSpace
 from raytune_fl.runtime.storage import Storage, resolve_storage
-from raytune_fl.tune.outcome import VariantOutcome
+from raytune_fl.tune.outcome import FrontTrial, VariantOutcome
 from raytune_fl.tune.study import VariantRun
 
 
@@ -109,7 +109,10 @@ class StudyManifest:
 
     def outcome(self, variant: str) -> VariantOutcome | None:
         saved = self.variants.get(variant, {}).get("outcome")
-        return VariantOutcome(**saved) if saved else None
+        if not saved:
+            return None
+        front = [FrontTrial(**trial) for trial in saved.get("front", [])]  # a record from before fronts: none
+        return VariantOutcome(**{**saved, "front": front})
 
     def run(self, variant: str) -> VariantRun | None:
         entry = self.variants.get(variant)

@@ -1,14 +1,21 @@
-"""A variant study's outcome: its trials counted, the selected trial (tune/selection.py's rule) and its scores."""
+"""A variant study's outcome: its trials counted, the selected trial (tune/selection.py's rule) and its scores; with
+several objectives, its Pareto front too."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ray import tune
+from ray.tune.result import TRIAL_ID
 
+from raytune_fl.config import Objective
 from raytune_fl.engine.metric_names import (
     CLIENT_ACC_MEAN,
+    CLIENT_ACC_P10,
+    CLIENT_ACC_VAR,
     CLIENT_ACC_WORST,
     DIVERGED,
     PERSONAL_VAL_ACC,
@@ -20,12 +27,32 @@ from raytune_fl.engine.metric_names import (
 )
 from raytune_fl.methods import METHODS
 from raytune_fl.tracking.schema import TRIAL_DIVERGED, TRIAL_ERROR, TRIAL_FINISHED, TRIAL_STOPPED_EARLY
-from raytune_fl.tune.selection import best_of, candidacy
+from raytune_fl.tune.selection import best_of, candidacy, pareto_front
 from raytune_fl.tune.uncertainty import accuracy_se
 
 # the selected trial's last round, as the outcome keeps it: the selection metric, the test scores reported beside
 # it, and the diagnostics a comparison of variants reads
-KEPT_METRICS = (*SCORES, ROUND, CLIENT_ACC_MEAN, CLIENT_ACC_WORST, SV_EFFECTIVE_RANK, PERSONAL_VAL_ACC)
+KEPT_METRICS = (
+    *SCORES,
+    ROUND,
+    CLIENT_ACC_MEAN,
+    CLIENT_ACC_WORST,
+    CLIENT_ACC_P10,
+    CLIENT_ACC_VAR,
+    SV_EFFECTIVE_RANK,
+    PERSONAL_VAL_ACC,
+)
+
+
+@dataclass(frozen=True)
+class FrontTrial:
+    """A trial on its variant's Pareto front: no other trial that ran every round is as good on every objective
+    and better on one."""
+
+    trial_id: str
+    params: dict[str, Any]  # its searched values
+    scores: dict[str, float]  # its last round's value of each objective
+    selected: bool  # the front's best on the first objective: the configuration the ablation runs
 
 
 @dataclass
@@ -43,6 +70,7 @@ class VariantOutcome:
     optuna_storage: str | None = None  # that study's storage URL, password masked
     model_id: str | None = None  # the selected trial's global model in MLflow (models:/<model_id>)
     val_samples: int | None = None  # the validation images every score is on (all clients' held-out parts)
+    front: list[FrontTrial] = field(default_factory=list)  # several objectives: the Pareto front, else empty
 
 
 def summarise(
@@ -54,11 +82,14 @@ def summarise(
     mode: str,
     rounds: int,
     val_samples: int | None = None,
+    objectives: Sequence[Objective] = (),
 ) -> tuple[VariantOutcome, tune.Result | None]:
     """The variant's outcome, and the selected trial's result (None when no trial succeeded).
 
     With `val_samples` (the validation set's size) the best metrics gain `val_acc_se`, the binomial standard error
-    of the selected trial's val_acc (its parent run logs it as best_val_acc_se)."""
+    of the selected trial's val_acc (its parent run logs it as best_val_acc_se). With several `objectives` (the
+    first is `metric`) the outcome lists the Pareto front of the trials that ran every round, and the selected trial
+    is the front's best on `metric`."""
     counts = {TRIAL_FINISHED: 0, TRIAL_STOPPED_EARLY: 0, TRIAL_DIVERGED: 0, TRIAL_ERROR: 0}
     candidates, errors = [], []
     for result in results:
@@ -74,9 +105,14 @@ def summarise(
         chosen = candidacy(metrics, metric, rounds)
         if chosen is not None:
             candidates.append((*chosen, result))
-    if not candidates:
-        return VariantOutcome(variant, method, {}, {}, counts, None, "", 0.0, errors, val_samples=val_samples), None
+    empty = VariantOutcome(variant, method, {}, {}, counts, None, "", 0.0, errors, val_samples=val_samples)
+    front = _front([c[2] for c in candidates if c[0]], objectives) if len(objectives) > 1 else []
+    if front:  # the selection comes from the front: of equal first scores, one another trial dominates never does
+        on_front = {id(result) for result, _ in front}
+        candidates = [c for c in candidates if id(c[2]) in on_front]
     best = best_of(candidates, maximize=mode == "max")  # trials that ran every round first (tune/selection.py)
+    if best is None:
+        return empty, None
     best_metrics = {k: float(best.metrics[k]) for k in KEPT_METRICS if k in best.metrics}
     se = accuracy_se(best_metrics[VAL_ACC], val_samples) if VAL_ACC in best_metrics else None
     if se is not None:
@@ -85,4 +121,23 @@ def summarise(
     outcome = VariantOutcome(
         variant, method, params, best_metrics, counts, None, "", 0.0, errors, val_samples=val_samples
     )
+    outcome.front = [replace(trial, selected=result is best) for result, trial in front]
     return outcome, best
+
+
+def _front(results: list[tune.Result], objectives: Sequence[Objective]) -> list[tuple[tune.Result, FrontTrial]]:
+    """The results on the Pareto front of `objectives`, each with its FrontTrial (not yet marked selected)."""
+    points = [[float(r.metrics.get(o.metric, math.nan)) for o in objectives] for r in results]
+    chosen = pareto_front(points, [o.mode == "max" for o in objectives])
+    return [
+        (
+            results[i],
+            FrontTrial(
+                str(results[i].metrics.get(TRIAL_ID, "")),
+                dict(results[i].config),
+                {o.metric: value for o, value in zip(objectives, points[i], strict=True)},
+                selected=False,
+            ),
+        )
+        for i in chosen
+    ]

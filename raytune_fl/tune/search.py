@@ -45,6 +45,14 @@ def make_sampler(settings: TuneSettings, variant: str, num_samples: int) -> optu
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=tpe_startup_trials(num_samples))
 
 
+def objective_args(settings: TuneSettings) -> tuple[str | list[str], str | list[str]]:
+    """Optuna's metric and mode: one name and direction, or (several objectives) a list of each: Optuna's TPE then
+    searches for the Pareto front."""
+    if not settings.multi_objective:
+        return settings.primary, settings.mode
+    return [o.metric for o in settings.objectives], [o.mode for o in settings.objectives]
+
+
 def tpe_startup_trials(num_samples: int) -> int:
     # Optuna's default of 10 random start-up trials would make a small study pure random search.
     return max(2, min(10, num_samples // 3))
@@ -79,15 +87,16 @@ def make_search(
     study = None
     if rdb is not None:  # a fresh run never joins an earlier run's study
         study = resumed_study if resuming else optuna_db.unused_study_name(rdb, f"{space.name}-{variant_name}", stamp)
+    metric, mode = objective_args(settings)
     algorithm = OptunaSearch(
         space=optuna_space(variant.search),
-        metric=settings.metric,
-        mode=settings.mode,
+        metric=metric,
+        mode=mode,
         sampler=sampler,
         study_name=study,
         storage=rdb if study else None,
     )
-    scheduler = make_scheduler(settings.scheduler.asha, space.experiment_for(variant_name).rounds)
+    scheduler = make_scheduler(settings.early_stopping, space.experiment_for(variant_name).rounds)
     return Search(algorithm, scheduler, num_samples, study, optuna_db.masked(optuna_storage) if study else None)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ray import tune
 
-from raytune_fl.config import ExperimentConfig, SearchSpace, TrialSpec, TuneSettings, VariantConfig
+from raytune_fl.config import ExperimentConfig, Objective, SearchSpace, TrialSpec, TuneSettings, VariantConfig
 from raytune_fl.engine.data import FederatedData, data_identity_of, prepare_data
 from raytune_fl.export.model_helper import ModelExporter
 from raytune_fl.export.trial_model import log_trial_model
@@ -26,7 +26,8 @@ from raytune_fl.tracking.records import (
     tune_parent_end,
     tune_parent_metrics,
 )
-from raytune_fl.tracking.schema import TAG_MODEL_RUN_ID, TAG_RESUME_COMMAND
+from raytune_fl.tracking.schema import TAG_MODEL_RUN_ID, TAG_OBJECTIVES, TAG_PARETO_FRONT, TAG_RESUME_COMMAND, TRUE
+from raytune_fl.tracking.store import trial_run
 from raytune_fl.tune.callbacks import BestSoFar, ForwardInterrupt, MlflowTrialLogger, TrialEventsCallback, print_line
 from raytune_fl.tune.events import Watch, Watcher
 from raytune_fl.tune.interrupt import resume_command
@@ -96,12 +97,10 @@ def run_variant(
         results = fit(tuner)  # a stop raises StudyInterrupted here: no selection, summary or model of a cut study
         if search.optuna_study is not None:
             close_optuna_trials(optuna_storage, search.optuna_study, variant_name, out)
-        selected = summarise(
-            results, variant_name, variant.method, dict(variant.fixed), *_rule(settings), base.rounds, val_samples
-        )
+        selected = _select(results, variant_name, variant, settings, base.rounds, val_samples)
         outcome, best = _placed(selected[0], parent_run_id, storage, search, time.time() - started), selected[1]
         if parent is not None:
-            _end_parent(parent, outcome, base.seed)
+            _end_parent(parent, outcome, base.seed, settings.objectives)
             if best is not None and log_model:
                 outcome.model_id = _log_best_model(tracker, parent, best, base, variant, data, out, exporter)
         return outcome
@@ -167,12 +166,25 @@ def _best_so_far(
         trial = TrialSpec.resolve(base, variant.method, variant.fixed, config)
         exporter.log_ahead(parent_run_id, trial_id, checkpoint, trial, data)
 
-    return BestSoFar(log_ahead, settings.metric, settings.mode, base.rounds)
+    return BestSoFar(log_ahead, *_rule(settings), base.rounds)
+
+
+def _select(
+    results: tune.ResultGrid,
+    name: str,
+    variant: VariantConfig,
+    settings: TuneSettings,
+    rounds: int,
+    val_samples: int | None,
+) -> tuple[VariantOutcome, tune.Result | None]:
+    """The study's outcome by its selection rule, with its Pareto front when it has several objectives."""
+    fixed = dict(variant.fixed)
+    return summarise(results, name, variant.method, fixed, *_rule(settings), rounds, val_samples, settings.objectives)
 
 
 def _rule(settings: TuneSettings) -> tuple[str, str]:
     """What trials are selected on, and in which direction."""
-    return settings.metric, settings.mode
+    return settings.primary, settings.mode
 
 
 def _placed(
@@ -194,11 +206,20 @@ def _placed(
     )
 
 
-def _end_parent(parent: ParentRun, outcome: VariantOutcome, seed: int) -> None:
+def _end_parent(parent: ParentRun, outcome: VariantOutcome, seed: int, objectives: tuple[Objective, ...]) -> None:
+    """The parent's end (its selection's tags and metrics); with several objectives, the objectives tagged on it
+    and `pareto_front` on the front's trial runs."""
     end = tune_parent_end(outcome.best_params, outcome.best_metrics, outcome.trials, seed)
     parent.status = end.status
     parent.metrics.update(end.metrics)
     parent.tags = dict(end.tags)
+    if len(objectives) > 1:
+        parent.tags[TAG_OBJECTIVES] = ",".join(f"{o.metric}:{o.mode}" for o in objectives)
+    for trial in outcome.front if parent.trials else ():
+        trials = parent.trials[-1]
+        run = trial_run(trials.client, trials.tracker.experiment_id, parent.run_id, trial.trial_id)
+        if run is not None:
+            trials.client.set_tag(run.info.run_id, TAG_PARETO_FRONT, TRUE)
 
 
 def _log_best_model(

@@ -21,8 +21,15 @@ if TYPE_CHECKING:
 
 
 def federated_trial(
-    config: dict[str, Any], *, experiment: ExperimentConfig, method: str, fixed: dict[str, Any]
+    config: dict[str, Any],
+    *,
+    experiment: ExperimentConfig,
+    method: str,
+    fixed: dict[str, Any],
+    system_metrics: bool = False,
 ) -> None:
+    """`system_metrics`: the driver's MLflow switch (tracking/system_metrics.py), read where it built the trainable:
+    this process samples its node once per round and the samples go with the round's report."""
     resources = experiment.resources
     if resources.actors > 0:
         PROCESS_ACTORS.start_early(
@@ -52,11 +59,18 @@ def federated_trial(
         with checkpoint.as_directory() as directory:
             federation.load_state_dict(load_state(directory))
     every = experiment.checkpoint_every
+    sampler = None
+    if system_metrics:
+        from raytune_fl.tracking.system_metrics import SystemSampler
+
+        sampler = SystemSampler()  # made before the first round: its first window is that round
 
     def report(round_report: RoundReport) -> None:
         # every report carries the tuned metric (val_acc / val_loss); a checkpoint goes with it every `every`
         # rounds, the last one included, so a resumed trial never repeats more than `every - 1` rounds
         round_index, metrics = round_report.round, round_report.to_result()
+        if sampler is not None:
+            metrics.update(sampler.sample())
         due = every > 0 and not round_report.diverged and (round_index % every == 0 or round_index == experiment.rounds)
         if not due:
             tune.report(metrics)

@@ -14,6 +14,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
 from raytune_fl.config import ExperimentConfig, TuneSettings
 from raytune_fl.runtime.storage import Storage, resolve_storage
+from raytune_fl.tracking.system_metrics import system_metrics_on
 from raytune_fl.tune.interrupt import tune_run
 from raytune_fl.tune.resources import placement_group_factory
 from raytune_fl.tune.search import Search
@@ -22,7 +23,10 @@ from raytune_fl.tune.trainable import federated_trial
 
 def study_trainable(experiment: ExperimentConfig, method: str, fixed: dict[str, Any]) -> Any:
     """A variant's trials: the federated trial with the variant's experiment, on its placement group."""
-    trainable = tune.with_parameters(federated_trial, experiment=experiment, method=method, fixed=dict(fixed))
+    # the driver's MLflow switch, handed to the trials: they sample their node and send it with each round
+    trainable = tune.with_parameters(
+        federated_trial, experiment=experiment, method=method, fixed=dict(fixed), system_metrics=system_metrics_on()
+    )
     return tune.with_resources(trainable, placement_group_factory(experiment.resources))
 
 
@@ -35,8 +39,9 @@ def new_tuner(
     return tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(
-            metric=settings.metric,
-            mode=settings.mode,
+            # several objectives: the searcher holds them, and no scheduler ranks trials on one number
+            metric=None if settings.multi_objective else settings.primary,
+            mode=None if settings.multi_objective else settings.mode,
             search_alg=search.algorithm,
             scheduler=search.scheduler,
             num_samples=search.num_samples,
