@@ -257,6 +257,37 @@ def history_figure(trials: pd.DataFrame, metric: str, maximize: bool, variant: s
     return fig
 
 
+def pareto_figure(trials: pd.DataFrame, x: str, y: str, variant: str) -> go.Figure:
+    """Each trial's final value of two objectives; the Pareto front's trials joined in order of `x`. `trials`: x, y
+    (the objectives' names as columns), name, front (bool)."""
+    fig = go.Figure()
+    front = trials[trials["front"]].sort_values(x)
+    for label, group, marker in (
+        ("other trials", trials[~trials["front"]], {"size": 8, "color": "#bbbbbb"}),
+        ("Pareto front", front, {"size": 11, "color": "#d62728"}),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=group[x],
+                y=group[y],
+                mode="markers+lines" if label == "Pareto front" else "markers",
+                line={"shape": "linear", "dash": "dot"},
+                name=label,
+                text=group["name"],
+                marker=marker,
+                hovertemplate=f"%{{text}}<br>{html.escape(x)} %{{x:.4f}}<br>{html.escape(y)} %{{y:.4f}}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        template=TEMPLATE,
+        title=f"{variant}: final {x} against {y} per trial",
+        xaxis_title=f"final {x}",
+        yaxis_title=f"final {y}",
+        height=380,
+    )
+    return fig
+
+
 def importance_figure(importances: dict[str, float], variant: str, evaluator: str) -> go.Figure:
     names = list(importances)[::-1]  # most important on top
     fig = go.Figure(go.Bar(x=[importances[n] for n in names], y=names, orientation="h"))

@@ -29,6 +29,8 @@ from raytune_fl.tracking.schema import (
     SETTING_DEFAULT,
     SPECTRUM_FILE,
     TAG_METHOD,
+    TAG_OBJECTIVES,
+    TAG_PARETO_FRONT,
     TAG_PARTITION_SEEDS,
     TAG_SEEDS,
     TAG_SETTING,
@@ -36,6 +38,7 @@ from raytune_fl.tracking.schema import (
     TAG_VARIANT,
     TRIAL_FINISHED,
     TRIAL_UNKNOWN,
+    TRUE,
     setting_folder,
 )
 from raytune_fl.tracking.store import Run, metric_history
@@ -53,7 +56,10 @@ SECTIONS = {
     "partition": "Partition heat-maps",
 }
 # sections drawn only where their data exists (a benchmark's, not every study's): no note when absent
-OPTIONAL_SECTIONS = {"search-landscape": "Search landscape: a ground-truth grid and the study trials on it"}
+OPTIONAL_SECTIONS = {
+    "search-landscape": "Search landscape: a ground-truth grid and the study trials on it",
+    "pareto-front": "Pareto front per variant: the trade-off between the study's objectives",
+}
 NO_ABLATION = "no ablation runs yet: run scripts/ablate.py"
 
 
@@ -347,6 +353,52 @@ def search_landscape_section(store: Store) -> Section:
     return section
 
 
+def _objectives(store: Store, variant: str) -> list[tuple[str, str]]:
+    """(metric, mode) of each objective of the variant's latest study; one or none: it had a single objective."""
+    tagged = store.tune_parents[variant].data.tags.get(TAG_OBJECTIVES, "") if variant in store.tune_parents else ""
+    return [tuple(item.split(":", 1)) for item in tagged.split(",") if ":" in item]  # type: ignore[misc]
+
+
+def pareto_front_section(store: Store) -> Section:
+    """Each multi-objective study's trials on its first two objectives, its Pareto front (the trial runs tagged
+    pareto_front by the study) drawn apart."""
+    section = Section("pareto-front")
+    for variant in store.variants:
+        objectives = _objectives(store, variant)
+        if len(objectives) < 2:
+            continue
+        (x, _), (y, _) = objectives[:2]
+        rows = [
+            {
+                x: final_value(run, x),
+                y: final_value(run, y),
+                "name": run.info.run_name,
+                "front": run.data.tags.get(TAG_PARETO_FRONT) == TRUE,
+            }
+            for run in store.tune_trials.get(variant, [])
+            if run.data.tags.get(TAG_TRIAL_STATUS) in COMPLETED
+        ]
+        section.parts.append(f"<h3>{html.escape(variant)}</h3>")
+        trials = pd.DataFrame(rows, columns=[x, y, "name", "front"]).dropna(subset=[x, y])
+        if trials.empty:
+            section.note(f"study run {store.tune_parents[variant].info.run_id} has no completed trial")
+            continue
+        _figure(section, figures.pareto_figure(trials, x, y, variant))
+        listed = ", ".join(f"{metric} ({mode})" for metric, mode in objectives)
+        many = len(objectives) > 2
+        beyond = f"; the front is over all {len(objectives)}, the plot shows the first two" if many else ""
+        section.note(
+            f"Objectives {listed}: {int(trials['front'].sum())} of {len(trials)} completed trials on the Pareto front "
+            f"(no other trial as good on every objective and better on one){beyond}; the ablation runs the front's "
+            f"best {x}."
+        )
+    return section
+
+
+def _multi_objective(store: Store) -> bool:
+    return any(len(_objectives(store, variant)) > 1 for variant in store.variants)
+
+
 BUILDERS: dict[str, Callable[[Store], Section]] = {
     "ablation-table": ablation_table_section,
     "learning-curves": learning_curves_section,
@@ -358,4 +410,5 @@ BUILDERS: dict[str, Callable[[Store], Section]] = {
 }
 OPTIONAL_BUILDERS: dict[str, tuple[Callable[[Store], bool], Callable[[Store], Section]]] = {
     "search-landscape": (lambda store: bool(store.grid_runs), search_landscape_section),
+    "pareto-front": (_multi_objective, pareto_front_section),
 }

@@ -10,6 +10,7 @@ import pytest
 from ray.tune.schedulers import FIFOScheduler
 
 from raytune_fl.config import ConfigError, Objective, TuneSettings, parse_space
+from raytune_fl.report.dashboard import build_dashboard
 from raytune_fl.tune.search import make_search, objective_args
 from raytune_fl.tune.selection import dominates, pareto_front
 from tests.support import run_study, tiny_space
@@ -113,3 +114,10 @@ def test_a_two_objective_study_tags_its_front_and_selects_the_fronts_best_first_
     assert "Pareto front per variant over val_acc (max), client_acc_var (min)" in out
     assert f"qffl: {len(tagged)} trial{'s' if len(tagged) != 1 else ''} on the front" in out
     assert out.count("  [q=") == len(tagged)
+
+    # the dashboard draws the same front from the tags
+    report = build_dashboard(f"sqlite:///{tmp_path / 'm.db'}", parse_space(data), tmp_path / "d.html", False)
+    assert "pareto-front" in report.rendered
+    page = (tmp_path / "d.html").read_text()
+    assert f"{len(tagged)} of 5 completed trials on the Pareto front" in page
+    assert "final val_acc against client_acc_var per trial" in page
