@@ -12,10 +12,11 @@ options model below.
   every image is read as RGB (alpha dropped). Resized to ``image_size`` where given, else all files must share one
   size.
 - ``torchvision``: one of torchvision's dataset classes (``name``; EMNIST also takes ``split``) read from its files
-  under ``root`` with ``download=False``, as torchvision gives them (EMNIST's images stay transposed; its letters
-  split's labels 1..26 become 0..25; K from the labels, as npz's). torchvision itself checks CIFAR's and SVHN's
-  files against their official checksums (the built-in ``cifar10``/``cifar100`` read the same files without that
-  check).
+  under ``root``, as torchvision gives them (EMNIST's images stay transposed; its letters split's labels 1..26
+  become 0..25; K from the labels, as npz's). torchvision itself checks CIFAR's and SVHN's files against their
+  official checksums (the built-in ``cifar10``/``cifar100`` read the same files without that check). Downloads
+  are opt-in: with ``download: true`` missing files are fetched into ``root`` in torchvision's layout
+  (data/download.py: once per node, md5-checked, ``download_url`` a mirror).
 
 Paths are made absolute where the space is checked (the driver): trials run in other working directories. Loads
 are cached per (dataset, files, settings) in a process; the cached arrays are shared, so copy before editing.
@@ -33,6 +34,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from raytune_fl.data.datasets import ArrayDataset, check_arrays, image_layout, register_builtin, standardise
+from raytune_fl.data.download import DownloadOptions, Plan, Resource, ensure_files
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
@@ -210,7 +212,7 @@ TORCHVISION = {
 EMNIST_SPLITS = ("byclass", "bymerge", "balanced", "letters", "digits", "mnist")
 
 
-class TorchvisionOptions(_Options):
+class TorchvisionOptions(DownloadOptions):
     name: str = Field(description=f"torchvision's dataset class: {', '.join(TORCHVISION)}")
     split: str | None = Field(
         default=None,
@@ -238,15 +240,45 @@ class TorchvisionOptions(_Options):
 
 
 def torchvision_dataset(root: str | None = None, options: TorchvisionOptions | None = None) -> ArrayDataset:
-    """torchvision.datasets.<name>(root, download=False), both splits, as arrays."""
+    """torchvision.datasets.<name>(root), both splits, as arrays; its files fetched first with download: true."""
     assert options is not None  # load_dataset validates dataset_options into TorchvisionOptions
     if root is None:
         raise FileNotFoundError(f"torchvision {options.name}: no root given (set `root`: the folder you would pass "
                                 "torchvision as its root)")  # fmt: skip
+    if options.download:
+        targets, plan = torchvision_files(options.name, options.split)
+        ensure_files(f"torchvision {options.name}", root, targets, options, lambda: plan, TORCHVISION[options.name])
     return _torchvision(options.name, _absolute(root), options.split)
 
 
 register_builtin("torchvision", torchvision_dataset, options=TorchvisionOptions)
+
+
+def torchvision_files(name: str, split: str | None) -> tuple[tuple[str, ...], Plan]:
+    """The files under root that torchvision's class `name` reads (for the splits used here: train and test), and
+    how they are fetched: names, URLs and md5s from torchvision's own class attributes, laid out as its
+    download=True lays them out."""
+    import torchvision
+
+    source = getattr(torchvision.datasets, name)
+    if name in ("MNIST", "FashionMNIST", "KMNIST"):  # <Name>/raw/X.gz from each mirror in turn, gunzipped beside it
+        folder = f"{name}/raw"
+        files = tuple(f"{folder}/{file.removesuffix('.gz')}" for file, _ in source.resources)
+        mirrors = source.mirrors  # base URLs, the file's name appended (torchvision's convention, download_url's)
+        resources = tuple(Resource(file, md5, tuple(m + file for m in mirrors)) for file, md5 in source.resources)
+        return files, Plan(folder, resources, "gunzip")
+    if name == "EMNIST":  # one zip of every split's .gz files, gunzipped into EMNIST/raw
+        folder = "EMNIST/raw"
+        kinds = ("train-images-idx3", "train-labels-idx1", "test-images-idx3", "test-labels-idx1")
+        files = tuple(f"{folder}/emnist-{split}-{kind}-ubyte" for kind in kinds)
+        resource = Resource(source.url.rsplit("/", 1)[-1], source.md5, (source.url,))
+        return files, Plan(folder, (resource,), "unzip_gunzip")
+    if name in ("CIFAR10", "CIFAR100"):  # the python version's tar.gz, unpacked into root
+        listed = [file for file, _ in source.train_list + source.test_list] + [source.meta["filename"]]
+        files = tuple(f"{source.base_folder}/{file}" for file in listed)
+        return files, Plan("", (Resource(source.filename, source.tgz_md5, (source.url,)),), "untar")
+    entries = [source.split_list[part] for part in ("train", "test")]  # SVHN, USPS: read as fetched, in root
+    return tuple(file for _, file, _ in entries), Plan("", tuple(Resource(f, md5, (url,)) for url, f, md5 in entries))
 
 
 @functools.lru_cache(maxsize=4)
@@ -277,7 +309,8 @@ def _torchvision_split(name: str, root: str, split: str | None, train: bool) -> 
     except (RuntimeError, OSError) as error:  # RuntimeError: "Dataset not found or corrupted. You can use ..."
         raise FileNotFoundError(
             f"torchvision {name}: not found or corrupted under {root} ({str(error).split('. ')[0]}); expected "
-            f"{TORCHVISION[name]} there, as torchvision downloads them (download is never done here)"
+            f"{TORCHVISION[name]} there, as torchvision downloads them, or set dataset_options.download: true to "
+            "fetch them"
         ) from None
     except (ValueError, AssertionError, EOFError, KeyError, TypeError, pickle.UnpicklingError) as error:
         raise ValueError(

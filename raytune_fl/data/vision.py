@@ -1,8 +1,11 @@
 """File-backed vision datasets read from a local ``root``: CIFAR-10/100, STL-10 (labelled split), Tiny-ImageNet.
 
-Nothing is downloaded. Each loader reads the layout that the dataset's official archive unpacks to (the same
-files torchvision reads). ``root`` may be the folder that contains the dataset folder (``cifar-10-batches-py``,
-``cifar-100-python``, ``stl10_binary``, ``tiny-imagenet-200``) or that folder itself.
+Each loader reads the layout that the dataset's official archive unpacks to (the same files torchvision reads).
+``root`` may be the folder that contains the dataset folder (``cifar-10-batches-py``, ``cifar-100-python``,
+``stl10_binary``, ``tiny-imagenet-200``) or that folder itself. Downloads are opt-in: CIFAR-10/100 and STL-10 take
+``dataset_options: {download: true}`` (VisionOptions), which fetches the official archive into ``root`` where its
+files are missing (data/download.py: once per node, md5-checked, ``download_url`` a mirror); without it nothing is
+downloaded.
 
 Output: images (N, 3, H, W) C-contiguous float32, scaled to [0, 1] and then standardised per channel with the
 mean and (population) std of the *train* split; the test split uses the same statistics so it stays unseen.
@@ -24,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from raytune_fl.data.datasets import ArrayDataset, register_builtin
+from raytune_fl.data.download import DownloadOptions, Plan, Resource, ensure_files
 
 _Split = tuple[np.ndarray, np.ndarray]  # uint8 images (N, 3, H, W), int64 labels (N,)
 
@@ -53,11 +57,31 @@ _Reader = Callable[[_Files], tuple[_Split, _Split, tuple[str, ...]]]
 _SOURCES: dict[str, tuple[str, str, _Reader]] = {}  # name -> (archive folder, layout description, reader)
 
 
-def _source(name: str, folder: str, layout: str, reader: _Reader) -> None:
+@dataclass(frozen=True)
+class _Download:
+    """Where a downloadable dataset's archive comes from: the torchvision class whose attributes name its URL,
+    file and md5, and the files in the archive's folder that the reader needs (all there: nothing to fetch)."""
+
+    torchvision_class: str
+    files: tuple[str, ...]
+
+
+_DOWNLOADS: dict[str, _Download] = {}
+
+
+class VisionOptions(DownloadOptions):
+    """The settings of a built-in dataset that can fetch its official archive (CIFAR-10/100, STL-10)."""
+
+
+def _source(name: str, folder: str, layout: str, reader: _Reader, download: _Download | None = None) -> None:
     """Register ``reader(files) -> (train, test, class_names)`` as dataset ``name`` stored in ``folder`` (called
-    after the reader's definition, as every dataset is registered)."""
+    after the reader's definition, as every dataset is registered); with `download`, it takes VisionOptions."""
     _SOURCES[name] = (folder, layout, reader)
-    register_builtin(name, functools.partial(_factory, name))
+    if download is None:
+        register_builtin(name, functools.partial(_factory, name))
+        return
+    _DOWNLOADS[name] = download
+    register_builtin(name, functools.partial(_fetching_factory, name), options=VisionOptions)
 
 
 def _factory(name: str, root: str | None = None) -> ArrayDataset:
@@ -69,7 +93,30 @@ def _factory(name: str, root: str | None = None) -> ArrayDataset:
     for candidate in (base / folder, base):  # accept the parent folder or the dataset folder itself
         if candidate.name == folder and candidate.is_dir():
             return _load(name, str(candidate))
-    raise FileNotFoundError(f"{name}: {expected}; not found under {base}")
+    fetch = " (or set dataset_options.download: true to fetch it)" if name in _DOWNLOADS else ""
+    raise FileNotFoundError(f"{name}: {expected}; not found under {base}{fetch}")
+
+
+def _fetching_factory(name: str, root: str | None = None, options: VisionOptions | None = None) -> ArrayDataset:
+    """`_factory`, the official archive fetched into root first where `options.download` asks and a file is
+    missing (a root that is the dataset folder itself is read as it is)."""
+    options = options or VisionOptions()
+    folder, layout, _ = _SOURCES[name]
+    base = None if root is None else Path(root).expanduser().resolve()
+    if options.download and not (base is not None and base.name == folder and base.is_dir()):
+        spec = _DOWNLOADS[name]
+        targets = [f"{folder}/{file}" for file in spec.files]
+        expected = f"<root>/{folder}/ holding {layout}"
+        ensure_files(name, root, targets, options, functools.partial(_archive, spec.torchvision_class), expected)
+    return _factory(name, root)
+
+
+def _archive(torchvision_class: str) -> Plan:
+    """The official archive, named by torchvision's class attributes, unpacked into root as torchvision does."""
+    import torchvision  # only when something is fetched: the driver stays torch-free otherwise
+
+    source = getattr(torchvision.datasets, torchvision_class)
+    return Plan("", (Resource(source.filename, source.tgz_md5, (source.url,)),), "untar")
 
 
 @functools.lru_cache(maxsize=8)
@@ -171,6 +218,7 @@ _source(
     "cifar-10-batches-py",
     "data_batch_1..5, test_batch and batches.meta (the python version from the CIFAR site)",
     _cifar10,
+    _Download("CIFAR10", (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta")),
 )
 
 
@@ -180,7 +228,13 @@ def _cifar100(files: _Files) -> tuple[_Split, _Split, tuple[str, ...]]:
     return train, test, _cifar_names(files, "meta", "fine_label_names")
 
 
-_source("cifar100", "cifar-100-python", "train, test and meta (the python version from the CIFAR site)", _cifar100)
+_source(
+    "cifar100",
+    "cifar-100-python",
+    "train, test and meta (the python version from the CIFAR site)",
+    _cifar100,
+    _Download("CIFAR100", ("train", "test", "meta")),
+)
 
 
 # --- STL-10 ------------------------------------------------------------------------------------------------
@@ -210,6 +264,7 @@ _source(
     "stl10_binary",
     "train_X.bin, train_y.bin, test_X.bin, test_y.bin and class_names.txt (the binary version)",
     _stl10,
+    _Download("STL10", ("train_X.bin", "train_y.bin", "test_X.bin", "test_y.bin", "class_names.txt")),
 )
 
 

@@ -386,7 +386,7 @@ def test_torchvision_without_its_files_names_the_root_and_the_files(tmp_path):
     with pytest.raises(FileNotFoundError) as error:
         load_dataset("torchvision", root=str(tmp_path), options={"name": "KMNIST"})
     assert f"torchvision KMNIST: not found or corrupted under {tmp_path}" in str(error.value)
-    assert "KMNIST/raw/" in str(error.value) and "never done here" in str(error.value)
+    assert "KMNIST/raw/" in str(error.value) and "set dataset_options.download: true" in str(error.value)
 
 
 def test_torchvision_emnist_letters_are_shifted_to_0_based(tmp_path):

@@ -3,8 +3,10 @@ partition invariants: shared by the data tests and the registries' conformance."
 
 from __future__ import annotations
 
+import gzip
 import pickle
 import struct
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -157,3 +159,32 @@ def write_bad_data(folder: Path) -> dict[str, Path]:
             save_image(root / split / "cat" / f"{i}.png", (40 * i, 80, 120), (4, 4), "L")
     written["one_class_folder"] = root
     return written
+
+
+# Archives as the datasets' sites serve them, for the download tests (a local HTTP server serves their bytes).
+
+
+def cifar10_archive(folder: Path) -> tuple[Path, dict]:
+    """A tiny `cifar-10-python.tar.gz` in the official layout: cifar-10-batches-py/ holding data_batch_1..5 (4
+    images each), test_batch (3) and batches.meta; labels 0, 1, 2, ... so every class has a training sample.
+    Returns the archive and {batch: (uint8 (N, 3, 32, 32), labels)}."""
+    staging = folder / "staging"
+    written = write_cifar(
+        staging / "cifar-10-batches-py",
+        {f"data_batch_{i}": 4 for i in range(1, 6)} | {"test_batch": 3},
+        "labels",
+        10,
+        every_class=True,
+    )
+    dump(staging / "cifar-10-batches-py" / "batches.meta", {"label_names": [f"c{i}" for i in range(10)]})
+    archive = folder / "cifar-10-python.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(staging / "cifar-10-batches-py", arcname="cifar-10-batches-py")
+    return archive, written
+
+
+def gzipped_idx(folder: Path, prefix: str, images: np.ndarray, labels: np.ndarray) -> dict[str, bytes]:
+    """MNIST's served files for one split: {"<prefix>-images-idx3-ubyte.gz": bytes, "<prefix>-labels-...": bytes}."""
+    write_idx(folder, prefix, images, labels)
+    names = (f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte")
+    return {f"{name}.gz": gzip.compress((folder / name).read_bytes(), mtime=0) for name in names}
