@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
@@ -21,7 +21,7 @@ from raytune_fl.methods import METHODS
 from raytune_fl.tracking.schema import (
     SETTING_DEFAULT,
 )
-from raytune_fl.tracking.store import StudyRecord
+from raytune_fl.tracking.store import StudyRecord, latest_study
 
 # --grid short names -> field of `base`; any other dotted field of `base` (e.g. optimizer.momentum) works as well
 GRID_KEYS: dict[str, str] = {
@@ -46,36 +46,43 @@ class GridAxis:
     values: tuple[Any, ...]
 
 
-def parse_grid(items: list[str]) -> list[GridAxis]:
-    """`["alpha=0.01,1.0", "rho=0.5"]` -> axes; values are YAML scalars. Fields are checked in `settings()`."""
+def parse_grid(items: list[str], option: str = "--grid") -> list[GridAxis]:
+    """`["alpha=0.01,1.0", "rho=0.5"]` -> axes; values are YAML scalars. Fields are checked in `settings()`;
+    `option` is what the errors name."""
     axes: list[GridAxis] = []
     for item in items:
         name, sep, text = item.partition("=")
         name = name.strip()
         if not sep or not name or not text.strip():
-            raise ConfigError(f"--grid {item!r}: expected KEY=V1,V2,..., e.g. --grid alpha=0.01,1.0")
+            raise ConfigError(f"{option} {item!r}: expected KEY=V1,V2,..., e.g. {option} alpha=0.01,1.0")
         field = GRID_KEYS.get(name, name.removeprefix("base."))
         top = field.split(".")[0]
         if top in _NOT_GRIDDABLE:
-            raise ConfigError(f"--grid {name}: base.{top} cannot be a grid axis ({_NOT_GRIDDABLE[top]})")
+            raise ConfigError(f"{option} {name}: base.{top} cannot be a grid axis ({_NOT_GRIDDABLE[top]})")
         if top not in ExperimentConfig.model_fields:
             raise ConfigError(
-                f"--grid {name}: not a setting; short names: {', '.join(GRID_KEYS)}, "
+                f"{option} {name}: not a setting; short names: {', '.join(GRID_KEYS)}, "
                 f"or a field of base: {', '.join(f for f in ExperimentConfig.model_fields if f not in _NOT_GRIDDABLE)}"
             )
         if any(axis.field == field for axis in axes):
-            raise ConfigError(f"--grid {name}: base.{field} is given twice")
+            raise ConfigError(f"{option} {name}: base.{field} is given twice")
         try:
             values = tuple(yaml.safe_load(v) for v in text.split(","))
         except yaml.YAMLError as error:
-            raise ConfigError(f"--grid {name}: a value is not valid YAML: {error}") from None
+            raise ConfigError(f"{option} {name}: a value is not valid YAML: {error}") from None
         if len(set(map(repr, values))) != len(values):
-            raise ConfigError(f"--grid {name}: a value is repeated ({text})")
+            raise ConfigError(f"{option} {name}: a value is repeated ({text})")
         axes.append(GridAxis(name, field, values))
     return axes
 
 
-def settings(space: SearchSpace, axes: list[GridAxis]) -> dict[str, ExperimentConfig]:
+def as_fields(axes: list[GridAxis]) -> list[GridAxis]:
+    """The axes named by the fields they set (alpha -> partition.alpha): a setting's label then says the same
+    whichever name the user wrote (what `tune --per-setting` tags a study with, and `ablate --per-setting` reads)."""
+    return [GridAxis(axis.field, axis.field, axis.values) for axis in axes]
+
+
+def settings(space: SearchSpace, axes: list[GridAxis], option: str = "--grid") -> dict[str, ExperimentConfig]:
     """Every combination of the axes' values -> its label (`alpha=0.01,rho=0.5`) and base experiment."""
     if not axes:
         return {NO_SETTING: space.base}
@@ -84,7 +91,7 @@ def settings(space: SearchSpace, axes: list[GridAxis]) -> dict[str, ExperimentCo
         label = ",".join(f"{axis.name}={value}" for axis, value in zip(axes, combination, strict=True))
         changes = {f"base.{axis.field}": value for axis, value in zip(axes, combination, strict=True)}
         try:
-            out[label] = override(space, changes, source=f"--grid {label}").base
+            out[label] = override(space, changes, source=f"{option} {label}").base
         except ConfigError as error:
             raise ConfigError(str(error).replace("\n", "\n  ")) from None
     return out
@@ -129,6 +136,40 @@ def variant_source(space: SearchSpace, name: str, study: StudyRecord | None) -> 
     if study.dataset and study.dataset != space.base.dataset:
         note += f" (tuned on {study.dataset}, ablated on {space.base.dataset})"
     return VariantSource(name, variant.method, params, study.run_id, note)
+
+
+def setting_sources(
+    space: SearchSpace,
+    variants: list[str],
+    axes: list[GridAxis],
+    found: tuple[Any, str] | None,  # (MlflowClient, experiment id) when the experiment exists
+    space_file: str,
+) -> dict[str, dict[str, VariantSource]]:
+    """Setting label -> variant -> the configuration its study tuned at that setting (tune --per-setting tags each
+    study with the setting as fields, so `alpha=0.1` here finds `partition.alpha=0.1` there)."""
+    out: dict[str, dict[str, VariantSource]] = {}
+    labels = zip(settings(space, axes), settings(space, as_fields(axes)), strict=True)
+    for label, fields in labels:
+        out[label] = {}
+        for name in variants:
+            study = latest_study(found[0], found[1], name, setting=fields) if found is not None else None
+            if study is None:
+                grid = " ".join(f"--per-setting {axis.name}={','.join(map(str, axis.values))}" for axis in axes)
+                raise ConfigError(
+                    f"--per-setting: variant {name!r} has no finished study tuned at {fields}; tune it first: "
+                    f"tune --space {space_file} {grid}"
+                )
+            source = variant_source(space, name, study)
+            out[label][name] = replace(source, note=f"at {label}: {source.note}")
+    return out
+
+
+def merged_source(variant: str, per_setting: dict[str, dict[str, VariantSource]]) -> VariantSource:
+    """A variant's sources over every setting as one (the ablation parent's record of where its values came from);
+    the cells take each setting's own."""
+    sources = [by_variant[variant] for by_variant in per_setting.values()]
+    ids = ",".join(s.study_run_id for s in sources if s.study_run_id)
+    return VariantSource(variant, sources[0].method, {}, ids or None, "; ".join(s.note for s in sources))
 
 
 @dataclass(frozen=True)
@@ -244,10 +285,12 @@ def make_plan(
     experiments: dict[str, ExperimentConfig],
     sources: dict[str, VariantSource],
     partition_seeds: int = 1,
+    per_setting: dict[str, dict[str, VariantSource]] | None = None,
 ) -> AblationPlan:
+    """The plan; with `per_setting` (setting -> variant -> source) each setting's cells run their own selection."""
     check_partition_seeds(partition_seeds, axes)
     optimizers = {name: v.optimizer for name, v in space.variants.items() if v.optimizer is not None}
-    cells = build_cells(sources, experiments, seeds, optimizers, partition_seeds)
+    cells = build_cells(sources, experiments, seeds, optimizers, partition_seeds, per_setting)
     return AblationPlan(space, axes, seeds, experiments, sources, cells, partition_seeds)
 
 
@@ -257,6 +300,7 @@ def build_cells(
     seeds: list[int],
     optimizers: dict[str, OptimizerConfig] | None = None,
     partition_seeds: int = 1,
+    per_setting: dict[str, dict[str, VariantSource]] | None = None,
 ) -> list[AblationCell]:
     """Every (setting, variant, seed), and with `partition_seeds` N > 1 every split of it (the setting's
     partition.seed + 0..N-1: crossed with the training seeds, so runs pair by (seed, split) across variants); a
@@ -264,7 +308,7 @@ def build_cells(
     optimizers = optimizers or {}
     cells = []
     for setting, experiment in experiments.items():
-        for source in sources.values():
+        for source in (per_setting[setting] if per_setting else sources).values():
             for seed in seeds:
                 update = {"seed": seed, "optimizer": optimizers.get(source.variant, experiment.optimizer)}
                 if partition_seeds == 1:  # the setting's own split: the cells (keys, fingerprint) as they always were
@@ -294,8 +338,9 @@ def build_cells(
     return cells
 
 
-def ablation_trial(config: dict[str, Any], *, cells: dict[str, AblationCell]) -> None:
+def ablation_trial(config: dict[str, Any], *, cells: dict[str, AblationCell], system_metrics: bool = False) -> None:
     from raytune_fl.tune.trainable import federated_trial
 
     cell = cells[config["cell"]]
-    federated_trial({}, experiment=cell.experiment, method=cell.method, fixed=cell.trial.params)
+    fixed = cell.trial.params
+    federated_trial({}, experiment=cell.experiment, method=cell.method, fixed=fixed, system_metrics=system_metrics)

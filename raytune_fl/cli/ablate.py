@@ -38,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--ignore-studies", action="store_true", help="use the YAML's fixed values even where a tuned study exists"
     )
+    parser.add_argument(
+        "--per-setting",
+        action="store_true",
+        help="each --grid setting runs the configuration its variant was tuned to at that setting (studies made by "
+        "tune --per-setting over the same grid), not the one study over the file's base",
+    )
     common.add_cluster(parser)
     parser.add_argument("--out", help="where the table and results go; default: reports/<space name>/")
     parser.add_argument(
@@ -58,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="also print a line when each cell starts and one per cell round (its scores, loss and round time); "
         "by default a live status line (a line per cell and a summary every 30 s when not a terminal)",
     )
+    from raytune_fl.tracking.system_metrics import SYSTEM_METRICS_HELP, SystemMetricsFlag  # MLflow's switch
+
+    parser.add_argument("--system-metrics", action=SystemMetricsFlag, help=SYSTEM_METRICS_HELP)
     return parser
 
 
@@ -78,13 +87,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from raytune_fl.ablation.plan import check_partition_seeds, make_plan, parse_grid, settings, splits, variant_source
+    from raytune_fl.ablation.plan import (
+        check_partition_seeds,
+        make_plan,
+        merged_source,
+        parse_grid,
+        setting_sources,
+        settings,
+        splits,
+        variant_source,
+    )
 
     try:  # everything that can be wrong with the command line or the data, before anything is written or Ray starts
         if args.seeds < 1:
             raise ConfigError(f"--seeds: at least 1 (got {args.seeds})")
         if args.partition_seeds < 1:  # before the space is read: the option alone is wrong
             raise ConfigError(f"--partition-seeds: at least 1 (got {args.partition_seeds})")
+        if args.per_setting and (not args.grid or args.ignore_studies):
+            why = "uses no study (--ignore-studies)" if args.ignore_studies else "needs the --grid it was tuned over"
+            raise ConfigError(f"--per-setting: {why}")
         space, variants = common.resolve_space(args)
         axes = parse_grid(args.grid)
         check_partition_seeds(args.partition_seeds, axes)
@@ -115,8 +136,11 @@ def _main(args: argparse.Namespace) -> int:
     except Exception as error:  # each tracking backend fails with its own exception types
         return common.fail(f"--mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}")
     try:
-        sources = {}
-        for name in variants:
+        sources, per_setting = {}, None
+        if args.per_setting:  # each setting's own study
+            per_setting = setting_sources(space, variants, axes, found, args.space)
+            sources = {name: merged_source(name, per_setting) for name in variants}
+        for name in variants if per_setting is None else ():
             study = None if args.ignore_studies or found is None else latest_study(found[0], found[1], name)
             sources[name] = variant_source(space, name, study)
     except ConfigError as error:
@@ -124,7 +148,7 @@ def _main(args: argparse.Namespace) -> int:
     for source in sources.values():
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in source.params.items())
         print(f"[{source.variant}] {source.method}: {source.note} [{shown or 'method defaults'}]", flush=True)
-    plan = make_plan(space, axes, seeds, experiments, sources, args.partition_seeds)
+    plan = make_plan(space, axes, seeds, experiments, sources, args.partition_seeds, per_setting)
     print(plan.summary_line(), flush=True)
     resume = None
     if args.resume:

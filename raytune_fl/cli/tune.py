@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from raytune_fl.cli import common, progress, stopping
-from raytune_fl.config import ConfigError, SearchSpace
+from raytune_fl.config import ConfigError, Objective, SearchSpace
 from raytune_fl.engine.metric_names import ROUND, TEST_ACC, VAL_ACC
 from raytune_fl.registry import UnknownNameError
+from raytune_fl.tracking.schema import study_key
 from raytune_fl.tune import interrupt
 from raytune_fl.tune.uncertainty import NOISE_Z, accuracy_se, has_binomial_se, within_noise
 
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from raytune_fl.runtime.cluster import RayStart
     from raytune_fl.tracking import StudyTracker
     from raytune_fl.tune.manifest import StudyManifest
+    from raytune_fl.tune.outcome import VariantOutcome
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +33,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_overrides(parser)
     parser.add_argument("--num-samples", type=int, help="override tune.num_samples (trials per searched variant)")
+    parser.add_argument(
+        "--per-setting",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="tune each variant separately at every setting of this grid (as ablate's --grid, e.g. alpha=0.01,1.0; "
+        "repeat for more axes); `ablate --grid ... --per-setting` then runs each setting with its own selection",
+    )
     parser.add_argument("--seed", type=int, help="override base.seed (training) and tune.seed (TPE sampler)")
     common.add_cluster(parser)
     parser.add_argument(
@@ -56,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="also print a line when each trial starts and one per trial round (its scores, loss and round time); "
         "by default a live status line per variant (a line per trial and a summary every 30 s when not a terminal)",
     )
+    from raytune_fl.tracking.system_metrics import SYSTEM_METRICS_HELP, SystemMetricsFlag  # MLflow's switch
+
+    parser.add_argument("--system-metrics", action=SystemMetricsFlag, help=SYSTEM_METRICS_HELP)
     return parser
 
 
@@ -74,7 +88,7 @@ def _main(args: argparse.Namespace) -> int:
         space, variants = common.resolve_space(args)
         if space.base.partition.val_fraction == 0:  # tuning selects on validation, never on the test set
             raise ConfigError(
-                f"base.partition.val_fraction: 0 leaves no validation split for tune.metric {space.tune.metric!r}; "
+                f"base.partition.val_fraction: 0 leaves no validation split for tune.metric {space.tune.primary!r}; "
                 "hold some out (e.g. 0.1), or run the fixed variants with "
                 f"{common.command_line('ablate')} --ignore-studies"
             )
@@ -83,11 +97,15 @@ def _main(args: argparse.Namespace) -> int:
         common.check_address(args.address)
         common.check_cluster_fits(args.address, space.base.resources)
         manifest = _resumed_manifest(args, space, uri, optuna_url) if args.resume else None
-        data = common.check_data(space.base)
+        studies = _studies(args, space, variants)
     except (ConfigError, UnknownNameError) as error:
         return common.fail(error)
-    summary = data.num_clients, len(data.dataset.y_train), len(data.val_indices), len(data.dataset.y_test)
-    print("data: {} clients, {} train samples ({} held out for validation), {} test samples".format(*summary))
+    for setting, data in {s.setting: s.data for s in studies}.items():
+        at = f" at {setting}" if setting else ""
+        print(
+            f"data{at}: {data.num_clients} clients, {len(data.dataset.y_train)} train samples "
+            f"({len(data.val_indices)} held out for validation), {len(data.dataset.y_test)} test samples"
+        )
 
     # what the study writes, made from here on; a store that fails to open ends this cluster again
     ray_start = common.start_ray_early(args.address, space.plugins)
@@ -112,17 +130,49 @@ def _main(args: argparse.Namespace) -> int:
     # its process starts now (milliseconds) and gets ready on idle CPU time (export/model_helper.py)
     exporter = None if args.no_models else ModelExporter(uri, space.name, space.plugins)
     try:
-        return _run_variants(args, space, variants, data, uri, tracker, manifest, optuna_url, exporter, ray_start)
+        return _run_variants(args, space, studies, uri, tracker, manifest, optuna_url, exporter, ray_start)
     finally:
         if exporter is not None:
             exporter.close()
 
 
+@dataclass(frozen=True)
+class VariantStudy:
+    """One study the command runs: a variant, at the file's base or (--per-setting) at one grid setting."""
+
+    variant: str
+    setting: str | None  # as fields, e.g. partition.alpha=0.1 (what `ablate --per-setting` finds it by)
+    space: SearchSpace  # the file's, its base at the setting
+    data: FederatedData
+
+    @property
+    def key(self) -> str:  # the study manifest's entry
+        return study_key(self.variant, self.setting)
+
+
+def _studies(args: argparse.Namespace, space: SearchSpace, variants: list[str]) -> list[VariantStudy]:
+    """Each variant's study; with --per-setting, one per variant and setting, setting by setting, each checked."""
+    if not args.per_setting:
+        data = common.check_data(space.base)
+        return [VariantStudy(name, None, space, data) for name in variants]
+    from raytune_fl.ablation.plan import as_fields, parse_grid, settings
+
+    studies = []
+    axes = as_fields(parse_grid(args.per_setting, "--per-setting"))
+    for setting, experiment in settings(space, axes, "--per-setting").items():
+        try:
+            data = common.check_data(experiment)
+        except ConfigError as error:
+            raise ConfigError(f"--per-setting {setting}: {error}") from None
+        at_setting = space.model_copy(update={"base": experiment})
+        studies += [VariantStudy(name, setting, at_setting, data) for name in variants]
+    return studies
+
+
 def _run_variants(
     args: argparse.Namespace,
     space: SearchSpace,
-    variants: list[str],
-    data: FederatedData,
+    studies: list[VariantStudy],
     uri: str,
     tracker: StudyTracker,
     manifest: StudyManifest,
@@ -136,7 +186,8 @@ def _run_variants(
     from raytune_fl.tune import run_variant
 
     # drawn on a thread while Ray finishes its start and the first variant sets up; its parent run logs it there
-    tracker.render_partition(data, partition_title(space.base))
+    for study in studies:
+        tracker.render_partition(study.data, partition_title(study.space.base))
     if ray_start is not None:  # a private cluster's start, begun beside the stores' opening (else joined already)
         try:
             common.join_ray(args.address, space.base.resources, ray_start, space.plugins)
@@ -145,37 +196,44 @@ def _run_variants(
     interrupt.reassert()  # ray.init on this thread (a joined cluster) sets its own SIGTERM handler
     started = time.time()
     outcomes = []
-    for index, name in enumerate(variants):
-        state = manifest.state(name) if args.resume else "new"
-        args.cut = _cut(None, [o.variant for o in outcomes], variants[index:])  # a stop between variants
+    keys = [study.key for study in studies]
+    for index, study in enumerate(studies):
+        key, name = study.key, study.variant
+        state = manifest.state(key) if args.resume else "new"
+        args.cut = _cut(None, [_key(o) for o in outcomes], keys[index:])  # a stop between variants
         if state == "finished":
-            print(f"=== variant {name}: finished before the interruption, kept ===", flush=True)
-            outcomes.append(manifest.outcome(name))
+            print(f"=== variant {key}: finished before the interruption, kept ===", flush=True)
+            outcomes.append(manifest.outcome(key))
             continue
-        print(f"=== variant {name} (method {space.variants[name].method}){_RESUMING.get(state, '')} ===", flush=True)
+        print(f"=== variant {key} (method {space.variants[name].method}){_RESUMING.get(state, '')} ===", flush=True)
         try:
             outcome = run_variant(
-                space,
+                study.space,
                 name,
                 storage=args.storage,
                 tracker=tracker,
-                data=data,
-                resume=manifest.run(name) if args.resume else None,
-                on_start=lambda run, name=name: manifest.started(name, run),
+                data=study.data,
+                resume=manifest.run(key) if args.resume else None,
+                on_start=lambda run, key=key: manifest.started(key, run),
                 log_model=not args.no_models,
                 optuna_storage=optuna_url,
                 watch=progress.console(args.verbose),
                 exporter=exporter,
+                setting=study.setting,
             )
         except stopping.StudyInterrupted as stop:
-            manifest.interrupted(name, stop.name)
-            args.cut = _cut(name, [o.variant for o in outcomes], variants[index + 1 :])
+            manifest.interrupted(key, stop.name)
+            args.cut = _cut(key, [_key(o) for o in outcomes], keys[index + 1 :])
             raise
-        manifest.finished(name, outcome)
+        manifest.finished(key, outcome)
         outcomes.append(outcome)
     args.cut = "every variant had finished; the summary was not printed"
-    val_samples = len(data.val_indices)  # every variant's scores are over the same validation images
-    print_summary(outcomes, uri, space.name, time.time() - started, metric=space.tune.metric, val_samples=val_samples)
+    # every variant's scores are over the same validation images (a setting's own partition: the outcomes say)
+    val_samples = None if args.per_setting else len(studies[0].data.val_indices)
+    wall_s, objectives = time.time() - started, space.tune.objectives
+    print_summary(
+        outcomes, uri, space.name, wall_s, metric=space.tune.primary, val_samples=val_samples, objectives=objectives
+    )
     print_next_steps(args, uri, space.name, tracker.experiment_id, outcomes)
     return 0 if all(o.best_metrics for o in outcomes) else 1
 
@@ -185,6 +243,10 @@ _RESUMING = {
     "interrupted": ": interrupted; its finished trials kept, the cut ones resumed from their checkpoints",
     "killed": ": its driver was killed; its finished trials kept, the cut ones resumed from their checkpoints",
 }
+
+
+def _key(outcome: VariantOutcome) -> str:
+    return study_key(outcome.variant, outcome.setting)
 
 
 def _cut(variant: str | None, finished: list[str], left: list[str]) -> str:
@@ -207,10 +269,12 @@ def _check_optuna_storage(
     made (and probed) by `_open_stores`: whether it is one comes second."""
     if not any(space.variants[name].search for name in variants):
         return None, False
-    from raytune_fl.runtime import optuna_storage
+    from raytune_fl.runtime import cluster, optuna_storage
 
     url = optuna_storage.resolve_url(args.optuna_storage, uri)
     optuna_storage.check_form(url, given=args.optuna_storage is not None)
+    option = "--optuna-storage" if args.optuna_storage is not None else "--optuna-storage (the default)"
+    cluster.check_store_outside_job_dir(url, option)  # a Ray job's temporary working dir keeps nothing
     new = optuna_storage.is_new_file(url)
     if not new:  # a database server, an existing file: opened and write-probed now (the probe study deleted)
         optuna_storage.check(url, given=args.optuna_storage is not None)
@@ -270,14 +334,45 @@ def print_summary(
     *,
     metric: str = VAL_ACC,
     val_samples: int | None = None,
+    objectives: Sequence[Objective] = (),
 ) -> None:
     """Each variant's selected configuration and score; an accuracy with its binomial standard error over the
     `val_samples` validation images (else the outcomes' own count), and which variants that noise cannot rank."""
+    print("\n=== best configuration per variant (selected on validation; test reported beside) ===")
+    settings = list(dict.fromkeys(o.setting for o in outcomes))
+    for setting in settings:  # a study per setting (--per-setting): each setting's variants ranked apart
+        if setting is not None:
+            print(f"--- tuned at {setting} ---")
+        _print_scores([o for o in outcomes if o.setting == setting], metric, val_samples)
+    print_fronts(outcomes, objectives)
+    print(f"\ntotal wall time: {wall_s:.0f}s")
+    print(f"MLflow: experiment {experiment!r} at {uri}")
+    if uri.startswith("sqlite:"):
+        print(f"  view with: mlflow ui --backend-store-uri {uri}")
+    for o in outcomes:
+        if o.parent_run_id:
+            model = f", best model models:/{o.model_id}" if o.model_id else ""
+            print(f"  {_label(o)}: parent run {o.parent_run_id}{model}")
+    studies = [o for o in outcomes if o.optuna_study]
+    for storage in dict.fromkeys(o.optuna_storage for o in studies):
+        print(f"Optuna: studies at {storage}")
+        print(f"  view with: optuna-dashboard {storage}")
+        for o in studies:
+            if o.optuna_storage == storage:
+                print(f"  {_label(o)}: optuna.load_study(study_name={o.optuna_study!r}, storage={storage!r})")
+
+
+def _label(outcome: VariantOutcome) -> str:
+    """The variant, and the setting it was tuned at when the study was per setting."""
+    return outcome.variant if outcome.setting is None else f"{outcome.variant} @ {outcome.setting}"
+
+
+def _print_scores(outcomes: list, metric: str, val_samples: int | None) -> None:
+    """The variants' selected configurations and scores, and which of them the validation noise cannot rank."""
     nan = float("nan")
-    if val_samples is None:  # an API caller's outcomes carry it (run_variant)
+    if val_samples is None:  # an API caller's outcomes carry it (run_variant); a setting's own partition has its own
         val_samples = next((o.val_samples for o in outcomes if o.val_samples), None)
     errors = _standard_errors(outcomes, metric, val_samples)
-    print("\n=== best configuration per variant (selected on validation; test reported beside) ===")
     print(_scores_line(metric, val_samples))
     for o in outcomes:
         if not o.best_metrics:
@@ -299,21 +394,26 @@ def print_summary(
         ranked = within_noise(scores, maximize=True, z=NOISE_Z)  # an accuracy: higher is better
         if ranked is not None:
             print(_noise_line(*ranked, z=NOISE_Z))
-    print(f"\ntotal wall time: {wall_s:.0f}s")
-    print(f"MLflow: experiment {experiment!r} at {uri}")
-    if uri.startswith("sqlite:"):
-        print(f"  view with: mlflow ui --backend-store-uri {uri}")
+
+
+def print_fronts(outcomes: list, objectives: Sequence[Objective]) -> None:
+    """Each variant's Pareto front (several objectives): its trials, best first on the first objective, the one
+    the ablation runs marked."""
+    if len(objectives) < 2:
+        return
+    listed = ", ".join(str(o) for o in objectives)
+    print(f"\n=== Pareto front per variant over {listed}: no trial on it is beaten on every objective ===")
+    print(f"  (* = selected: the front's best {objectives[0].metric}, what the ablation runs)")
     for o in outcomes:
-        if o.parent_run_id:
-            model = f", best model models:/{o.model_id}" if o.model_id else ""
-            print(f"  {o.variant}: parent run {o.parent_run_id}{model}")
-    studies = [o for o in outcomes if o.optuna_study]
-    for storage in dict.fromkeys(o.optuna_storage for o in studies):
-        print(f"Optuna: studies at {storage}")
-        print(f"  view with: optuna-dashboard {storage}")
-        for o in studies:
-            if o.optuna_storage == storage:
-                print(f"  {o.variant}: optuna.load_study(study_name={o.optuna_study!r}, storage={storage!r})")
+        if not o.front:
+            continue
+        first = objectives[0]
+        ordered = sorted(o.front, key=lambda t: t.scores[first.metric], reverse=first.mode == "max")
+        print(f"{_label(o):>16}: {len(ordered)} trial{'s' if len(ordered) != 1 else ''} on the front")
+        for trial in ordered:
+            scores = "  ".join(f"{name}={value:.4f}" for name, value in trial.scores.items())
+            params = progress.params_text(trial.params)
+            print(f"{'*' if trial.selected else ' ':>18} {scores}  [{params or 'no hyperparameters'}]")
 
 
 def _standard_errors(outcomes: list, metric: str, val_samples: int | None) -> dict[str, float]:

@@ -54,6 +54,7 @@ from raytune_fl.tracking.schema import (
     TAG_VARIANT,
     TAG_VARIANTS,
     setting_folder,
+    study_key,
 )
 
 WALL_TIME = "wall_time_s"  # every parent: the study's or ablation's wall-clock time
@@ -117,14 +118,17 @@ def tune_parent(
     datasets: Sequence[DataIdentity] = (),
     optuna_study: str | None = None,
     optuna_storage: str | None = None,
+    setting: str | None = None,
 ) -> RunRecord:
-    """A variant study's parent run (stage=tune)."""
+    """A variant study's parent run (stage=tune); `setting`: the grid setting it was tuned at (tune --per-setting,
+    as fields: partition.alpha=0.1), which `ablate --per-setting` finds it by."""
     variant, base = space.variants[variant_name], space.experiment_for(variant_name)
     unsearched = TrialSpec.resolve(base, variant.method, variant.fixed)
     params = {k: v for k, v in trial_params(unsearched).items() if k not in variant.search}
-    optuna = {TAG_OPTUNA_STUDY: optuna_study, TAG_OPTUNA_STORAGE: optuna_storage} if optuna_study else {}
+    extra = {TAG_OPTUNA_STUDY: optuna_study, TAG_OPTUNA_STORAGE: optuna_storage} if optuna_study else {}
+    extra |= {TAG_SETTING: setting} if setting else {}
     return RunRecord(
-        variant_name,
+        study_key(variant_name, setting),
         tags={
             TAG_VARIANT: variant_name,
             TAG_STAGE: STAGE_TUNE,
@@ -132,7 +136,7 @@ def tune_parent(
             TAG_DATASET: base.dataset,
             TAG_PARTITION: partition_tag(base),
             TAG_SEARCHED: ",".join(variant.search) or "(none)",
-            **optuna,
+            **extra,
         },
         params={**params, **{f"search.{k}": v.model_dump(exclude_none=True) for k, v in variant.search.items()}},
         datasets=tuple(datasets),

@@ -104,6 +104,12 @@ ABLATION_RESULTS_FILE = "results.parquet"
 DASHBOARD_FOLDER = "dashboard"
 
 
+def study_key(variant: str, setting: str | None) -> str:
+    """What names a tune study where its variant alone would not: `<variant>@<setting>` for a study per setting
+    (tune --per-setting): its parent run's name, its Optuna study, its entry in the study manifest."""
+    return variant if setting is None else f"{variant}@{setting}"
+
+
 def setting_folder(setting: str) -> str:
     """An ablation setting as its artifact folder names it (partition/<folder>/)."""
     return setting.replace("=", "-").replace(",", "_")

@@ -159,10 +159,11 @@ def stage_runs(client: MlflowClient, experiment: str, stage: str) -> list[Run]:
     return search_all(client, experiment, _tag(TAG_STAGE, stage))
 
 
-def latest_study(client: MlflowClient, experiment: str, variant: str) -> StudyRecord | None:
+def latest_study(client: MlflowClient, experiment: str, variant: str, setting: str | None = None) -> StudyRecord | None:
     """The newest FINISHED tune parent of `variant` that selected a configuration, or None; but when a newer study
     of it was interrupted or is still RUNNING, that one (`stopped` says which): an older selection is not what the
-    user last asked for."""
+    user last asked for. `setting` (as fields: partition.alpha=0.1): its study tuned at that grid setting (tune
+    --per-setting); None: its study over the file's base, never one tuned per setting."""
     runs = client.search_runs(
         [experiment],
         filter_string=_and(_tag(TAG_STAGE, STAGE_TUNE), _tag(TAG_VARIANT, variant)),
@@ -170,7 +171,7 @@ def latest_study(client: MlflowClient, experiment: str, variant: str) -> StudyRe
     )
     for run in runs:
         tags = run.data.tags
-        if TAG_PARENT_RUN in tags:
+        if TAG_PARENT_RUN in tags or tags.get(TAG_SETTING) != setting:
             continue
         if run.info.status == RUN_RUNNING or (run.info.status == RUN_KILLED and TAG_INTERRUPTED in tags):
             stopped = "running" if run.info.status == RUN_RUNNING else "interrupted"

@@ -71,6 +71,7 @@ class VariantOutcome:
     model_id: str | None = None  # the selected trial's global model in MLflow (models:/<model_id>)
     val_samples: int | None = None  # the validation images every score is on (all clients' held-out parts)
     front: list[FrontTrial] = field(default_factory=list)  # several objectives: the Pareto front, else empty
+    setting: str | None = None  # the grid setting it was tuned at (tune --per-setting), as fields=values
 
 
 def summarise(

@@ -74,10 +74,12 @@ def make_search(
     optuna_storage: str | None = None,
     resumed_study: str | None = None,
     resuming: bool = False,
+    key: str | None = None,
 ) -> Search:
     """The variant's search. With `optuna_storage` (a SQLAlchemy URL) a searched variant's Optuna study persists
     there as `<space name>-<variant>` (`-<stamp>` appended when a fresh run finds that name taken); a resume
-    reopens `resumed_study`, the one the interrupted run wrote to (None: it started in memory)."""
+    reopens `resumed_study`, the one the interrupted run wrote to (None: it started in memory). `key` names the study
+    in place of the variant (a study per setting: `<variant>@<setting>`)."""
     settings, variant = space.tune, space.variants[variant_name]
     if not variant.search:  # deterministic: repeating it would only repeat the same run
         return Search(None, FIFOScheduler(), 1)
@@ -86,7 +88,8 @@ def make_search(
     rdb = optuna_db.open_storage(optuna_storage) if optuna_storage else None
     study = None
     if rdb is not None:  # a fresh run never joins an earlier run's study
-        study = resumed_study if resuming else optuna_db.unused_study_name(rdb, f"{space.name}-{variant_name}", stamp)
+        named = f"{space.name}-{key or variant_name}"
+        study = resumed_study if resuming else optuna_db.unused_study_name(rdb, named, stamp)
     metric, mode = objective_args(settings)
     algorithm = OptunaSearch(
         space=optuna_space(variant.search),

@@ -13,6 +13,7 @@ from typing import Any
 from ray import tune
 
 from raytune_fl.config import ExperimentConfig, Objective, SearchSpace, TrialSpec, TuneSettings, VariantConfig
+from raytune_fl.data.identity import DataIdentity
 from raytune_fl.engine.data import FederatedData, data_identity_of, prepare_data
 from raytune_fl.export.model_helper import ModelExporter
 from raytune_fl.export.trial_model import log_trial_model
@@ -26,7 +27,15 @@ from raytune_fl.tracking.records import (
     tune_parent_end,
     tune_parent_metrics,
 )
-from raytune_fl.tracking.schema import TAG_MODEL_RUN_ID, TAG_OBJECTIVES, TAG_PARETO_FRONT, TAG_RESUME_COMMAND, TRUE
+from raytune_fl.tracking.schema import (
+    TAG_MODEL_RUN_ID,
+    TAG_OBJECTIVES,
+    TAG_PARETO_FRONT,
+    TAG_RESUME_COMMAND,
+    TRUE,
+    setting_folder,
+    study_key,
+)
 from raytune_fl.tracking.store import trial_run
 from raytune_fl.tune.callbacks import BestSoFar, ForwardInterrupt, MlflowTrialLogger, TrialEventsCallback, print_line
 from raytune_fl.tune.events import Watch, Watcher
@@ -60,21 +69,23 @@ def run_variant(
     log_model: bool = True,
     optuna_storage: str | None = None,
     exporter: ModelExporter | None = None,
+    setting: str | None = None,
 ) -> VariantOutcome:
-    """One variant's study. With `resume` (a study a stopped or killed driver left behind), Tune restores its trials
+    """One variant's study (with `setting`, its study at that grid setting: `space` holds the setting's base).
+    With `resume` (a study a stopped or killed driver left behind), Tune restores its trials
     from their last checkpoints and the searcher from its saved state (its Optuna study too: search.py), and MLflow
     continues in the same runs. `watch`: how the caller follows the trials (the CLI's console; None: silently).
     With `log_model` the selected trial's model is logged to MLflow, by `exporter`'s helper process if given."""
     started, stamp = time.time(), time.strftime("%Y%m%d-%H%M%S")
     variant, base, settings = space.variants[variant_name], space.experiment_for(variant_name), space.tune
-    search = make_search(space, variant_name, stamp, optuna_storage, resume and resume.optuna_study, bool(resume))
+    key = study_key(variant_name, setting)
+    search = make_search(space, variant_name, stamp, optuna_storage, resume and resume.optuna_study, bool(resume), key)
     storage = resolve_storage(storage)
     restore_from = _restore_path(resume, storage, variant_name, out)
     data = data or (prepare_data(base) if tracker is not None else None)  # what every trial builds, seeded
-    identity = data_identity_of(base, data) if data is not None else None
-    val_samples = identity.sizes["val_samples"] if identity is not None else None  # val_acc's standard error's n
+    identity, val_samples = _identity(base, data)
     callbacks = _followers(watch, Watch(variant_name, search.num_samples, base.rounds, *_rule(settings)), search)
-    record = tune_parent(space, variant_name, search.num_samples, [identity] if identity else [], *_optuna(search))
+    record = _record(space, variant_name, search, identity, setting)
     logged = tune_parent_metrics(val_samples)
     with _parent_run(tracker, record, resume, data, base, started, logged) as parent:
         parent_run_id = parent.run_id if parent is not None else None
@@ -84,26 +95,39 @@ def run_variant(
             callbacks.append(MlflowTrialLogger(parent.trials[-1]))
             if exporter is not None and log_model:
                 callbacks.append(_best_so_far(exporter, parent.run_id, base, variant, data, settings))
-        name = f"{space.name}-{variant_name}-{stamp}"
+        name = f"{space.name}-{setting_folder(key)}-{stamp}"
         experiment_path = restore_from or storage.join(name)  # within the storage's filesystem, as restore takes it
         if on_start is not None:  # recorded once the parent run exists: a stop from here on resumes in it
             on_start(VariantRun(experiment_path, parent_run_id, *_optuna(search)))
         trainable = study_trainable(base, variant.method, variant.fixed)
-        retries = base.faults.trial_retries
         if restore_from is not None:
             tuner = restore_tuner(restore_from, trainable, storage, callbacks)
         else:
-            tuner = new_tuner(trainable, settings, search, run_config(name, storage, callbacks, retries))
+            config = run_config(name, storage, callbacks, base.faults.trial_retries)
+            tuner = new_tuner(trainable, settings, search, config)
         results = fit(tuner)  # a stop raises StudyInterrupted here: no selection, summary or model of a cut study
         if search.optuna_study is not None:
             close_optuna_trials(optuna_storage, search.optuna_study, variant_name, out)
         selected = _select(results, variant_name, variant, settings, base.rounds, val_samples)
-        outcome, best = _placed(selected[0], parent_run_id, storage, search, time.time() - started), selected[1]
+        outcome, best = _placed(selected[0], parent_run_id, storage, search, started, setting), selected[1]
         if parent is not None:
             _end_parent(parent, outcome, base.seed, settings.objectives)
             if best is not None and log_model:
                 outcome.model_id = _log_best_model(tracker, parent, best, base, variant, data, out, exporter)
         return outcome
+
+
+def _identity(base: ExperimentConfig, data: FederatedData | None) -> tuple[DataIdentity | None, int | None]:
+    """The data's identity, and its validation size (what val_acc's standard error is over)."""
+    identity = data_identity_of(base, data) if data is not None else None
+    return identity, identity.sizes["val_samples"] if identity is not None else None
+
+
+def _record(
+    space: SearchSpace, variant: str, search: Search, identity: DataIdentity | None, setting: str | None
+) -> RunRecord:
+    """The study's parent run, as tracking/records.py describes it."""
+    return tune_parent(space, variant, search.num_samples, [identity] if identity else [], *_optuna(search), setting)
 
 
 def _restore_path(resume: VariantRun | None, storage: Storage, variant: str, out: Callable[[str], None]) -> str | None:
@@ -192,17 +216,19 @@ def _placed(
     parent_run_id: str | None,
     storage: Storage,
     search: Search,
-    wall_time_s: float,
+    started: float,
+    setting: str | None = None,
 ) -> VariantOutcome:
-    """The outcome with where the study lives."""
+    """The outcome with where the study lives, and its wall time since `started`."""
     study, shown = _optuna(search)
     return replace(
         outcome,
+        setting=setting,
         parent_run_id=parent_run_id,
         storage=storage.uri,
         optuna_study=study,
         optuna_storage=shown,
-        wall_time_s=wall_time_s,
+        wall_time_s=time.time() - started,
     )
 
 
