@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    with stopping.guarded("ablate", argv):
+    with stopping.guarded("ablate", argv), progress.watch_silences():  # a line when a phase is silent for long
         try:
             return _main(args)
         except stopping.StudyInterrupted as stop:  # Ctrl-C or SIGTERM: the finished cells are kept in MLflow
@@ -184,7 +185,7 @@ def _main(args: argparse.Namespace) -> int:
         out_dir=out_dir,
         resume=resume,
         log_models=args.log_models,
-        watch=progress.console(args.verbose),
+        watch=progress.console(args.verbose, after=_after_cells(args)),
         on_parent=lambda run_id: setattr(args, "ablation_run", run_id),
     )
     files = outcome.files
@@ -198,9 +199,43 @@ def _main(args: argparse.Namespace) -> int:
     if not args.no_dashboard:
         from raytune_fl.report.dashboard import build_dashboard
 
+        print("building the dashboard...", flush=True)  # seconds: MLflow's records read back, plotly's figures
         report = build_dashboard(uri, space, out_dir / "dashboard.html")
         print(f"dashboard: {report.path}  (opens from disk in a browser; no server needed)", flush=True)
     if outcome.unfinished:
         print(f"{outcome.unfinished} of {len(plan.cells)} runs did not finish: see the (n/runs) cells and run tags")
-        return 1
-    return 0
+    print_next_steps(args, uri, space.name, tracker.experiment_id, unfinished=bool(outcome.unfinished))
+    return 1 if outcome.unfinished else 0
+
+
+def _after_cells(args: argparse.Namespace) -> str:
+    """What follows the cells' last line (a phase: cli/progress.py)."""
+    if args.log_models:
+        return "saving each finished cell's model to MLflow"
+    return "writing the table from the cells' MLflow runs"
+
+
+def print_next_steps(
+    args: argparse.Namespace,
+    uri: str,
+    experiment: str,
+    experiment_id: str,
+    *,
+    unfinished: bool = False,
+    resume: str | None = None,
+    argv0: str | None = None,
+    cwd: str | Path | None = None,
+) -> None:
+    """What to run next: commands to copy, that work in the folder the ablation ran in (`cwd`, default this
+    process's), typed as it was started (`argv0`, default sys.argv[0]). `unfinished`: the command that runs the
+    cells that did not finish (`resume`, default the command line as given with --resume)."""
+    from raytune_fl.tune import interrupt
+
+    print("\n=== next ===")
+    for line in common.mlflow_ui_lines(uri, experiment_id, experiment):
+        print(line)
+    dashboard = f"{common.command_line('dashboard', argv0, cwd)} {shlex.join(common.space_options(args))}"
+    what = "build the dashboard" if args.no_dashboard else "the dashboard again, after more runs"
+    print(f"  {what} (the table, curves over seeds, the studies):  {dashboard}")
+    if unfinished:
+        print(f"  run the cells that did not finish:  {resume or interrupt.resume_command()}")

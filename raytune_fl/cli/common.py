@@ -16,6 +16,7 @@ import argparse
 import atexit
 import os
 import re
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from raytune_fl.runtime.cluster import RayStart
 
 SPACE_HELP = "search-space YAML file, e.g. search_spaces/univarfl.yaml"
-MLFLOW_URI_HELP = "MLflow tracking URI; default: sqlite:///<cwd>/mlflow.db"
+MLFLOW_URI_HELP = "MLflow tracking URI; default: MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db"
 
 
 def console_prog(script: str) -> str:
@@ -52,12 +53,62 @@ def console_prog(script: str) -> str:
     return sys.argv[0] if sys.argv and sys.argv[0].startswith("raytune-fl ") else script
 
 
-SCRIPTS = {"tune": "scripts/tune.py", "ablate": "scripts/ablate.py", "dashboard": "dashboards/build.py"}
+# each command's script in a clone, from its root
+SCRIPTS = {
+    "tune": "scripts/tune.py",
+    "ablate": "scripts/ablate.py",
+    "reproduce": "scripts/reproduce.py",
+    "dashboard": "dashboards/build.py",
+}
 
 
-def command_line(command: str) -> str:
-    """How to type `command` ('tune', 'ablate', 'dashboard') in the form this process was started with."""
-    return f"raytune-fl {command}" if console_prog("").startswith("raytune-fl ") else f"python {SCRIPTS[command]}"
+def command_line(command: str, argv0: str | None = None, cwd: str | Path | None = None) -> str:
+    """How to type `command` ('tune', 'ablate', 'reproduce', 'dashboard') in the folder `cwd` (default: this
+    process's), in the form this process was started with (`argv0`, default sys.argv[0]): `raytune-fl X` after
+    `raytune-fl ...`; else `python` and the command's script, found from the one that was run and named as that one
+    was typed: `python ../../scripts/ablate.py` after `python ../../scripts/tune.py` in examples/<x>/."""
+    program = sys.argv[0] if argv0 is None else argv0
+    if program.startswith("raytune-fl ") or Path(program).name == "raytune-fl":  # console.py names argv[0] so
+        return f"raytune-fl {command}"
+    return f"python {_script(command, program, Path.cwd() if cwd is None else Path(cwd))}"
+
+
+def _script(command: str, program: str, cwd: Path) -> str:
+    """The path to `command`'s script that works from `cwd`: found from the clone's script `program` (relative where
+    it was typed relative); else (run some other way: `python -c`, a test) the path from a clone's root."""
+    wanted = SCRIPTS[command]
+    ran = Path(os.path.abspath(cwd / program))  # cwd / an absolute path is that path
+    if ran.suffix == ".py" and ran.parent.name in ("scripts", "dashboards"):
+        found = ran.parent.parent / wanted
+        if found.is_file():
+            return shlex.quote(str(found) if Path(program).is_absolute() else os.path.relpath(found, cwd))
+    return wanted
+
+
+def mlflow_ui_lines(uri: str, experiment_id: str, experiment: str, what: str = "the runs") -> list[str]:
+    """How to compare `what` in the MLflow UI: the command and the page, for a "next" block."""
+    from raytune_fl.tracking.urls import runs_url
+
+    if uri.startswith("sqlite:"):
+        return [
+            f"  compare {what} in the MLflow UI:  mlflow ui --backend-store-uri {uri} --port 5000",
+            f"    then open {runs_url('http://127.0.0.1:5000', experiment_id)}",
+            f"    (experiment {experiment!r}, the runs table; docs/tutorial/reading-results.md)",
+        ]
+    if uri.startswith(("http://", "https://")):
+        return [f"  compare {what} in the MLflow UI:  {runs_url(uri, experiment_id)}"]
+    return [f"  compare {what} in the MLflow UI on {uri}, experiment {experiment!r}"]
+
+
+def space_options(args: argparse.Namespace) -> list[str]:
+    """The options that name a study's space as the user gave them (--space, each --plugin, --mlflow-uri): what
+    the commands a "next" block prints need to find the same space, plugins and store."""
+    options = ["--space", args.space]
+    for plugin in getattr(args, "plugin", None) or []:
+        options += ["--plugin", plugin]
+    if getattr(args, "mlflow_uri", None):
+        options += ["--mlflow-uri", args.mlflow_uri]
+    return options
 
 
 def command_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -113,7 +164,7 @@ def add_mlflow_uri(parser: argparse.ArgumentParser) -> None:
 def tracking_uri(args: argparse.Namespace) -> str:
     from raytune_fl.tracking import default_tracking_uri
 
-    return args.mlflow_uri or default_tracking_uri()
+    return args.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
 
 
 def exit_now(code: int) -> NoReturn:
@@ -217,6 +268,10 @@ def resolve_space(args: argparse.Namespace, warnings: bool = True) -> tuple[Sear
 
     # checked (a wrong bucket or endpoint fails here, not in Ray), made by make_storage; from here on a Storage
     args.storage = check_storage(args.storage)
+    if args.storage.is_local:  # a Ray job's temporary working dir keeps nothing
+        from raytune_fl.runtime.cluster import check_outside_job_dir
+
+        check_outside_job_dir(args.storage.path, "--storage")
     if any(space.variants[v].method in METHODS.user_names() for v in variants):  # issue 46: a plugin's method
         from raytune_fl.engine.method_check import check_plugin_methods  # torch: only where there is one
 
@@ -297,17 +352,23 @@ def check_cluster_fits(address: str | None, resources: ResourcesConfig) -> None:
 def check_mlflow_uri(args: argparse.Namespace) -> str:
     """The tracking URI (the option's, else the default), checked before anything is written: its scheme, its
     SQLite file's folder, its server's answer (tracking/uri_check.py)."""
+    from raytune_fl.runtime.cluster import check_store_outside_job_dir
     from raytune_fl.tracking.uri_check import check_tracking_uri
 
     uri = tracking_uri(args)
-    check_tracking_uri(uri, "--mlflow-uri" if args.mlflow_uri else "--mlflow-uri (the default)")
+    environ = "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "--mlflow-uri (the default)"
+    option = "--mlflow-uri" if args.mlflow_uri else environ
+    check_tracking_uri(uri, option)
+    check_store_outside_job_dir(uri, option)  # a Ray job's temporary working dir keeps nothing
     return uri
 
 
 def check_new_folder(path: Path, option: str) -> None:
     """That `option`'s folder exists and takes files, or can be made; nothing is made."""
+    from raytune_fl.runtime.cluster import check_outside_job_dir
     from raytune_fl.runtime.storage import check_creatable
 
+    check_outside_job_dir(path, option)  # a Ray job's temporary working dir keeps nothing
     try:
         check_creatable(path)
     except OSError as error:
@@ -371,7 +432,11 @@ def start_ray_early(address: str | None, plugins: Sequence[str]) -> RayStart | N
 
     if not ray_cluster.starts_private_cluster(address):
         return None
+    print(f"{_RAY_STARTS}...", flush=True)  # a phase (cli/progress.py): `join_ray` waits for its end
     return ray_cluster.RayStart(address, runtime_env(plugins))
+
+
+_RAY_STARTS = "starting Ray (a private local cluster)"
 
 
 def join_ray(
@@ -379,15 +444,12 @@ def join_ray(
 ) -> None:
     """Start or join Ray (or wait for the start `started` began) with the job's `plugins` imported in every worker,
     say which cluster it is, and check that one trial fits on it."""
-    from raytune_fl.plugins import PluginError, runtime_env
-    from raytune_fl.runtime import cluster as ray_cluster  # start_ray looked up at call time: tests replace it
+    from raytune_fl.plugins import PluginError
+    from raytune_fl.runtime import cluster as ray_cluster
     from raytune_fl.tune.resources import check_fits, check_nodes_fit
 
     try:
-        if started is not None:
-            started.wait()
-        else:
-            ray_cluster.start_ray(address, runtime_env(plugins))
+        _start_ray(address, started, plugins)
     except PluginError as error:
         raise ConfigError(str(error)) from None
     except (ConnectionError, RuntimeError, TimeoutError) as error:  # unreachable head, auth token missing, ...
@@ -405,3 +467,21 @@ def join_ray(
         check_nodes_fit(resources, nodes)
     except ValueError as error:
         raise ConfigError(str(error)) from None
+
+
+def _start_ray(address: str | None, started: RayStart | None, plugins: Sequence[str]) -> None:
+    """Start or join Ray, or wait for the start `started` began, saying so (a phase: cli/progress.py)."""
+    from raytune_fl.cli import progress
+    from raytune_fl.plugins import runtime_env
+    from raytune_fl.runtime import cluster as ray_cluster  # start_ray looked up at call time: tests replace it
+
+    if started is not None:  # said when it began; said again only if the wait is long
+        with progress.during(f"{_RAY_STARTS}: waiting for it"):
+            started.wait()
+        return
+    joined = address or os.environ.get("RAY_ADDRESS")
+    if ray_cluster.starts_private_cluster(address):
+        print(f"{_RAY_STARTS}...", flush=True)
+    elif joined and joined != "local":
+        print(f"joining the Ray cluster at {joined}...", flush=True)
+    ray_cluster.start_ray(address, runtime_env(plugins))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from raytune_fl.tune import interrupt
 from raytune_fl.tune.uncertainty import NOISE_Z, accuracy_se, has_binomial_se, within_noise
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from raytune_fl.engine.data import FederatedData
     from raytune_fl.export.model_helper import ModelExporter
     from raytune_fl.runtime.cluster import RayStart
@@ -75,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    with stopping.guarded("tune", argv):
+    with stopping.guarded("tune", argv), progress.watch_silences():  # a line when a phase is silent for long
         try:
             return _main(args)
         except stopping.StudyInterrupted as stop:  # Ctrl-C or SIGTERM: what was cut is said, --resume goes on
@@ -457,28 +460,34 @@ def _noise_line(best: str, close: list[str], z: float) -> str:
     )
 
 
-def print_next_steps(args: argparse.Namespace, uri: str, experiment: str, experiment_id: str, outcomes: list) -> None:
-    """Where to look at what the study made, and what to run next: commands to copy."""
-    from raytune_fl.tracking.urls import runs_url
-
-    space = args.space + (f" --mlflow-uri {uri}" if args.mlflow_uri else "")
+def print_next_steps(
+    args: argparse.Namespace,
+    uri: str,
+    experiment: str,
+    experiment_id: str,
+    outcomes: list,
+    *,
+    argv0: str | None = None,
+    cwd: str | Path | None = None,
+) -> None:
+    """Where to look at what the study made, and what to run next: commands to copy, that work in the folder the
+    study ran in (`cwd`, default this process's), typed as it was started (`argv0`, default sys.argv[0])."""
     print("\n=== next ===")
-    if uri.startswith("sqlite:"):
-        print(f"  compare the variants in the MLflow UI:  mlflow ui --backend-store-uri {uri} --port 5000")
-        print(f"    then open {runs_url('http://127.0.0.1:5000', experiment_id)}")
-        print(f"    (experiment {experiment!r}, the runs table; docs/tutorial/reading-results.md)")
-    elif uri.startswith(("http://", "https://")):
-        print(f"  compare the variants in the MLflow UI:  {runs_url(uri, experiment_id)}")
-    else:
-        print(f"  compare the variants in the MLflow UI on {uri}, experiment {experiment!r}")
+    for line in common.mlflow_ui_lines(uri, experiment_id, experiment, "the variants"):
+        print(line)
     storages = list(dict.fromkeys(o.optuna_storage for o in outcomes if o.optuna_study))
     for storage in storages:
         print(f"  the Optuna studies (history, importances, contours):  optuna-dashboard {storage}")
-    ablate, dashboard = common.command_line("ablate"), common.command_line("dashboard")
+    ablate, dashboard = (common.command_line(command, argv0, cwd) for command in ("ablate", "dashboard"))
+    space = common.space_options(args)
+    tuned = ["--variants", args.variants] if getattr(args, "variants", None) else []  # those the study tuned
+    for grid in getattr(args, "per_setting", None) or []:  # each setting at its own selection
+        tuned += ["--grid", grid]
+    tuned += ["--per-setting"] if getattr(args, "per_setting", None) else []
     # the summary's scores are one trial and seed each: the ablation is what ranks the variants
     what = "ablate the selected configurations over seeds (what ranks the variants)"
-    print(f"  {what}:  {ablate} --space {space} --seeds 3")
-    print(f"  the study as an HTML dashboard:  {dashboard} --space {space}")
+    print(f"  {what}:  {ablate} {shlex.join([*space, *tuned, '--seeds', '3'])}")
+    print(f"  the study as an HTML dashboard:  {dashboard} {shlex.join(space)}")
     model = next((o.model_id for o in outcomes if o.model_id), None)
     if model:
         print(f"  a trained model:  mlflow.pytorch.load_model('models:/{model}')  (with MLFLOW_TRACKING_URI={uri})")

@@ -56,6 +56,7 @@ from raytune_fl.engine.report import CLIENT_LOG_KEY, RoundReport
 from raytune_fl.engine.schedules import Schedule
 from raytune_fl.engine.synchronous import SynchronousRounds
 from raytune_fl.engine.system import ClientRecord, SystemModel
+from raytune_fl.engine.traffic import upload_metrics
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import METHODS, Method, build_method
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
@@ -312,6 +313,7 @@ class Federation:
         if not math.isfinite(metrics[watched]):
             raise NonFiniteLossError(f"{'validation' if watched == VAL_LOSS else 'test'} loss is {metrics[watched]}")
         metrics.update(mean_client_metrics(updates))
+        metrics.update(upload_metrics(updates))  # what the aggregated clients sent, on every schedule
         if updates:
             metrics.update(self.method.aggregator.metrics())
         counts = Counter(record.status for record in log)

@@ -72,6 +72,13 @@ SIM_TIME: Final = "sim_time"
 STALENESS_MEAN: Final = "staleness_mean"
 STALENESS_MAX: Final = "staleness_max"
 
+# traffic: what the clients upload (engine/traffic.py)
+UPLOAD_BYTES: Final = "upload_bytes"
+UPLOAD_BYTES_PER_CLIENT: Final = "upload_bytes_per_client"
+
+# system metrics (opt-in: tracking/system_metrics.py), MLflow's names under its prefix
+SYSTEM_PREFIX: Final = "system/"
+
 # wall-clock timings, in seconds
 ROUND_TIME_S: Final = "round_time_s"
 AGGREGATE_S: Final = "aggregate_s"
@@ -153,6 +160,18 @@ GROUPS: Final[Mapping[str, Mapping[str, str]]] = {
         SIM_TIME: "simulated time at the round's end: one unit is one local step of a client at the median speed",
         STALENESS_MEAN: "FedBuff: mean staleness of the aggregated updates (rounds completed since their client began)",
         STALENESS_MAX: "FedBuff: the largest staleness among them",
+    },
+    "traffic (bytes the clients upload, engine/traffic.py)": {
+        UPLOAD_BYTES: "bytes the round's aggregated updates carried, summed over their clients: the nbytes of every "
+        "array in an update's delta and buffers, and of the method's extras (SCAFFOLD's control-variate change, "
+        "FedPAC's class statistics, q-FFL's loss); not a client's own state, which a real client keeps; dropped, "
+        "late and lost clients add nothing",
+        UPLOAD_BYTES_PER_CLIENT: "upload_bytes over the clients aggregated (absent from a round none reported)",
+    },
+    "system metrics (opt-in: --system-metrics or MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING=true)": {
+        SYSTEM_PREFIX: "system/<name>: MLflow's CPU, memory and GPU monitors sampled in the trial's process at each "
+        "report, on the node it runs on (cpu_utilization_percentage, system_memory_usage_megabytes, "
+        "gpu_0_utilization_percentage, ...): MLflow metrics of the trial's run only, not in round_metrics.parquet",
     },
     "timings (wall-clock seconds)": {
         ROUND_TIME_S: "the round, from the end of the previous round's evaluation to the end of its own",

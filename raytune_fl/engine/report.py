@@ -2,9 +2,10 @@
 MLflow logging reads it and never trains.
 
 `RoundReport` is typed where its parts differ: the scalar metrics (logged per round), the per-client log, the
-classifier spectrum and the per-client accuracies (filed as tables), and why a run diverged. It reads as the flat
-mapping Tune carries (`to_result`, and `report["val_acc"]`), and is rebuilt from one (`from_result`) where Tune
-hands a result back to the driver.
+classifier spectrum and the per-client accuracies (filed as tables), why a run diverged, and the trial process's
+system samples (`system/...`, opt-in: tracking/system_metrics.py). It reads as the flat mapping Tune carries
+(`to_result`, and `report["val_acc"]`), and is rebuilt from one (`from_result`) where Tune hands a result back to the
+driver.
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # the keys beside the scalars, declared with every metric name; their users import them from here too
-from raytune_fl.engine.metric_names import CLIENT_ACC_KEY, CLIENT_LOG_KEY, DIVERGED, DIVERGENCE_KEY, ROUND, SPECTRUM_KEY
+from raytune_fl.engine.metric_names import (
+    CLIENT_ACC_KEY,
+    CLIENT_LOG_KEY,
+    DIVERGED,
+    DIVERGENCE_KEY,
+    ROUND,
+    SPECTRUM_KEY,
+    SYSTEM_PREFIX,
+)
 
 LIST_KEYS = (SPECTRUM_KEY, CLIENT_ACC_KEY, CLIENT_LOG_KEY)
 
@@ -27,6 +36,9 @@ class RoundReport(Mapping[str, Any]):
     spectrum: list[float] | None = None  # the classifier's singular values (rounds with diagnostics)
     client_accuracy: list[float] | None = None  # each client's validation accuracy (rounds with diagnostics)
     divergence: str | None = None
+    # the trial process's system samples under MLflow's names (system/cpu_utilization_percentage, ...): logged on
+    # the trial's run apart from `scalars`, never compared or tabled with the learning metrics
+    system: dict[str, float] | None = None
     _flat: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -36,12 +48,14 @@ class RoundReport(Mapping[str, Any]):
                 flat[key] = values
         if self.divergence is not None:
             flat[DIVERGENCE_KEY] = self.divergence
+        flat.update(self.system or {})
         object.__setattr__(self, "_flat", flat)
 
     @classmethod
     def from_result(cls, result: Mapping[str, Any]) -> RoundReport:
         """A report from its flat form (what the engine assembles, what Tune carries back)."""
-        scalars = {k: v for k, v in result.items() if k not in (*LIST_KEYS, DIVERGENCE_KEY, ROUND)}
+        system = {k: float(v) for k, v in result.items() if k.startswith(SYSTEM_PREFIX)}
+        scalars = {k: v for k, v in result.items() if k not in (*LIST_KEYS, DIVERGENCE_KEY, ROUND) and k not in system}
         return cls(
             int(result[ROUND]),
             scalars,
@@ -49,6 +63,7 @@ class RoundReport(Mapping[str, Any]):
             spectrum=result.get(SPECTRUM_KEY),
             client_accuracy=result.get(CLIENT_ACC_KEY),
             divergence=result.get(DIVERGENCE_KEY),
+            system=system or None,
         )
 
     @property

@@ -1,16 +1,25 @@
-"""The command lines' use of Ray core: start or join a cluster, and ask what it has (no tasks, no actors)."""
+"""The command lines' use of Ray core: start or join a cluster, and ask what it has (no tasks, no actors).
+
+Run as a Ray job's entrypoint (`ray job submit --working-dir`, KubeRay's RayJob), a command joins the job's cluster
+(Ray sets RAY_ADDRESS) and runs in Ray's temporary copy of the working dir: the checks below refuse any output
+there (docs/how-to/jobs.md)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
 import socket
 import sys
 import threading
+import urllib.parse
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+from raytune_fl.config import ConfigError
 
 
 def _probe(address: str, timeout_s: float = 10.0) -> None:
@@ -121,8 +130,13 @@ def start_ray(address: str | None, runtime_env: dict[str, Any] | None = None) ->
         start_local(
             log_to_driver=True, _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEPT_MS}, **env
         )
-    else:
+        return
+    try:
         ray.init(address=address, log_to_driver=True, **env)
+    except ValueError as error:  # a Ray job's runtime_env already sets what the plugins need (ray.init merges them)
+        if "merge the Job's runtime env" not in str(error):
+            raise
+        _refuse_job_env(runtime_env or {})
 
 
 def _check_job_env(runtime_env: dict[str, Any] | None) -> None:
@@ -140,6 +154,80 @@ def _check_job_env(runtime_env: dict[str, Any] | None) -> None:
             f"plugins: this process started Ray without them (its workers import {have or 'none'}); start it with "
             f"ray.init(runtime_env=raytune_fl.plugins.runtime_env([{wanted}])), or let the command start Ray"
         )
+
+
+def _refuse_job_env(runtime_env: dict[str, Any]) -> None:
+    from raytune_fl.plugins import PluginError
+
+    job = json.loads(os.environ.get(JOB_CONFIG_VAR) or "{}").get("runtime_env") or {}
+    clash = sorted(set(job) & set(runtime_env) - {"env_vars"})
+    clash += sorted(set(job.get("env_vars") or {}) & set(runtime_env.get("env_vars") or {}))
+    raise PluginError(
+        f"plugins: this Ray job's runtime_env already sets {', '.join(clash) or 'what they need'}, which the "
+        "plugins' runtime_env sets too; leave it out of `ray job submit --runtime-env-json` (a plugin beside the "
+        "space in --working-dir needs nothing more), or install the plugin's package on every node"
+    )
+
+
+# Ray's job supervisor hands the entrypoint its job's config (runtime_env, metadata) in this variable
+JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
+
+def job_working_dir() -> Path | None:
+    """Ray's temporary copy of the working dir, when this process is a Ray job's entrypoint given one (`ray job
+    submit --working-dir`, a RayJob's runtimeEnvYAML) and runs in it (a command that changed directory first does
+    not); else None."""
+    try:
+        job = json.loads(os.environ.get(JOB_CONFIG_VAR) or "{}")
+        has_working_dir = bool((job.get("runtime_env") or {}).get("working_dir"))
+    except (ValueError, AttributeError):  # not the config Ray writes: not a job we know
+        return None
+    if not has_working_dir:
+        return None
+    here = Path.cwd().resolve()
+    # Ray unpacks it as <session>/runtime_resources/working_dir_files/<package>/ and starts the entrypoint there
+    return next((folder for folder in (here, *here.parents) if folder.parent.name == "working_dir_files"), None)
+
+
+def job_dir_problem(path: str | Path, option: str) -> str | None:
+    """Why `option`'s local `path` must not be written: it lies in the job's temporary working dir (gone with the
+    job's cluster or from Ray's cache, and only this node has it); None where it does not."""
+    folder = job_working_dir()
+    if folder is None:
+        return None
+    where = Path(path).expanduser().resolve()
+    if where != folder and folder not in where.parents:
+        return None
+    return (
+        f"{option}: ./{where.relative_to(folder)} is in this Ray job's working dir {folder}, Ray's temporary copy of "
+        "--working-dir: lost with the job's cluster, and no other node sees it; give an absolute path on storage "
+        "that every node shares and that outlives the job\n  in a Ray job every output needs one: --storage (a "
+        "shared folder or s3://...), --mlflow-uri or MLFLOW_TRACKING_URI (a tracking server), --optuna-storage "
+        "(tune), --out (ablate); docs/how-to/jobs.md"
+    )
+
+
+def check_outside_job_dir(path: str | Path, option: str) -> None:
+    """A ConfigError naming `option` where `path` (a folder or file the command writes) is in the job's temporary
+    working dir: nothing is written there (see `job_dir_problem`)."""
+    problem = job_dir_problem(path, option)
+    if problem is not None:
+        raise ConfigError(problem)
+
+
+def check_store_outside_job_dir(url: str, option: str) -> None:
+    """`check_outside_job_dir` for a store's URL: a SQLite file (sqlite:///path), a file: URI or a plain path;
+    a server's URL (http, postgresql, ...) or MLflow's Databricks names never are."""
+    if url in ("databricks", "databricks-uc", "uc"):
+        return
+    if "://" not in url and not url.startswith("file:"):
+        check_outside_job_dir(url, option)
+    elif url.split(":", 1)[0].split("+", 1)[0].lower() == "sqlite":
+        database = url.split(":///", 1)[1].split("?", 1)[0] if ":///" in url else ""
+        if database and database != ":memory:":
+            check_outside_job_dir(database, option)
+    elif url.startswith("file:"):
+        check_outside_job_dir(urllib.parse.unquote(urllib.parse.urlparse(url).path), option)
 
 
 def starts_private_cluster(address: str | None) -> bool:

@@ -4,7 +4,8 @@ Plain bookkeeping keyed by trial id: whatever runs the trials (the Ray Tune call
 when a trial starts, reports a round, ends, fails or is restarted. Resuming, a trial continues in its own run:
 found by its trial_id tag, reopened, and rounds it already logged are not logged twice (a trial restarts from its
 last checkpoint, which may be a round or two before the last round the killed driver logged; the seeded rounds
-repeat exactly).
+repeat exactly). A report's system samples (opt-in, tracking/system_metrics.py) are logged beside its metrics at the
+same step, under MLflow's `system/` names, and kept out of the round table and the replay's comparison.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from raytune_fl.data.identity import DataIdentity
-from raytune_fl.engine.metric_names import ACTOR_FAILURES_TOTAL, ROUND
+from raytune_fl.engine.metric_names import ACTOR_FAILURES_TOTAL, ROUND, SYSTEM_PREFIX
 from raytune_fl.engine.report import CLIENT_ACC_KEY, CLIENT_LOG_KEY, SPECTRUM_KEY, RoundReport
 from raytune_fl.tracking import store
 from raytune_fl.tracking.records import RunRecord
@@ -139,7 +140,8 @@ class TrialTracker:
             run_id = existing.info.run_id
             self.client.update_run(run_id, status=RUN_RUNNING)
             self.client.set_tag(run_id, TAG_RESUMED, TRUE)
-            rows = store.logged_rounds(self.client, run_id, existing.data.metrics)
+            learning = [key for key in existing.data.metrics if not key.startswith(SYSTEM_PREFIX)]  # the round table's
+            rows = store.logged_rounds(self.client, run_id, learning)
         else:
             if self.resuming and not self.trial_index:  # number new runs after the ones the first attempt made
                 done = store.child_runs(self.client, experiment, self.parent_run_id)
@@ -184,7 +186,8 @@ class TrialTracker:
         else:
             history.append({ROUND: step, **metrics})
         now = int(time.time() * 1000)
-        batch = [Metric(k, v, now, step) for k, v in metrics.items() if math.isfinite(v)]
+        logged = {**metrics, **(report.system or {})}  # the trial process's system samples of this round, if any
+        batch = [Metric(k, v, now, step) for k, v in logged.items() if math.isfinite(v)]
         self.client.log_batch(run_id, metrics=batch)
         for key, values in report.lists().items():
             self.lists[trial_id][key].extend(_ROUND_LISTS[key][2](step, values))

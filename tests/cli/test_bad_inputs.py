@@ -277,7 +277,9 @@ CASES = [
     ),
     Case("empty-name", ["name", "at least 1 character"], changed_space(("name", ""))),
     Case("missing-name", ["name", "Field required"], changed_space(("name", DELETE))),
-    Case("tune-on-test", ["tune.metric", "the test set never steers tuning"], changed_space(("tune.metric", "test_acc"))),
+    Case(
+        "tune-on-test", ["tune.metric", "the test set never steers tuning"], changed_space(("tune.metric", "test_acc"))
+    ),
     Case(
         "num-samples-zero-in-file",
         ["tune.num_samples", "greater than or equal to 1"],

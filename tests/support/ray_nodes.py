@@ -45,6 +45,7 @@ class Node:
     log: Path
     env: dict[str, str]  # what a driver needs to join: the cluster's auth token, no RAY_ADDRESS
     workers: list[Node] = field(default_factory=list)  # nodes joined to this head
+    job_server: str | None = None  # a head started with job_server: its dashboard's http://127.0.0.1:<port>
 
     def log_tail(self, chars: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else "(no log)"
@@ -124,15 +125,18 @@ def start_node(
     resources: dict[str, float] | None = None,
     head: Node | None = None,
     object_store_mb: int = 300,
+    job_server: bool = False,
 ) -> Node:
-    """A head (`head` None) or a worker node joined to `head`, up and registered when this returns."""
+    """A head (`head` None) or a worker node joined to `head`, up and registered when this returns. `job_server`: the
+    head serves Ray's dashboard and job submission (`ray job submit`) on 127.0.0.1 (Node.job_server)."""
     temp_dir = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
     port, dashboard, client, agent, manager, runtime_env, metrics = free_ports(7)
     if head is None:
         env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH")}
         # the cluster's own token, not ~/.ray/auth_token; a driver given an explicit address must opt in
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
-        where = ["--head", "--port", str(port), "--include-dashboard=false", "--dashboard-port", str(dashboard)]
+        where = ["--head", "--port", str(port), f"--include-dashboard={str(job_server).lower()}"]
+        where += ["--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard)]
         if importlib.util.find_spec("grpc"):  # with ray[client], a head serves Ray Client, by default on 10001
             where += ["--ray-client-server-port", str(client)]
     else:
@@ -152,6 +156,7 @@ def start_node(
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     address = head.address if head is not None else f"127.0.0.1:{port}"
     node = Node(process, address, port if head is None else head.port, temp_dir, log, env)
+    node.job_server = f"http://127.0.0.1:{dashboard}" if job_server and head is None else None
     try:
         deadline = time.time() + NODE_START_S
         while "Ray runtime started" not in log.read_text(errors="replace"):

@@ -85,9 +85,7 @@ def test_the_pareto_front_by_hand():
 def _front_by_hand(rows: list[tuple[str, float, float]]) -> set[str]:
     """Run ids no other row beats: val_acc higher-or-equal and variance lower-or-equal, one strictly."""
     return {
-        run
-        for run, acc, var in rows
-        if not any(a >= acc and v <= var and (a > acc or v < var) for _, a, v in rows)
+        run for run, acc, var in rows if not any(a >= acc and v <= var and (a > acc or v < var) for _, a, v in rows)
     }
 
 
