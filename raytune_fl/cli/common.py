@@ -74,14 +74,16 @@ def command_line(command: str, argv0: str | None = None, cwd: str | Path | None 
 
 
 def _script(command: str, program: str, cwd: Path) -> str:
-    """The path to `command`'s script that works from `cwd`: found from the clone's script `program` (relative where
-    it was typed relative); else (run some other way: `python -c`, a test) the path from a clone's root."""
+    """The path to `command`'s script that works from `cwd`: found from the clone's script `program`, relative to
+    `cwd` where it was typed relative or lies under `cwd`, else absolute; run some other way (`python -c`, a test),
+    the path from a clone's root."""
     wanted = SCRIPTS[command]
     ran = Path(os.path.abspath(cwd / program))  # cwd / an absolute path is that path
     if ran.suffix == ".py" and ran.parent.name in ("scripts", "dashboards"):
         found = ran.parent.parent / wanted
         if found.is_file():
-            return shlex.quote(str(found) if Path(program).is_absolute() else os.path.relpath(found, cwd))
+            relative = not Path(program).is_absolute() or found.is_relative_to(os.path.abspath(cwd))
+            return shlex.quote(os.path.relpath(found, cwd) if relative else str(found))
     return wanted
 
 

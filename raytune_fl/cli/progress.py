@@ -12,6 +12,11 @@ Three parts, so that what is shown can be tested without Ray:
 
 `ConsoleProgress` takes a run's events (tune/events.py) to the state and the display; `console(verbose)` is the
 watcher the commands hand to a study or an ablation. Tune's callback that feeds it is tune/callbacks.py's.
+
+Between the trials' lines a command has phases of its own (Ray's start, a variant's first trial process importing
+torch, the selected model's export): a line that ends in '...' says one began, and `SilenceWatch` (the command's
+stdout, `watch_silences`) says every 10 s that it goes on while nothing else is printed, so no phase is silent for
+longer (on a loaded machine the model's export alone took 112 s).
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ import math
 import os
 import shutil
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -31,6 +38,8 @@ from raytune_fl.tune.events import Watch, Watcher
 
 Clock = Callable[[], float]
 ERASE = "\r\x1b[K"  # back to the start of the line, erase it (a terminal only)
+UNDER_WAY = "..."  # the end of a line that says a phase began; the phase lasts until the next output
+QUIET_S = 10.0  # the longest a phase stays silent: then a line says it goes on, and again every QUIET_S
 
 
 def escapes_allowed(stream: Any) -> bool:
@@ -291,6 +300,15 @@ def started_line(state: ProgressState, trial: TrialProgress) -> str:
     return f"[{state.label}] {state.noun} {trial.number}/{state.total} started: {params}"
 
 
+def first_start_line(state: ProgressState, trial: TrialProgress) -> str:
+    """The run's first trial started: its new process imports torch and builds the data (seconds; minutes on a
+    loaded machine) before it reports a round. A phase: the silence watch says when it goes on."""
+    return (
+        f"[{state.label}] starting {state.noun} {trial.number}/{state.total}: its process imports torch and builds "
+        f"the data before round {trial.round + 1}{UNDER_WAY}"
+    )
+
+
 def round_line(state: ProgressState, trial: TrialProgress, result: dict[str, Any]) -> str:
     """(--verbose) one line per trial round."""
 
@@ -394,22 +412,35 @@ class ProgressDisplay:
 class ConsoleProgress:
     """A Tune run's events (tune/events.py) -> the state, the lines and the status line on the console."""
 
-    def __init__(self, state: ProgressState, display: ProgressDisplay | None = None, verbose: bool = False) -> None:
-        """`display` (tests: a stream, a tty choice) defaults to stdout's, with `verbose`."""
-        self.state = state
+    def __init__(
+        self,
+        state: ProgressState,
+        display: ProgressDisplay | None = None,
+        verbose: bool = False,
+        after: str | None = None,
+    ) -> None:
+        """`display` (tests: a stream, a tty choice) defaults to stdout's, with `verbose`. `after`: what the command
+        does once the run has ended (a phase, said after the final status line), e.g. "saving each cell's model"."""
+        self.state, self.after = state, after
         self.display = display or ProgressDisplay(state, verbose=verbose)
+        self._after_said = False
 
     def restored(self, trial_id: str, config: dict[str, Any], last_result: Any, errored: bool) -> None:
         self.state.restored(trial_id, config, last_result, errored)
 
     def started(self, trial_id: str, config: dict[str, Any], round: int) -> None:
+        first = self.state.first_start is None  # the run's first trial process: seconds before its first round
         started = self.state.started(trial_id, config, round)
         if self.display.verbose:
             self.display.line(started_line(self.state, started))
+        if first:
+            self.display.line(first_start_line(self.state, started))
         self.display.tick()
 
     def reported(self, trial_id: str, result: dict[str, Any]) -> None:
         reported = self.state.reported(trial_id, result)
+        if self.state.rounds_run == 1:
+            settled()  # the first trial's start-up is over, though nothing may be printed until a trial ends
         if self.display.verbose:
             self.display.line(round_line(self.state, reported, result))
         self.display.tick()
@@ -432,12 +463,15 @@ class ConsoleProgress:
 
     def finish(self) -> None:
         self.display.finish()
+        if self.after and not self._after_said and self.state.ended >= self.state.total:  # not a stopped run's
+            self._after_said = True
+            self.display.line(f"[{self.state.label}] {self.after}{UNDER_WAY}")
 
 
-def console(verbose: bool = False) -> Watcher:
+def console(verbose: bool = False, after: str | None = None) -> Watcher:
     """The CLI's watcher: a live status line on a terminal, a line per trial elsewhere; with `verbose` a line per
-    trial start and round too. Where the output is not a terminal (or NO_COLOR is set), Ray's prefixes of the
-    workers' lines are plain too."""
+    trial start and round too; `after`, what the command does once a run has ended (ConsoleProgress). Where the
+    output is not a terminal (or NO_COLOR is set), Ray's prefixes of the workers' lines are plain too."""
     plain_worker_lines()  # before any trial prints: every command that runs trials makes its watcher here
 
     def watch(run: Watch) -> ConsoleProgress:
@@ -453,6 +487,149 @@ def console(verbose: bool = False) -> Watcher:
             rounds_of=run.rounds_of,
             total_rounds=run.total_rounds,
         )
-        return ConsoleProgress(state, verbose=verbose)
+        return ConsoleProgress(state, verbose=verbose, after=after)
 
     return watch
+
+
+# ---- the silences between lines -----------------------------------------------------------------------------------
+
+
+class SilenceWatch:
+    """A command's stdout, watched for silences. A line that ends in '...' says a phase began (Ray's start, a trial
+    process's imports, a model's export); while it lasts and nothing else is written, a line every `every_s` says
+    that it goes on: `  saving the selected model to MLflow... (20s so far)`. Any other output ends it.
+    `during(text)` brackets a phase that says nothing unless it lasts (waiting for Ray's start). Whole lines only,
+    on a terminal too; what is written passes through unchanged."""
+
+    _TAIL = 4096  # of the line being written: enough to tell how it ends
+
+    def __init__(self, stream: TextIO, every_s: float = QUIET_S, clock: Clock = time.monotonic) -> None:
+        self.stream, self.every_s, self.clock = stream, every_s, clock
+        self._lock = threading.RLock()  # reentrant: a signal handler that prints runs on the thread holding it
+        self._tail = ""  # what was written since the last newline
+        self._said: tuple[str, float] | None = None  # the phase a '...' line began (its text), and when
+        self._during: list[tuple[str, float]] = []  # the phases `during` brackets, innermost last
+        self._quiet_since = clock()  # the last output, this watch's own lines included
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, buffer, ...: the stream's
+        if name == "stream":  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
+        return getattr(self.stream, name)
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            if text:
+                self._note(text)
+            return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def _note(self, text: str) -> None:
+        self._quiet_since = self.clock()
+        lines = (self._tail + text).split("\n")
+        self._tail = lines[-1][-self._TAIL :]
+        line = lines[-2].rstrip() if len(lines) > 1 else ""
+        began = not self._tail and line.endswith(UNDER_WAY)  # a whole line, and nothing after it yet
+        self._said = (line[: -len(UNDER_WAY)], self._quiet_since) if began else None
+
+    def settled(self) -> None:
+        """The phase a line began is over, though nothing was printed (a trial's first round came)."""
+        with self._lock:
+            self._said = None
+
+    def heard(self) -> None:
+        """Something was written beside stdout (stderr: a stop's message, a warning): not silent, and the phase a
+        line began is no longer the news (a stopped run must not be said to be importing still)."""
+        with self._lock:
+            self._said, self._quiet_since = None, self.clock()
+
+    @contextmanager
+    def during(self, text: str) -> Iterator[None]:
+        """A phase that is said only once it has been silent for `every_s`, and ends with the block."""
+        entry = (text, self.clock())
+        with self._lock:
+            self._during.append(entry)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._during.remove(entry)
+
+    def check(self) -> None:
+        """A line if a phase has been silent for `every_s` (the watch's thread calls this twice a second)."""
+        with self._lock:
+            now, phase = self.clock(), self._during[-1] if self._during else self._said
+            if phase is None or self._tail or now - self._quiet_since < self.every_s:
+                return  # no phase, a line being written (a terminal's status line), or not silent for long
+            text, since = phase
+            self.stream.write(f"{text}{UNDER_WAY} ({duration(now - since)} so far)\n")
+            self.stream.flush()
+            self._quiet_since = now
+
+    def run(self, stop: threading.Event, every_s: float = 0.5) -> None:
+        while not stop.wait(every_s):
+            try:
+                self.check()
+            except (OSError, ValueError):  # the stream was closed (a pipe's reader gone): nothing more to say
+                return
+
+
+class _Beside:
+    """stderr beside a watched stdout: what it writes passes through, and tells the watch (`SilenceWatch.heard`)."""
+
+    def __init__(self, stream: TextIO, watch: SilenceWatch) -> None:
+        self.stream, self.watch = stream, watch
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("stream", "watch"):  # not set yet: no recursion
+            raise AttributeError(name)
+        return getattr(self.stream, name)
+
+    def write(self, text: str) -> int:
+        if text:
+            self.watch.heard()
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+@contextmanager
+def watch_silences(every_s: float = QUIET_S) -> Iterator[SilenceWatch]:
+    """sys.stdout watched for the length of a command (see SilenceWatch), and sys.stderr beside it; a command run by
+    another (reproduce runs tune and ablate) shares its caller's watch."""
+    if isinstance(sys.stdout, SilenceWatch):
+        yield sys.stdout
+        return
+    watch, stop = SilenceWatch(sys.stdout, every_s), threading.Event()
+    beside = _Beside(sys.stderr, watch)
+    thread = threading.Thread(target=watch.run, args=(stop,), name="silence-watch", daemon=True)
+    sys.stdout, sys.stderr = watch, beside  # type: ignore[assignment]  # TextIOs by delegation
+    thread.start()
+    try:
+        yield watch
+    finally:
+        stop.set()
+        thread.join(timeout=2)
+        if sys.stdout is watch:
+            sys.stdout = watch.stream
+        if sys.stderr is beside:
+            sys.stderr = beside.stream
+
+
+@contextmanager
+def during(text: str) -> Iterator[None]:
+    """A phase said only if it is silent for long (`SilenceWatch.during`), where a command watches its stdout."""
+    if not isinstance(sys.stdout, SilenceWatch):
+        yield
+        return
+    with sys.stdout.during(text):
+        yield
+
+
+def settled() -> None:
+    """The phase the last line began is over (`SilenceWatch.settled`), where a command watches its stdout."""
+    if isinstance(sys.stdout, SilenceWatch):
+        sys.stdout.settled()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from importlib import metadata, resources
 from pathlib import Path
 
-from raytune_fl.cli import common, stopping
+from raytune_fl.cli import common, progress, stopping
 from raytune_fl.config import ConfigError, load_space
 from raytune_fl.engine.metric_names import BEST_PREFIX, TEST_ACC, VAL_ACC
 from raytune_fl.registry import UnknownNameError
@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None, screenshot: Screenshot | None = None
     """`screenshot`: how to draw the dashboard as a PNG (scripts/reproduce.py passes tools/dashboard_png.py's,
     which drives Chromium; the package itself holds no browser tooling). None: the page links the HTML only."""
     args = build_parser().parse_args(argv)
-    with stopping.guarded("reproduce", argv):
+    with stopping.guarded("reproduce", argv), progress.watch_silences():  # a line when a phase is silent for long
         try:
             return _main(args, argv, screenshot)
         except stopping.StudyInterrupted as stop:  # stopped outside the stages (they say it themselves)
@@ -227,13 +227,31 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None, screenshot: Scre
     commands = _commands(argv, tune_argv, ablate_argv, searched)
     page = write_results(args.name, paper, space_file, uri, results_file, assets, shot, commands, wall)
     print(f"results page: {page}", flush=True)
+    print_next_steps(page, space_file, uri)
     return code
 
 
-def _quoted(argv: Sequence[str]) -> str:
+def dashboard_command(space_file: Path, uri: str, argv0: str | None = None, cwd: str | Path | None = None) -> str:
+    """The command that builds the ablation's whole dashboard again, from the folder this ran in."""
+    options = _quoted(["--space", str(space_file), "--mlflow-uri", uri], cwd)
+    return f"{common.command_line('dashboard', argv0, cwd)} {options}"
+
+
+def print_next_steps(
+    page: Path, space_file: Path, uri: str, argv0: str | None = None, cwd: str | Path | None = None
+) -> None:
+    """What to look at next: commands to copy, that work in the folder this ran in (`cwd`, default this
+    process's), typed as it was started (`argv0`, default sys.argv[0])."""
+    print("\n=== next ===")
+    print(f"  the results page:  {page}")
+    print(f"  the whole interactive dashboard:  {dashboard_command(space_file, uri, argv0, cwd)}")
+    print(f"  the runs in the MLflow UI:  mlflow ui --backend-store-uri {uri} --port 5000")
+
+
+def _quoted(argv: Sequence[str], cwd: str | Path | None = None) -> str:
     import shlex
 
-    here = str(Path.cwd()) + os.sep  # paths under the working directory shown relative to it
+    here = str(Path.cwd() if cwd is None else cwd) + os.sep  # paths under the working directory: relative to it
     return " ".join(shlex.quote(a.replace(here, "")) for a in argv)
 
 
@@ -244,20 +262,12 @@ def _commands(
     the page says how to make it, not how it was finished)."""
     given = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--resume"]
     tune_argv, ablate_argv = [a for a in tune_argv if a != "--resume"], [a for a in ablate_argv if a != "--resume"]
-    run = _launcher()
+    run = common.command_line  # as the user started this one, from where (an installed wheel has no scripts/)
     lines = [f"{run('reproduce')} {_quoted(given)}"]
     if searched:
         lines.append(f"{run('tune')} {_quoted(tune_argv)}")
     lines.append(f"{run('ablate')} {_quoted(ablate_argv)}")
     return lines
-
-
-def _launcher() -> Callable[[str], str]:
-    """How the page names a command: as the user started this one (`raytune-fl reproduce` from an installed wheel
-    has no scripts/ folder; `python scripts/reproduce.py` from a clone)."""
-    if Path(sys.argv[0]).name == "raytune-fl":
-        return lambda command: f"raytune-fl {command}"
-    return lambda command: f"python scripts/{command}.py"
 
 
 def machine() -> str:
@@ -367,10 +377,7 @@ def write_results(name, paper, space_file, uri, results_file, assets, shot, comm
             f"![The ablation's dashboard: table and learning curves]({relative}/{shot.name})",
             "",
         ]
-        lines += [
-            f"The whole interactive dashboard: `python dashboards/build.py --space {space_file} --mlflow-uri {uri}`.",
-            "",
-        ]
+        lines += [f"The whole interactive dashboard: `{dashboard_command(space_file, uri)}`.", ""]
     lines += ["## Commands", "", "```", *commands, "```", ""]
     page = assets.parent / f"{name}.md"
     page.write_text("\n".join(lines))

@@ -260,6 +260,7 @@ def _log_best_model(
 ) -> str | None:
     """The selected trial's global model on its run, and listed on the variant's parent run."""
     trial = TrialSpec.resolve(base, variant.method, variant.fixed, best.config)
+    out("  saving the selected model to MLflow...")  # seconds (minutes on a loaded machine): cli/progress.py's phase
     if exporter is not None:
         logged = exporter.log(parent.run_id, best, trial, data, link_parent=True)
     else:

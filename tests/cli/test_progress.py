@@ -9,6 +9,7 @@ import os
 import pickle
 import re
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +18,7 @@ from raytune_fl.cli.progress import (
     ConsoleProgress,
     ProgressDisplay,
     ProgressState,
+    SilenceWatch,
     console,
     ended_line,
     escapes_allowed,
@@ -24,6 +26,7 @@ from raytune_fl.cli.progress import (
     round_line,
     started_line,
     status_line,
+    watch_silences,
 )
 from raytune_fl.tune.callbacks import TrialEventsCallback
 from tests.support.progress_lines import ENDED, PER_ROUND
@@ -39,6 +42,9 @@ class Clock:
     def at(self, seconds: float) -> Clock:
         self.now = seconds
         return self
+
+
+FIRST_START = "[{label}] starting trial {n}: its process imports torch and builds the data before round 1..."
 
 
 def _state(clock: Clock, total: int = 4, rounds: int = 3, **kwargs) -> ProgressState:
@@ -195,7 +201,8 @@ def test_not_a_terminal_whole_lines_a_line_per_trial_and_a_summary_every_30_s():
         a.last_result = _result(round_, val)
         callback.on_trial_result(0, [a], a, a.last_result)
         callback.on_step_end(0, [a])
-    assert stream.getvalue() == ""  # no line per round, no summary before 30 s
+    # the first trial's start-up said (its process imports torch), then no line per round, no summary before 30 s
+    assert stream.getvalue() == f"{FIRST_START.format(label='full', n='1/2')}\n"
     clock.at(30)
     callback.on_trial_complete(0, [a], a)
     callback.on_step_end(0, [a])
@@ -209,6 +216,7 @@ def test_not_a_terminal_whole_lines_a_line_per_trial_and_a_summary_every_30_s():
     callback.on_experiment_end([a, b])
     callback.on_experiment_end([a, b])  # once only
     assert stream.getvalue().splitlines() == [
+        FIRST_START.format(label="full", n="1/2"),  # b's start says nothing: its process is a's, ready
         "[full] trial 1/2 finished: val_acc=0.6000 test_acc=0.5000 [mu=0.1] (2 rounds, 30s)",
         # b has not started yet: 2 trial-rounds in 30 s, 2 to go
         "[full] 1/2 trials ended (1 finished), 0 running | max val_acc=0.6000 (trial 1 round 2: mu=0.1) | 30s elapsed,"
@@ -237,6 +245,7 @@ def test_verbose_adds_the_starts_and_every_round():
     callback.on_experiment_end([a])
     assert stream.getvalue().splitlines() == [
         "[full] trial 1/1 started: mu=0.1",
+        FIRST_START.format(label="full", n="1/1"),
         "[full] trial 1/1 round 1/2 val_acc=0.5000 test_acc=0.5000 loss=1.2500 (2.0s)",
         "[full] trial 1/1 round 2/2 val_acc=0.6000 test_acc=0.5000 loss=1.2500 (2.0s)",
         "[full] trial 1/1 finished: val_acc=0.6000 test_acc=0.5000 [mu=0.1] (2 rounds, 2s)",
@@ -258,7 +267,13 @@ def test_a_terminal_redraws_one_line_in_place_at_most_twice_a_second():
     callback.on_trial_start(0, [a], a)
     clock.at(0.7)
     callback.on_step_end(0, [a])
-    assert stream.getvalue().count("\r\x1b[K") == 2 and "\n" not in stream.getvalue()
+    frames = stream.getvalue().split("\r\x1b[K")
+    # the first trial's start-up is a line that stays above the status line, drawn again at once
+    assert frames[1:] == [
+        "[full] 0/1 trials ended (0 finished), 0 running | 0s elapsed",
+        FIRST_START.format(label="full", n="1/1") + "\n",
+        "[full] 0/1 trials ended (0 finished), 1 running | 0s elapsed",
+    ]
     clock.at(1.0)
     a.last_result = _result(2, 0.5)
     callback.on_trial_result(0, [a], a, a.last_result)
@@ -422,7 +437,8 @@ def test_a_resumed_run_counts_what_had_ended_and_continues_from_the_checkpoint()
     callback.on_trial_start(0, [done, cut], cut)
     clock.at(10)
     callback.on_trial_result(0, [done, cut], cut, _result(3, 0.65))
-    assert state.counts()["finished"] == 1 and stream.getvalue() == ""  # counted, not announced again
+    assert state.counts()["finished"] == 1  # counted, not announced again; b's process starts from its checkpoint
+    assert stream.getvalue() == FIRST_START.format(label="full", n="2/3").replace("round 1", "round 3") + "\n"
     # b: 1 round left; c: 4; 1 round run here in 10 s
     assert status_line(state).endswith("| 10s elapsed, at most ~50s left")
     assert status_line(state).startswith(
@@ -438,6 +454,135 @@ def test_the_callback_pickles_without_its_stream():
     )
     copy = pickle.loads(pickle.dumps(callback))
     assert copy.events.display._stream is None and copy.events.state.total == 2
+
+
+def test_what_follows_a_run_is_said_once_after_its_final_line_and_not_after_a_stopped_run():
+    for total, said in ((1, True), (2, False)):  # 2: the second trial never ended (Ctrl-C)
+        clock, stream = Clock(), io.StringIO()
+        state = _state(clock, total=total, rounds=2, may_stop_early=False)
+        events = ConsoleProgress(state, ProgressDisplay(state, stream=stream, tty=False), after="writing the table")
+        callback = TrialEventsCallback(events)
+        a = _trial("a", {"mu": 0.1}, _result(2, 0.5))
+        callback.on_trial_start(0, [a], a)
+        callback.on_trial_complete(0, [a], a)
+        callback.on_experiment_end([a])
+        callback.on_experiment_end([a])
+        lines = stream.getvalue().splitlines()
+        assert lines[1].startswith(f"[full] trial 1/{total} finished: ")
+        assert lines[2].startswith("[full] done: " if said else "[full] interrupted: ")
+        assert lines[3:] == (["[full] writing the table..."] if said else [])
+
+
+# ---- the silences between lines (SilenceWatch) -------------------------------------------------------------------
+
+
+def _watched(clock: Clock) -> tuple[SilenceWatch, io.StringIO]:
+    stream = io.StringIO()
+    return SilenceWatch(stream, every_s=10, clock=clock), stream
+
+
+def _checked(watch: SilenceWatch, clock: Clock, *times: float) -> None:
+    """The watch's thread's checks, at these times."""
+    for t in times:
+        clock.at(t)
+        watch.check()
+
+
+def test_a_phase_is_said_again_every_10_s_of_silence_until_other_output():
+    clock = Clock()
+    watch, stream = _watched(clock)
+    print("[fedavg] done: 1/1 trials ended (1 finished) | 6s", file=watch)
+    print("  saving the selected model to MLflow...", file=watch)  # print writes the text, then its newline
+    _checked(watch, clock, 5, 9.9)
+    assert stream.getvalue().count("\n") == 2  # not silent for 10 s yet
+    _checked(watch, clock, 10, 12, 19.9, 20, 25)
+    print("=== variant fedprox (method fedprox) ===", file=watch)
+    _checked(watch, clock, 40, 60)  # the phase ended with that line
+    assert stream.getvalue().splitlines()[1:] == [
+        "  saving the selected model to MLflow...",
+        "  saving the selected model to MLflow... (10s so far)",
+        "  saving the selected model to MLflow... (20s so far)",
+        "=== variant fedprox (method fedprox) ===",
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[fedavg] done: 1/1 trials ended (1 finished) | 6s\n",  # no phase
+        "saving...",  # a line not yet ended
+        "saving...\n\r\x1b[K[full] 0/1 trials ended",  # a terminal's status line written after it
+        "saving... (10s so far)\n",
+    ],
+)
+def test_only_a_whole_last_line_that_ends_in_dots_begins_a_phase(text):
+    clock = Clock()
+    watch, stream = _watched(clock)
+    watch.write(text)
+    _checked(watch, clock, 10, 30)
+    assert stream.getvalue() == text
+
+
+def test_output_beside_stdout_ends_a_phase_and_the_silence():
+    clock = Clock()
+    watch, stream = _watched(clock)
+    print(FIRST_START.format(label="full", n="1/2"), file=watch)
+    clock.at(8)
+    watch.heard()  # stderr: "SIGTERM: stopping the running trials ...": the trial is no longer said to be starting
+    with watch.during("starting Ray (a private local cluster): waiting for it"):
+        _checked(watch, clock, 17.9, 18)  # 10 s after the stderr line, not after the last stdout one
+    _checked(watch, clock, 40)
+    assert stream.getvalue().splitlines()[1:] == [
+        "starting Ray (a private local cluster): waiting for it... (10s so far)"
+    ]
+
+
+def test_a_phase_settled_without_output_is_not_said_again():
+    clock = Clock()
+    watch, stream = _watched(clock)
+    print(FIRST_START.format(label="full", n="1/2"), file=watch)
+    clock.at(4)
+    watch.settled()  # the trial's first round came: nothing printed until a trial ends
+    _checked(watch, clock, 10, 30)
+    assert stream.getvalue() == FIRST_START.format(label="full", n="1/2") + "\n"
+
+
+def test_a_bracketed_phase_is_said_only_once_it_has_been_silent_for_10_s():
+    clock = Clock()
+    watch, stream = _watched(clock)
+    print("Ray Tune results: ray_results", file=watch)
+    with watch.during("starting Ray (a private local cluster): waiting for it"):
+        _checked(watch, clock, 9)  # over quickly: nothing said
+    _checked(watch, clock, 30)
+    assert stream.getvalue() == "Ray Tune results: ray_results\n"
+    print("Optuna studies: optuna.db", file=watch)  # at 30 s
+    with watch.during("starting Ray (a private local cluster): waiting for it"):
+        _checked(watch, clock, 39, 40, 45, 50)
+    _checked(watch, clock, 70)
+    assert stream.getvalue().splitlines()[2:] == [
+        "starting Ray (a private local cluster): waiting for it... (10s so far)",
+        "starting Ray (a private local cluster): waiting for it... (20s so far)",
+    ]
+
+
+def test_a_command_watches_its_stdout_on_a_thread_and_gives_it_back(monkeypatch):
+    stream, errors = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", stream)
+    monkeypatch.setattr(sys, "stderr", errors)
+    with watch_silences(every_s=0.2) as watch:
+        assert sys.stdout is watch and not watch.isatty()  # the stream's own answer
+        with watch_silences() as inner:  # reproduce runs tune: one watch
+            assert inner is watch
+        print("starting Ray (a private local cluster)...")
+        time.sleep(1.2)  # the thread checks twice a second
+        print("SIGTERM: stopping", file=sys.stderr)  # ends the phase: nothing more is said of it
+        before = stream.getvalue()
+        time.sleep(0.6)
+        assert stream.getvalue() == before
+    assert sys.stdout is stream and sys.stderr is errors and errors.getvalue() == "SIGTERM: stopping\n"
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "starting Ray (a private local cluster)..." and len(lines) >= 2
+    assert all(re.fullmatch(r"starting Ray \(a private local cluster\)\.\.\. \(\ds so far\)", x) for x in lines[1:])
 
 
 # ---- a real study ----------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from raytune_fl.config import load_space
 from tests.support import REPO
+from tools import readme_samples
 
 CONSOLE = "from raytune_fl.cli.console import run; run()"  # what the installed `raytune-fl` script runs
 
@@ -59,6 +60,20 @@ def test_the_quick_start_runs_as_the_readme_says(tmp_path):
     assert f"mlflow ui --backend-store-uri {uri} --port 5000" in next_steps
     assert f"optuna-dashboard sqlite:///{tmp_path / 'optuna.db'}" in next_steps
     assert "raytune-fl ablate --space " in next_steps  # the commands in the form the user typed
+    # every slower step says itself (cli/progress.py): Ray's start, each variant's first trial, each model's export
+    assert "starting Ray (a private local cluster)...\n" in out
+    for variant in space.variants:
+        assert f"[{variant}] starting trial 1/{1 if variant == 'fedavg' else 3}: its process imports torch" in out
+    assert out.count("  saving the selected model to MLflow...\n") == len(space.variants)
+    # the run the README shows (tools/samples/quickstart.txt) selected the same: a seeded run is the same run on one
+    # machine; elsewhere (AVX2 or AVX-512 kernels) TPE proposes the same values (its seeded start-up trials), the
+    # same trial wins unless two trials' scores swap, and a score may move by a few of the 400 images
+    recorded = readme_samples.selected(readme_samples.TRANSCRIPT.read_text())
+    selected = readme_samples.selected(out)
+    record_again = "the README's recorded run is stale: python -m tools.readme_samples --record, then --write"
+    assert {v: s[2] for v, s in selected.items()} == {v: s[2] for v, s in recorded.items()}, record_again
+    for variant, (score, se, _) in selected.items():
+        assert abs(score - recorded[variant][0]) <= 1.0 and se == recorded[variant][1], (variant, record_again)
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("quickstart").experiment_id])
     parents = {r.data.tags["variant"]: r for r in runs if "mlflow.parentRunId" not in r.data.tags}
