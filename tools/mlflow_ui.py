@@ -259,7 +259,7 @@ class MlflowUI:
         selects = "Array.from(document.querySelectorAll('[class*=select-multiple]'))"
         metrics = f"{selects}[1]"
         chosen = f"Array.from({metrics}.querySelectorAll('[class*=selection-item-content]')).map(e => e.innerText)"
-        for _ in range(10):  # remove the metrics the UI chose
+        for _ in range(100):  # remove the metrics the UI chose (every metric a run logs: dozens)
             if not self.page.evaluate(f"{chosen}.length"):
                 break
             self.page.click(f"{metrics}.querySelector('[class*=selection-item-remove]')", "a metric's remove button")
