@@ -18,6 +18,11 @@ from raytune_fl.engine.metric_names import TEST_ACC
 # (n/runs) rather than averaged in as 0 % or silently dropped.
 COUNTED = "finished"
 LEVEL = 0.95  # the confidence level of every interval the tables and dashboards draw
+# The dashboard draws no interval from fewer runs (the summary keeps its clipped numbers): with 2 runs the
+# t-interval has 1 degree of freedom, t_{0.975,1} = 12.7, so it spans ±9 sample standard deviations of a run (an
+# accuracy's easily leaves [0, 1]): it shows the quantile, not the runs. With 3, t_{0.975,2} = 4.3 (±2.5 sd).
+MIN_RUNS_FOR_INTERVAL = 3
+ACCURACY_BOUNDS = (0.0, 1.0)  # an accuracy is a proportion: no interval of one reaches outside
 
 
 def mean_interval(values: Sequence[float] | pd.Series, level: float = LEVEL) -> tuple[float, float]:
@@ -36,20 +41,32 @@ def mean_interval(values: Sequence[float] | pd.Series, level: float = LEVEL) -> 
     return mean - half, mean + half
 
 
-def summarise(results: pd.DataFrame, metric: str = TEST_ACC) -> pd.DataFrame:
+def clip_interval(low: float, high: float, bounds: tuple[float, float] | None) -> tuple[float, float]:
+    """The interval's ends moved into `bounds` (None: unchanged); NaN ends stay NaN."""
+    if bounds is None:
+        return low, high
+    lo, hi = bounds
+    return (low if math.isnan(low) else min(max(low, lo), hi)), (high if math.isnan(high) else max(min(high, hi), lo))
+
+
+def summarise(
+    results: pd.DataFrame, metric: str = TEST_ACC, *, bounds: tuple[float, float] | None = ACCURACY_BOUNDS
+) -> pd.DataFrame:
     """One row per (variant, setting): mean and sample std (ddof=1) of `metric` over the counted seeds.
 
     `results` has one row per run with columns variant, setting, status and `metric` (and partition_seed when the
     ablation varied the split). Returns columns variant, setting, mean, std, n (runs counted), runs (runs made),
-    ci_low and ci_high (the 95 % t-interval of the mean, `mean_interval`; NaN under 2 counted runs),
-    partition_seeds (the distinct splits among the counted runs; 1 without the column), best (the highest mean of
-    its setting; ties are all marked). Variants and settings keep their order of first appearance.
+    ci_low and ci_high (the 95 % t-interval of the mean, `mean_interval`, clipped into `bounds`: an accuracy's
+    t-interval from 2 or 3 runs easily leaves [0, 1], which no accuracy can; pass `bounds=None` for a score without
+    bounds, e.g. a loss; NaN under 2 counted runs), partition_seeds (the distinct splits among the counted runs; 1
+    without the column), best (the highest mean of its setting; ties are all marked). Variants and settings keep
+    their order of first appearance.
     """
     rows = []
     for (variant, setting), group in results.groupby(["variant", "setting"], sort=False):
         kept = group[(group["status"] == COUNTED) & group[metric].notna()]
         counted = kept[metric].astype(float)
-        low, high = mean_interval(counted)
+        low, high = clip_interval(*mean_interval(counted), bounds)
         rows.append(
             {
                 "variant": variant,

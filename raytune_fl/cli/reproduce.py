@@ -57,17 +57,26 @@ PAPERS: dict[str, PaperTable] = {
         "and both (the official code's form of each term).",
     ),
     "univarfl_comparison": PaperTable(
-        "UniVarFL's comparison: FedAvg, FedProx, MOON, FedUV, UniVarFL and its single-term variants",
+        "UniVarFL's comparison under FedUV's training protocol: the paper's baselines at its alpha grid",
         reference="fedavg",
-        shape="the baselines UniVarFL's paper compares with, UniVarFL, and each of its two terms alone.",
+        shape="FedAvg, FedProx, MOON and Freeze (the baselines UniVarFL's paper compares with), UniVarFL at the "
+        "paper's defaults and tuned, and FedUV (official code) as the project's addition, on MNIST-5k.",
+        alphas="0.01,1",
     ),
     "univarfl_paper": PaperTable(
-        "UniVarFL under its own protocol's shape: E = 10, all clients, alpha 0.01 and 0.1",
+        "UniVarFL under its own protocol's shape: E = 10, all clients, alpha 0.01 and 1.0",
         reference="fedavg",
-        shape="FedAvg, FedProx, MOON, FedUV (official code), UniVarFL at the paper's defaults and tuned, and "
-        "UniVarFL's two terms alone, at 10 local epochs per round on digits (the paper: STL-10/CIFAR, longer).",
-        alphas="0.01,0.1",
-        seeds=2,
+        shape="FedAvg, FedProx, MOON and Freeze (the paper's baselines), UniVarFL at the paper's defaults and "
+        "tuned, and FedUV (official code) as the project's addition, at 10 local epochs per round on digits.",
+        alphas="0.01,1",
+        seeds=3,
+        partition_seeds=2,
+    ),
+    "qffl_forms": PaperTable(
+        "q-FFL's two Lipschitz estimates: the paper's and the per-step default, on fairness",
+        reference="fedavg",
+        shape="FedAvg (q = 0) and q-FFL at q = 1 in its paper form and its per-step form.",
+        seeds=3,
         partition_seeds=2,
     ),
     "fedld_table2": PaperTable(

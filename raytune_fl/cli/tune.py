@@ -343,6 +343,12 @@ def print_summary(
     `val_samples` validation images (else the outcomes' own count), and which variants that noise cannot rank."""
     print("\n=== best configuration per variant (selected on validation; test reported beside) ===")
     settings = list(dict.fromkeys(o.setting for o in outcomes))
+    if any(o.best_metrics for o in outcomes):  # said once, before the scores it qualifies
+        with_se = any(
+            _standard_errors(group, metric, _val_samples(group, val_samples))
+            for group in ([o for o in outcomes if o.setting == s] for s in settings)
+        )
+        print(_optimism_line(metric, with_se))
     for setting in settings:  # a study per setting (--per-setting): each setting's variants ranked apart
         if setting is not None:
             print(f"--- tuned at {setting} ---")
@@ -373,8 +379,7 @@ def _label(outcome: VariantOutcome) -> str:
 def _print_scores(outcomes: list, metric: str, val_samples: int | None) -> None:
     """The variants' selected configurations and scores, and which of them the validation noise cannot rank."""
     nan = float("nan")
-    if val_samples is None:  # an API caller's outcomes carry it (run_variant); a setting's own partition has its own
-        val_samples = next((o.val_samples for o in outcomes if o.val_samples), None)
+    val_samples = _val_samples(outcomes, val_samples)
     errors = _standard_errors(outcomes, metric, val_samples)
     print(_scores_line(metric, val_samples))
     for o in outcomes:
@@ -417,6 +422,31 @@ def print_fronts(outcomes: list, objectives: Sequence[Objective]) -> None:
             scores = "  ".join(f"{name}={value:.4f}" for name, value in trial.scores.items())
             params = progress.params_text(trial.params)
             print(f"{'*' if trial.selected else ' ':>18} {scores}  [{params or 'no hyperparameters'}]")
+
+
+def _val_samples(outcomes: list, val_samples: int | None) -> int | None:
+    """The validation set's size: the caller's, else the outcomes' own (an API caller's outcomes carry it,
+    run_variant's; a setting's own partition has its own)."""
+    return val_samples if val_samples is not None else next((o.val_samples for o in outcomes if o.val_samples), None)
+
+
+def _optimism_line(metric: str, with_se: bool) -> str:
+    """Why the scores below cannot rank the variants, said once per summary: each is the best of many noisy trials
+    (the winner's curse), and the ± of two variants measured on the same images is not independent."""
+    accuracy = has_binomial_se(metric)  # higher is better: the best is the maximum
+    text = (
+        f"Each variant's best {metric} is the {'maximum' if accuracy else 'best'} over its study's trials, so it is "
+        f"optimistic ({'biased upwards' if accuracy else 'biased towards a better score'}, the more so the more "
+        "trials)"
+    )
+    if with_se:
+        text += (
+            "; the ± treats the variants as independent although all are scored on the same validation images, "
+            "so comparing variants here is only indicative"
+        )
+    else:
+        text += "; comparing variants here is only indicative"
+    return text + ": the ablation over seeds on the test set is what ranks them."
 
 
 def _standard_errors(outcomes: list, metric: str, val_samples: int | None) -> dict[str, float]:

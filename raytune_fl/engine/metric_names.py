@@ -99,6 +99,8 @@ CLIENT_LOG_KEY: Final = "client_log"
 VAL_ACC_SE: Final = "val_acc_se"
 BEST_PREFIX: Final = "best_"
 ELAPSED_S: Final = "elapsed_s"
+LAST_K: Final = 5  # rounds the ablation's late-training score averages: less round-to-round jitter, still the end
+TEST_ACC_LAST_K: Final = f"test_acc_last{LAST_K}"
 
 SCORES: Final = (VAL_ACC, VAL_LOSS, TEST_ACC, TEST_LOSS)
 TRAIN_NAMES: Final[Mapping[str, str]] = {LOCAL_LOSS: TRAIN_LOSS, LOCAL_CE: TRAIN_CE}  # the rest keep their names
@@ -193,6 +195,8 @@ GROUPS: Final[Mapping[str, Mapping[str, str]]] = {
         VAL_ACC_SE: "a study's summary: binomial standard error of the selected trial's val_acc (tune/uncertainty.py)",
         BEST_PREFIX: "best_<metric>: a tune parent run's copy of its selected trial's final metrics",
         ELAPSED_S: "the dashboard's: wall seconds from a trial's start to the end of the round (setup included)",
+        TEST_ACC_LAST_K: f"the ablation table's: the mean of a run's test_acc over its last {LAST_K} evaluated rounds "
+        "(the results pages report it beside the final round's)",
     },
 }
 MEANINGS: Final[Mapping[str, str]] = {name: meaning for group in GROUPS.values() for name, meaning in group.items()}

@@ -6,11 +6,17 @@ Pure pandas, numpy and scipy: ablation results in (one row per run, as `ablation
 `ablate.py` runs every variant with the same training seeds (and, with `--partition-seeds`, the same splits), so a
 variant's run and the reference's run of one (seed, partition seed) share the initialisation, the batch order, the
 sampled clients and the split: they are *paired*. Where at least 2 such pairs exist the comparison uses them: the
-mean of the per-pair differences, the paired t-test over them (the verdict: p < `ALPHA_LEVEL` is called
-significant), the t-interval of that mean, and the Wilcoxon signed-rank test beside it. Pairing removes what the
-two variants' runs of one seed have in common; a seed effect larger than the variants' difference no longer hides
-it. Only runs that cannot be paired (no common seeds, or fewer than 2 pairs while each side has at least 2 runs)
-fall back to Welch's unpaired t-test and its Welch–Satterthwaite interval, and say "unpaired".
+mean of the per-pair differences, the paired t-test over them (the verdict's test: its p, adjusted for the family
+below, < `ALPHA_LEVEL` is called significant), the t-interval of that mean, and the Wilcoxon signed-rank test
+beside it. Pairing removes what the two variants' runs of one seed have in common; a seed effect larger than the
+variants' difference no longer hides it. Only runs that cannot be paired (no common seeds, or fewer than 2 pairs
+while each side has at least 2 runs) fall back to Welch's unpaired t-test and its Welch–Satterthwaite interval, and
+say "unpaired".
+
+A page compares every variant with the reference in every setting: a family of tests. At the 5 % level, 12 tests
+of variants that do not differ at all still call 0.6 of them significant on average. `differences` therefore
+adjusts the family's p-values (`adjust_p`; Holm by default, Benjamini–Hochberg as the false-discovery-rate option)
+and the verdict is on the adjusted p; each cell shows the raw p beside it.
 
 Which noise the verdict includes is what the runs varied: training seeds only when the split is fixed (one partition
 seed), training seeds x partition seeds otherwise. The size of the test set is not in it (see
@@ -21,7 +27,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -33,6 +40,42 @@ from raytune_fl.engine.metric_names import TEST_ACC
 ALPHA_LEVEL = 0.05  # the usual two-sided 5 % level; a reader can re-judge from the printed p-values
 PAIR_KEYS = ("seed", "partition_seed")  # what makes two runs a pair (partition_seed where the results have it)
 PAIRED, UNPAIRED = "paired t", "Welch"
+# Holm by default: it bounds the chance of even one false "significant" on the page (like Bonferroni) and is never
+# less powerful than Bonferroni; "bh" (Benjamini–Hochberg) bounds the expected share of false calls instead (the FDR)
+CORRECTIONS = ("holm", "bh", "none")
+DEFAULT_CORRECTION = "holm"
+CORRECTION_NAMES = {"holm": "Holm", "bh": "BH", "none": "uncorrected"}  # as the cells and the footnote print them
+
+
+def adjust_p(p_values: Sequence[float], method: str = DEFAULT_CORRECTION) -> list[float]:
+    """The p-values adjusted for being one family of tests, in the input's order; capped at 1.
+
+    "holm": Holm–Bonferroni step-down. With the m p-values sorted, p_(1) <= ... <= p_(m), the i-th is adjusted to
+    max over j <= i of (m - j + 1) p_(j): the smallest times m, the next times m - 1, ..., never below an earlier one.
+    "bh": Benjamini–Hochberg step-up. The i-th sorted is adjusted to min over j >= i of m p_(j) / j: the largest
+    stays, each smaller one is m / rank times itself but never above a later one. "none": unchanged.
+    NaN p-values (cells too small to judge) are not in the family: they stay NaN and do not count in m.
+    """
+    if method not in CORRECTIONS:
+        raise ValueError(f"unknown correction {method!r}; one of {', '.join(CORRECTIONS)}")
+    p = [float(v) for v in p_values]
+    if method == "none":
+        return p
+    judged = sorted((i for i, v in enumerate(p) if not math.isnan(v)), key=lambda i: p[i])  # stable on ties
+    m = len(judged)
+    adjusted = list(p)
+    if method == "holm":
+        running = 0.0
+        for rank, i in enumerate(judged):  # rank 0 is the smallest p: times m
+            running = max(running, min(1.0, (m - rank) * p[i]))
+            adjusted[i] = running
+    else:  # bh
+        running = 1.0
+        for rank in range(m - 1, -1, -1):  # from the largest p down: rank + 1 is its 1-based rank
+            i = judged[rank]
+            running = min(running, m * p[i] / (rank + 1))
+            adjusted[i] = min(1.0, running)
+    return adjusted
 
 
 @dataclass(frozen=True)
@@ -51,18 +94,28 @@ class Difference:
     # smallest two-sided p is 2 / 2^n, 0.25 at n = 3, so it cannot reach 0.05 under 6 pairs
     wilcoxon_p: float = math.nan
     partition_seeds: int = 1  # distinct splits among the compared runs: 1 = the noise is the training seeds only
+    # `p_value` adjusted over the family it was judged in (`corrected`): the verdict unless `correction` is "none"
+    p_adjusted: float = math.nan
+    correction: str = "none"  # one of CORRECTIONS; "none" for a Difference built by hand (judged on the raw p)
+    family: int = 0  # the judged comparisons (p not NaN) in that family
 
     @property
     def test(self) -> str:
         return PAIRED if self.paired else UNPAIRED
 
     @property
+    def verdict_p(self) -> float:
+        """The p the verdict is on: the adjusted one when the family was corrected, else the raw one."""
+        return self.p_value if self.correction == "none" else self.p_adjusted
+
+    @property
     def significant(self) -> bool:
-        return not math.isnan(self.p_value) and self.p_value < ALPHA_LEVEL
+        return not math.isnan(self.verdict_p) and self.verdict_p < ALPHA_LEVEL
 
     def describe(self) -> str:
-        """'+2.33 points [+0.81, +3.85] (paired t p = 0.012, Wilcoxon p = 0.25, n = 3)', with ', inside seed noise'
-        after the interval when p ≥ 0.05; unpaired: '(unpaired, Welch p = 0.0036, n = 3 vs 3)'."""
+        """The effect first, then the p-values: '+2.33 points [+0.81, +3.85] (paired t p = 0.012, Holm p = 0.048,
+        Wilcoxon p = 0.25, n = 3)', with ', inside seed noise' after the interval when the verdict's p ≥ 0.05;
+        unpaired: '(unpaired, Welch p = 0.0036, Holm p = 0.011, n = 3 vs 3)'. No adjusted p without a correction."""
         if math.isnan(self.delta):
             return "– (no finished run)"
         text = f"{self.delta * 100:+.2f} points"
@@ -70,10 +123,15 @@ class Difference:
             return text + " (too few seeds to judge)"
         text += f" [{self.ci_low * 100:+.2f}, {self.ci_high * 100:+.2f}]"
         text += "" if self.significant else ", inside seed noise"
+        adjusted = "" if self.correction == "none" else f", {_name(self.correction)} p = {self.p_adjusted:.2g}"
         if self.paired:
             wilcoxon = "–" if math.isnan(self.wilcoxon_p) else f"{self.wilcoxon_p:.2g}"
-            return text + f" (paired t p = {self.p_value:.2g}, Wilcoxon p = {wilcoxon}, n = {self.n_pairs})"
-        return text + f" (unpaired, Welch p = {self.p_value:.2g}, n = {self.n} vs {self.n_reference})"
+            return text + f" (paired t p = {self.p_value:.2g}{adjusted}, Wilcoxon p = {wilcoxon}, n = {self.n_pairs})"
+        return text + f" (unpaired, Welch p = {self.p_value:.2g}{adjusted}, n = {self.n} vs {self.n_reference})"
+
+
+def _name(correction: str) -> str:
+    return CORRECTION_NAMES.get(correction, correction)
 
 
 def _counted(results: pd.DataFrame, variant: str, setting: str, metric: str) -> pd.DataFrame:
@@ -160,8 +218,20 @@ def compare(variant: str, setting: str, other: pd.DataFrame, base: pd.DataFrame)
     return Difference(variant, setting, delta, p, n, n_ref, low, high, False, len(d), math.nan, max(1, splits))
 
 
-def differences(results: pd.DataFrame, reference: str, metric: str = TEST_ACC) -> list[Difference]:
-    """Every other variant against `reference`, in each setting; variants and settings in order of appearance."""
+def corrected(found: list[Difference], method: str = DEFAULT_CORRECTION) -> list[Difference]:
+    """`found` as one family: each cell's p adjusted over all the cells that could be judged (`adjust_p`), with
+    the correction and the family's size recorded on it. Pool two lists (`corrected(a + b)`) to make them one."""
+    adjusted = adjust_p([d.p_value for d in found], method)
+    family = sum(not math.isnan(d.p_value) for d in found)
+    return [replace(d, p_adjusted=p, correction=method, family=family) for d, p in zip(found, adjusted)]
+
+
+def differences(
+    results: pd.DataFrame, reference: str, metric: str = TEST_ACC, correction: str = DEFAULT_CORRECTION
+) -> list[Difference]:
+    """Every other variant against `reference`, in each setting; variants and settings in order of appearance.
+    The returned cells are one family (every variant x setting against the reference): their p-values adjusted
+    together by `correction` (`corrected`), the verdicts on the adjusted p."""
     if reference not in set(results["variant"]):
         raise ValueError(f"reference variant {reference!r} has no runs in the results")
     found = []
@@ -170,18 +240,39 @@ def differences(results: pd.DataFrame, reference: str, metric: str = TEST_ACC) -
         for variant in dict.fromkeys(results["variant"]):
             if variant != reference:
                 found.append(compare(variant, setting, _counted(results, variant, setting, metric), base))
-    return found
+    return corrected(found, correction)
 
 
-def footnote(found: list[Difference]) -> str:
-    """Which test each cell used and which noise it includes."""
+def _correction_text(found: list[Difference]) -> str:
+    """What the verdicts are on: the adjusted p, by which correction over how many comparisons, or the raw p."""
+    judged = [d for d in found if not math.isnan(d.p_value)]
+    if not judged:
+        return ""
+    d = judged[0]
+    if d.correction == "none":
+        return "no correction for multiple comparisons: the verdict is on the raw p; "
+    how = {
+        "holm": "Holm's step-down method (bounds the chance of any false call among them)",
+        "bh": "the Benjamini–Hochberg method (bounds the expected share of false calls, the false discovery rate)",
+    }.get(d.correction, d.correction)
+    family = max(x.family for x in judged)
+    return (
+        f"p-values adjusted for {family} comparison{'s' if family != 1 else ''} by {how}: the verdict is on the "
+        f"adjusted p ({_name(d.correction)} p), the raw p is shown beside it; "
+    )
+
+
+def footnote(found: list[Difference], metric_label: str = "final-round accuracy") -> str:
+    """Which test each cell used, which correction the verdict is on, and which noise it includes; `metric_label`
+    names what was compared ('final-round accuracy', 'mean test accuracy of the last 5 rounds')."""
     judged = [d for d in found if not math.isnan(d.p_value)]
     tests = []
     if any(d.paired for d in judged):
         tests.append(
             "paired: runs paired by training seed (and partition seed), the difference is the mean over the pairs "
-            "with its 95 % t-interval; p from the two-sided paired t-test (the verdict), Wilcoxon's signed-rank p "
-            "beside it (its smallest two-sided p is 2 / 2^n: 0.25 with 3 pairs; it cannot reach 0.05 under 6 pairs)"
+            "with its 95 % t-interval; p from the two-sided paired t-test (the verdict's test), Wilcoxon's "
+            "signed-rank p beside it (its smallest two-sided p is 2 / 2^n: "
+            "0.25 with 3 pairs; it cannot reach 0.05 under 6 pairs)"
         )
     if any(not d.paired for d in judged):
         tests.append(
@@ -190,15 +281,25 @@ def footnote(found: list[Difference]) -> str:
         )
     splits = max((d.partition_seeds for d in found), default=1)
     noise = "training seeds x partition seeds (the split varies)" if splits > 1 else "training seeds only (one split)"
+    correction = _correction_text(found)
+    verdict = "adjusted p" if judged and judged[0].correction != "none" else "p"
     return (
-        "Differences of mean final-round accuracy in points, 95 % interval in brackets; "
+        f"Differences of {_averaged(metric_label)} in points, 95 % interval in brackets; "
         + ("; ".join(tests) + "; " if tests else "")
-        + f"p ≥ {ALPHA_LEVEL} is called inside seed noise. The noise: {noise}."
+        + correction
+        + f"{verdict} ≥ {ALPHA_LEVEL} is called inside seed noise. The noise: {noise}."
     )
 
 
-def to_markdown(found: list[Difference], reference: str) -> str:
-    """Variants down, settings across, each cell the difference from `reference`, its interval and its verdict."""
+def _averaged(metric_label: str) -> str:
+    """'mean final-round accuracy'; a label that is already a mean says so once: 'mean test accuracy of the last 5
+    rounds (averaged over runs)'."""
+    return f"{metric_label} (averaged over runs)" if metric_label.startswith("mean ") else f"mean {metric_label}"
+
+
+def to_markdown(found: list[Difference], reference: str, metric_label: str = "final-round accuracy") -> str:
+    """Variants down, settings across, each cell the difference from `reference`, its interval and its verdict;
+    `metric_label` names the compared score in the footnote."""
     settings = list(dict.fromkeys(d.setting for d in found))
     variants = list(dict.fromkeys(d.variant for d in found))
     cell = {(d.variant, d.setting): d.describe() for d in found}
@@ -209,5 +310,5 @@ def to_markdown(found: list[Difference], reference: str) -> str:
     for variant in variants:
         lines.append(f"| {variant} | " + " | ".join(cell.get((variant, s), "–") for s in settings) + " |")
     lines.append("")
-    lines.append(footnote(found))
+    lines.append(footnote(found, metric_label))
     return "\n".join(lines) + "\n"

@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from raytune_fl.ablation.table import mean_interval
+from raytune_fl.ablation.table import MIN_RUNS_FOR_INTERVAL, mean_interval
 from raytune_fl.engine.metric_names import (
     CLIENT_ACC_MEAN,
     CLIENT_ACC_STD,
@@ -190,13 +190,22 @@ def curve_figure(
 
 def final_accuracy_figure(summary: pd.DataFrame, colors: dict[str, str], title: str) -> go.Figure:
     """The ablation table as points: per setting (x) a point per variant at its mean final accuracy in %, with
-    error bars of the 95 % t-interval of the mean (summarise's ci_low, ci_high; no bar under 2 counted runs).
+    error bars of the 95 % t-interval of the mean (summarise's ci_low, ci_high, clipped to [0, 1]). No bar where
+    fewer than `MIN_RUNS_FOR_INTERVAL` runs were counted: from 2 runs the t-interval is ±9 sample standard
+    deviations (t_{0.975,1} = 12.7), so wide it shows nothing; the point's hover says so instead.
 
-    `summary`: table.summarise's rows (variant, setting, mean, n, runs, ci_low, ci_high).
+    `summary`: table.summarise's rows (variant, setting, mean, n, runs, ci_low, ci_high). Only the summary comes
+    in, not the runs: a cell too small for an interval is drawn as its mean alone.
     """
     fig = go.Figure()
     for variant, rows in summary.groupby("variant", sort=False):
-        mean, low, high = (rows[c].astype(float) * 100 for c in ("mean", "ci_low", "ci_high"))
+        enough = rows["n"].astype(int) >= MIN_RUNS_FOR_INTERVAL
+        mean = rows["mean"].astype(float) * 100
+        low, high = (rows[c].astype(float).where(enough) * 100 for c in ("ci_low", "ci_high"))
+        interval = [
+            f"95 % interval {lo:.2f}..{hi:.2f}" if ok else f"n = {n}: too few runs for an interval"
+            for ok, lo, hi, n in zip(enough, low, high, rows["n"].astype(int))
+        ]
         fig.add_trace(
             go.Scatter(
                 x=list(rows["setting"]),
@@ -205,10 +214,9 @@ def final_accuracy_figure(summary: pd.DataFrame, colors: dict[str, str], title: 
                 name=variant,
                 marker={"color": colors.get(variant, PALETTE[0]), "size": 10},
                 error_y={**error_bars(mean, low, high), "color": colors.get(variant, PALETTE[0]), "width": 6},
-                customdata=list(zip(low, high, rows["n"], rows["runs"])),
+                customdata=[[text, n, runs] for text, n, runs in zip(interval, rows["n"], rows["runs"])],
                 hovertemplate=f"{html.escape(str(variant))}<br>%{{x}}: mean %{{y:.2f}} %"
-                "<br>95 % interval %{customdata[0]:.2f}..%{customdata[1]:.2f} "
-                "(%{customdata[2]}/%{customdata[3]} runs)<extra></extra>",
+                "<br>%{customdata[0]} (%{customdata[1]}/%{customdata[2]} runs)<extra></extra>",
             )
         )
     fig.update_layout(
@@ -216,7 +224,7 @@ def final_accuracy_figure(summary: pd.DataFrame, colors: dict[str, str], title: 
         title=title,
         scattermode="group",  # the variants of a setting side by side, not on top of each other
         xaxis_title="setting",
-        yaxis_title=f"final-round test accuracy (%; mean, {BARS})",
+        yaxis_title=f"final-round test accuracy (%; mean, {BARS}; none from under {MIN_RUNS_FOR_INTERVAL} runs)",
         height=420,
     )
     return fig

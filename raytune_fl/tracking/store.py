@@ -20,7 +20,19 @@ import yaml
 from mlflow.entities import Metric, Run
 from mlflow.tracking import MlflowClient
 
-from raytune_fl.engine.metric_names import BEST_PREFIX, ROUND, TEST_ACC, TEST_LOSS, VAL_ACC, VAL_LOSS
+from raytune_fl.engine.metric_names import (
+    BEST_PREFIX,
+    CLIENT_ACC_P10,
+    CLIENT_ACC_VAR,
+    CLIENT_ACC_WORST,
+    LAST_K,
+    ROUND,
+    TEST_ACC,
+    TEST_ACC_LAST_K,
+    TEST_LOSS,
+    VAL_ACC,
+    VAL_LOSS,
+)
 from raytune_fl.tracking.schema import (
     ROLE_PARENT,
     RUN_FINISHED,
@@ -72,7 +84,8 @@ __all__ = [
 ]
 
 # the final-round metrics an ablation table row keeps
-RESULT_METRICS = (TEST_ACC, VAL_ACC, TEST_LOSS, VAL_LOSS)
+# an ablation run's final values; the client spread is NaN where diagnostics.client_accuracy was off
+RESULT_METRICS = (TEST_ACC, VAL_ACC, TEST_LOSS, VAL_LOSS, CLIENT_ACC_WORST, CLIENT_ACC_P10, CLIENT_ACC_VAR)
 _PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 T = TypeVar("T")
 
@@ -220,10 +233,17 @@ def ablation_results(client: MlflowClient, experiment: str, parent_run_id: str) 
                 "status": tags.get(TAG_TRIAL_STATUS, TRIAL_UNKNOWN),
                 "rounds_completed": int(tags.get(TAG_ROUNDS_COMPLETED, 0)),
                 **{name: float(metrics.get(name, math.nan)) for name in RESULT_METRICS},
+                TEST_ACC_LAST_K: last_k_mean(client, run.info.run_id, TEST_ACC),
             }
         )
     columns = ["run_id", "run_name", "variant", "method", "seed", "setting", "cell", "status", "rounds_completed"]
-    return pd.DataFrame(rows, columns=[*columns, *RESULT_METRICS])
+    return pd.DataFrame(rows, columns=[*columns, *RESULT_METRICS, TEST_ACC_LAST_K])
+
+
+def last_k_mean(client: MlflowClient, run_id: str, key: str, k: int = LAST_K) -> float:
+    """The mean of the run's last `k` logged values of `key` (by round); NaN when it logged none."""
+    points = sorted(client.get_metric_history(run_id, key), key=lambda point: point.step)[-k:]
+    return sum(point.value for point in points) / len(points) if points else math.nan
 
 
 def one_run_per_cell(runs: Sequence[T], cell: Callable[[T], str], status: Callable[[T], str]) -> list[T]:

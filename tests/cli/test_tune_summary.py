@@ -4,6 +4,7 @@ validation set, the set's size said once, and the variants a single trial per va
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from raytune_fl.cli.tune import print_next_steps, print_summary
 from raytune_fl.tune.outcome import VariantOutcome
@@ -16,10 +17,45 @@ def _outcome(variant: str, val_acc: float, test_acc: float = 0.5, val_loss: floa
     return VariantOutcome(variant, variant, {}, metrics, {"finished": 1}, None, "", 8.0, val_samples=400)
 
 
+OPTIMISM = (
+    "Each variant's best val_acc is the maximum over its study's trials, so it is optimistic (biased upwards, the more "
+    "so the more trials); the ± treats the variants as independent although all are scored on the same validation "
+    "images, so comparing variants here is only indicative: the ablation over seeds on the test set is what ranks them."
+)
+
+
 def _summary(capsys, outcomes: list[VariantOutcome], **options) -> list[str]:
+    """The summary's lines after its heading and the caveat about best-of-trials scores (said once, first, whenever
+    a variant has a score)."""
     print_summary(outcomes, URI, "quickstart", 60.0, **options)
     printed = capsys.readouterr().out
-    return printed.split("===\n", 1)[1].split("\ntotal wall time", 1)[0].splitlines()
+    lines = printed.split("===\n", 1)[1].split("\ntotal wall time", 1)[0].splitlines()
+    if any(o.best_metrics for o in outcomes):
+        caveat, *lines = lines
+        assert caveat.startswith("Each variant's best ") and sum(line.startswith("Each variant") for line in lines) == 0
+    return lines
+
+
+def test_the_best_of_trials_caveat_is_said_once_per_summary(capsys):
+    per_setting = [
+        dataclasses.replace(_outcome(v, acc), setting=s)
+        for s in ("alpha=0.1", "alpha=1.0")
+        for v, acc in (("feduv", 0.7), ("fedavg", 0.6))
+    ]
+    print_summary(per_setting, URI, "quickstart", 60.0)
+    printed = capsys.readouterr().out
+    assert printed.count("Each variant's best") == 1 and f"===\n{OPTIMISM}\n" in printed
+    # a loss has no ± to qualify and is not "upwards"
+    print_summary([_outcome("a", 0.5), _outcome("b", 0.6)], URI, "quickstart", 60.0, metric="val_loss")
+    loss = capsys.readouterr().out
+    assert (
+        "Each variant's best val_loss is the best over its study's trials, so it is optimistic (biased towards a "
+        "better score, the more so the more trials); comparing variants here is only indicative: the ablation over "
+        "seeds on the test set is what ranks them.\n"
+    ) in loss
+    failed = VariantOutcome("moon", "moon", {}, {}, {"error": 3}, None, "", 1.0, ["boom"])
+    print_summary([failed], URI, "quickstart", 60.0)
+    assert "Each variant's best" not in capsys.readouterr().out  # no score, nothing to qualify
 
 
 def test_each_accuracy_has_its_standard_error_and_the_set_size_is_said_once(capsys):

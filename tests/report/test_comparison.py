@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -62,10 +63,10 @@ def test_paired_differences_of_one_two_and_three_points_are_inside_seed_noise_wi
     assert (found.ci_low, found.ci_high) == pytest.approx((0.02 - half, 0.02 + half), abs=1e-7)
     assert found.wilcoxon_p == pytest.approx(0.25)
     assert not found.significant
-    assert (
-        found.describe()
-        == "+2.00 points [-0.48, +4.48], inside seed noise (paired t p = 0.074, Wilcoxon p = 0.25, n = 3)"
+    assert found.describe() == (
+        "+2.00 points [-0.48, +4.48], inside seed noise (paired t p = 0.074, Holm p = 0.074, Wilcoxon p = 0.25, n = 3)"
     )
+    assert found.correction == "holm" and found.family == 1 and found.p_adjusted == found.p_value  # a family of one
 
 
 def test_wilcoxon_never_reaches_five_percent_with_three_pairs_but_does_with_six():
@@ -88,7 +89,9 @@ def test_a_large_common_seed_effect_hides_the_gain_from_welch_but_not_from_the_p
     assert found.p_value == pytest.approx(_p_two_dof(8.660254), rel=1e-5)
     assert found.p_value == pytest.approx(0.013072, abs=1e-6)
     assert (found.ci_low, found.ci_high) == pytest.approx((0.0125793, 0.0374207), abs=1e-7)
-    assert found.describe() == "+2.50 points [+1.26, +3.74] (paired t p = 0.013, Wilcoxon p = 0.25, n = 3)"
+    assert found.describe() == (
+        "+2.50 points [+1.26, +3.74] (paired t p = 0.013, Holm p = 0.013, Wilcoxon p = 0.25, n = 3)"
+    )
 
 
 def test_runs_pair_on_seed_and_partition_seed_and_failed_runs_leave_their_pair():
@@ -137,7 +140,7 @@ def test_without_common_seeds_welch_judges_with_the_hand_computed_p_and_interval
     assert (found.ci_low, found.ci_high) == pytest.approx((0.10 - T975[4] * se, 0.10 + T975[4] * se), abs=1e-6)
     assert (found.n, found.n_reference) == (3, 3)  # the failed run is not counted
     assert found.significant and math.isnan(found.wilcoxon_p)
-    assert found.describe() == "+10.00 points [+5.47, +14.53] (unpaired, Welch p = 0.0036, n = 3 vs 3)"
+    assert found.describe() == "+10.00 points [+5.47, +14.53] (unpaired, Welch p = 0.0036, Holm p = 0.0036, n = 3 vs 3)"
     footnote = comparison.to_markdown([found], "fedavg").splitlines()[-1]
     assert (
         "unpaired (fewer than 2 runs share a seed): Welch's two-sided t-test" in footnote
@@ -158,7 +161,8 @@ def test_one_pair_between_sides_of_two_runs_falls_back_to_welch():
     assert found.p_value == pytest.approx(0.071523, abs=1e-6)
     assert (found.ci_low, found.ci_high) == pytest.approx((-0.021697, 0.221697), abs=1e-6)
     assert (
-        found.describe() == "+10.00 points [-2.17, +22.17], inside seed noise (unpaired, Welch p = 0.072, n = 2 vs 2)"
+        found.describe()
+        == "+10.00 points [-2.17, +22.17], inside seed noise (unpaired, Welch p = 0.072, Holm p = 0.072, n = 2 vs 2)"
     )
 
 
@@ -181,7 +185,9 @@ def test_one_seed_cannot_be_judged_and_no_spread_at_all_is_judged_by_the_means()
     assert one_seed.describe() == "+10.00 points (too few seeds to judge)"
     same = differences(_results({("fedavg", "a"): [0.7, 0.7], ("full", "a"): [0.7, 0.7]}), "fedavg")[0]
     assert same.paired and same.p_value == 1.0
-    assert same.describe() == "+0.00 points [+0.00, +0.00], inside seed noise (paired t p = 1, Wilcoxon p = 1, n = 2)"
+    assert same.describe() == (
+        "+0.00 points [+0.00, +0.00], inside seed noise (paired t p = 1, Holm p = 1, Wilcoxon p = 1, n = 2)"
+    )
     apart = differences(_results({("fedavg", "a"): [0.7, 0.7], ("full", "a"): [0.8, 0.8]}), "fedavg")[0]
     assert apart.p_value == 0.0 and apart.significant and (apart.ci_low, apart.ci_high) == pytest.approx((0.1, 0.1))
     unpaired = differences(
@@ -212,17 +218,23 @@ def test_every_variant_in_every_setting_in_order_and_the_markdown_has_a_column_p
     lines = comparison.to_markdown(found, "fedavg").splitlines()
     assert lines[0] == "| variant − fedavg | alpha=0.1 | alpha=0.5 |"
     assert lines[1] == "|---|:---:|:---:|"
+    # the family: raw p 0.074180, 1, 0.013072, 1 (m = 4). Holm, smallest first: 4 x 0.013072 = 0.052288,
+    # max(0.052288, 3 x 0.074180 = 0.22254) = 0.22254, then 1 and 1. The alpha=0.5 gain (raw p 0.013) is no
+    # longer called once the page's 4 comparisons are accounted for (adjusted 0.052 ≥ 0.05)
     assert lines[2] == (
-        "| full | +2.00 points [-0.48, +4.48], inside seed noise (paired t p = 0.074, Wilcoxon p = 0.25, n = 3) "
-        "| +2.50 points [+1.26, +3.74] (paired t p = 0.013, Wilcoxon p = 0.25, n = 3) |"
+        "| full | +2.00 points [-0.48, +4.48], inside seed noise (paired t p = 0.074, Holm p = 0.22, Wilcoxon "
+        "p = 0.25, n = 3) | +2.50 points [+1.26, +3.74], inside seed noise (paired t p = 0.013, Holm p = 0.052, "
+        "Wilcoxon p = 0.25, n = 3) |"
     )
     assert lines[3] == (
-        "| freeze | +0.00 points [+0.00, +0.00], inside seed noise (paired t p = 1, Wilcoxon p = 1, n = 3) "
-        "| +0.00 points [+0.00, +0.00], inside seed noise (paired t p = 1, Wilcoxon p = 1, n = 3) |"
+        "| freeze | +0.00 points [+0.00, +0.00], inside seed noise (paired t p = 1, Holm p = 1, Wilcoxon p = 1, n = 3) "
+        "| +0.00 points [+0.00, +0.00], inside seed noise (paired t p = 1, Holm p = 1, Wilcoxon p = 1, n = 3) |"
     )
     assert lines[4] == ""
     assert lines[5].startswith("Differences of mean final-round accuracy in points, 95 % interval in brackets; paired")
     assert "0.25 with 3 pairs; it cannot reach 0.05 under 6 pairs" in lines[5] and "Welch" not in lines[5]
+    assert "p-values adjusted for 4 comparisons by Holm's step-down method" in lines[5]
+    assert "adjusted p ≥ 0.05 is called inside seed noise" in lines[5]
     assert lines[5].endswith("The noise: training seeds only (one split).")
 
 
@@ -233,3 +245,170 @@ def test_a_variant_without_finished_runs_shows_a_dash_and_an_unknown_reference_i
     assert math.isnan(found.delta) and found.describe() == "– (no finished run)"
     with pytest.raises(ValueError, match="reference variant 'moon'"):
         differences(results, "moon")
+
+
+# ---------------------------------------------------------------- the family: Holm and Benjamini–Hochberg
+
+
+@pytest.mark.parametrize(
+    "raw, holm",
+    [
+        # sorted 0.005, 0.01, 0.03, 0.04 (m = 4): x4 = 0.02, x3 = 0.03, x2 = 0.06, x1 = 0.04 -> raised to 0.06
+        ([0.01, 0.04, 0.03, 0.005], [0.03, 0.06, 0.06, 0.02]),
+        # sorted 0.01, 0.02, 0.5 (m = 3): x3 = 0.03, x2 = 0.04, x1 = 0.5
+        ([0.02, 0.5, 0.01], [0.04, 0.5, 0.03]),
+        # m = 2: 0.3 x 2 = 0.6, then 0.4 x 1 = 0.4 is raised to 0.6 (never below an earlier step)
+        ([0.3, 0.4], [0.6, 0.6]),
+        # 0.6 x 2 = 1.2 is capped at 1; 0.7 is raised to it
+        ([0.6, 0.7], [1.0, 1.0]),
+        # ties: 0.02 x 3 = 0.06, then 0.04 and 0.02 are raised to 0.06
+        ([0.02, 0.02, 0.02], [0.06, 0.06, 0.06]),
+    ],
+)
+def test_holm_by_hand(raw, holm):
+    assert comparison.adjust_p(raw, "holm") == pytest.approx(holm, abs=1e-12)
+    assert comparison.adjust_p(raw) == pytest.approx(holm, abs=1e-12)  # the default
+
+
+@pytest.mark.parametrize(
+    "raw, bh",
+    [
+        # sorted 0.005, 0.01, 0.03, 0.04 (m = 4), m p / rank: 0.02, 0.02, 0.04, 0.04; from the top, the running min
+        ([0.01, 0.04, 0.03, 0.005], [0.02, 0.04, 0.04, 0.02]),
+        # sorted 0.01, 0.02, 0.5 (m = 3): 0.03, 0.03, 0.5
+        ([0.02, 0.5, 0.01], [0.03, 0.5, 0.03]),
+        # sorted 0.01, 0.011, 0.02, 0.9 (m = 4): 0.04, 0.022, 0.026667, 0.9; step-up: 0.9, 0.026667, 0.022, and
+        # the smallest comes down from 0.04 to 0.022 (never above a later one)
+        ([0.01, 0.011, 0.02, 0.9], [0.022, 0.022, 0.08 / 3, 0.9]),
+        # m = 2: 0.9 x 2 = 1.8, then the running min from the top 0.95 brings it to 0.95
+        ([0.9, 0.95], [0.95, 0.95]),
+    ],
+)
+def test_benjamini_hochberg_by_hand(raw, bh):
+    assert comparison.adjust_p(raw, "bh") == pytest.approx(bh, abs=1e-12)
+
+
+def test_nan_p_values_are_not_in_the_family_and_none_changes_nothing():
+    # m = 2 (the NaN is a cell too small to judge): Holm 0.01 x 2 = 0.02, 0.04 x 1 = 0.04; BH 0.02, 0.04
+    holm = comparison.adjust_p([0.01, math.nan, 0.04], "holm")
+    assert holm[0] == pytest.approx(0.02) and math.isnan(holm[1]) and holm[2] == pytest.approx(0.04)
+    bh = comparison.adjust_p([math.nan, 0.04, 0.01], "bh")
+    assert math.isnan(bh[0]) and bh[1:] == pytest.approx([0.04, 0.02])
+    unchanged = comparison.adjust_p([0.01, math.nan, 0.04], "none")
+    assert unchanged[0] == 0.01 and math.isnan(unchanged[1]) and unchanged[2] == 0.04
+    assert comparison.adjust_p([], "holm") == [] and all(math.isnan(p) for p in comparison.adjust_p([math.nan] * 2))
+    with pytest.raises(ValueError, match="unknown correction 'bonferroni'"):
+        comparison.adjust_p([0.1], "bonferroni")
+    assert comparison.CORRECTIONS == ("holm", "bh", "none") and comparison.DEFAULT_CORRECTION == "holm"
+
+
+def test_adjusted_p_keep_the_order_of_the_raw_p_never_fall_below_them_and_stay_at_most_one():
+    raw = list(np.random.default_rng(0).uniform(0, 0.3, 12))
+    order = np.argsort(raw)
+    for method in ("holm", "bh"):
+        adjusted = np.array(comparison.adjust_p(raw, method))
+        assert np.all(np.diff(adjusted[order]) >= 0)  # monotone in the raw p
+        assert np.all(adjusted >= np.array(raw)) and np.all(adjusted <= 1.0)
+    assert np.all(np.array(comparison.adjust_p(raw, "holm")) >= np.array(comparison.adjust_p(raw, "bh")))
+
+
+RANDOM_P = list(np.random.default_rng(1).uniform(0, 0.2, 15)) + [0.5, 0.9, 1.0]
+
+
+def test_benjamini_hochberg_agrees_with_scipy():
+    from scipy.stats import false_discovery_control
+
+    raw = RANDOM_P
+    assert comparison.adjust_p(raw, "bh") == pytest.approx(list(false_discovery_control(raw, method="bh")), rel=1e-12)
+
+
+def test_holm_and_benjamini_hochberg_agree_with_statsmodels_where_installed():
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    raw = RANDOM_P
+    for method, theirs in (("holm", "holm"), ("bh", "fdr_bh")):
+        expected = multitest.multipletests(raw, method=theirs)[1]
+        assert comparison.adjust_p(raw, method) == pytest.approx(list(expected), rel=1e-12)
+
+
+def _page() -> pd.DataFrame:
+    # full: paired p 0.074180 at alpha=0.1 and 0.013072 at alpha=0.5; freeze: p 1 in both (the table test's numbers)
+    return _results(
+        {
+            ("fedavg", "alpha=0.1"): [0.70, 0.75, 0.80],
+            ("full", "alpha=0.1"): [0.71, 0.77, 0.83],
+            ("freeze", "alpha=0.1"): [0.70, 0.75, 0.80],
+            ("fedavg", "alpha=0.5"): [0.60, 0.70, 0.80],
+            ("full", "alpha=0.5"): [0.62, 0.725, 0.83],
+            ("freeze", "alpha=0.5"): [0.60, 0.70, 0.80],
+        }
+    )
+
+
+def test_differences_applies_holm_over_the_whole_page_and_a_raw_call_flips():
+    raw = differences(_page(), "fedavg", correction="none")
+    holm = differences(_page(), "fedavg")
+    gain_raw, gain = raw[2], holm[2]  # full at alpha=0.5
+    assert (gain.variant, gain.setting) == ("full", "alpha=0.5")
+    assert gain_raw.significant and gain_raw.p_value == pytest.approx(0.013072, abs=1e-6)
+    # Holm over m = 4: 4 x 0.013072 = 0.052288 ≥ 0.05: the same p is no longer a call
+    assert not gain.significant and gain.p_adjusted == pytest.approx(4 * 0.013072, abs=4e-6)
+    assert gain.p_value == gain_raw.p_value and gain.correction == "holm" and gain.family == 4
+    assert gain.describe() == (
+        "+2.50 points [+1.26, +3.74], inside seed noise (paired t p = 0.013, Holm p = 0.052, Wilcoxon p = 0.25, n = 3)"
+    )
+    assert gain_raw.describe() == "+2.50 points [+1.26, +3.74] (paired t p = 0.013, Wilcoxon p = 0.25, n = 3)"
+    # BH over the same 4: sorted 0.013072, 0.074180, 1, 1 -> 4 x 0.013072 / 1 = 0.052288, 4 x 0.07418 / 2 = 0.14836
+    bh = differences(_page(), "fedavg", correction="bh")
+    assert bh[2].p_adjusted == pytest.approx(0.052288, abs=4e-6) and bh[0].p_adjusted == pytest.approx(
+        0.14836, abs=1e-5
+    )
+    assert "BH p = 0.052" in bh[2].describe() and not bh[2].significant
+
+
+def test_a_cell_too_small_to_judge_is_outside_the_family_and_two_lists_pool_into_one():
+    page = pd.concat(
+        [_page(), _results({("fedavg", "alpha=1.0"): [0.7], ("full", "alpha=1.0"): [0.8]})], ignore_index=True
+    )
+    found = differences(page, "fedavg")
+    assert len(found) == 6 and {d.family for d in found} == {4}  # the one-run cells do not count
+    assert math.isnan(found[4].p_adjusted) and found[4].describe() == "+10.00 points (too few seeds to judge)"
+    # pooled with a second page's 4 judged cells: one family of 8, Holm's smallest multiplier now 8
+    pooled = comparison.corrected(found + differences(_page(), "fedavg", correction="none"), "holm")
+    assert {d.family for d in pooled} == {8}
+    assert pooled[2].p_adjusted == pytest.approx(min(1.0, 8 * 0.013072), abs=1e-5)
+
+
+def test_a_difference_built_by_hand_is_judged_on_its_raw_p():
+    by_hand = comparison.Difference("full", "a", 0.02, 0.01, 3, 3, 0.005, 0.035, True, 3, 0.25)
+    assert by_hand.correction == "none" and by_hand.family == 0 and math.isnan(by_hand.p_adjusted)
+    assert by_hand.significant
+    assert by_hand.describe() == "+2.00 points [+0.50, +3.50] (paired t p = 0.01, Wilcoxon p = 0.25, n = 3)"
+    adjusted = comparison.corrected([by_hand, by_hand], "holm")[0]  # 2 x 0.01
+    assert adjusted.p_adjusted == pytest.approx(0.02) and adjusted.significant
+    unpaired = comparison.Difference("full", "a", 0.1, 0.04, 3, 3, 0.01, 0.19)
+    (held,) = comparison.corrected([unpaired, comparison.Difference("x", "a", 0.0, 0.5, 3, 3, -0.1, 0.1)], "bh")[:1]
+    # BH over 0.04 and 0.5: 2 x 0.04 / 1 = 0.08, 0.5: the 0.04 is no longer a call
+    assert (
+        held.describe()
+        == "+10.00 points [+1.00, +19.00], inside seed noise (unpaired, Welch p = 0.04, BH p = 0.08, n = 3 vs 3)"
+    )
+
+
+def test_the_footnote_names_the_correction_its_family_and_the_metric():
+    holm = comparison.to_markdown(differences(_page(), "fedavg"), "fedavg").splitlines()[-1]
+    assert (
+        "p-values adjusted for 4 comparisons by Holm's step-down method (bounds the chance of any false call among "
+        "them): the verdict is on the adjusted p (Holm p), the raw p is shown beside it; adjusted p ≥ 0.05 is called "
+        "inside seed noise. The noise: training seeds only (one split)."
+    ) in holm
+    bh = comparison.footnote(differences(_page(), "fedavg", correction="bh"))
+    assert "by the Benjamini–Hochberg method (bounds the expected share of false calls, the false discovery rate)" in bh
+    none = comparison.footnote(differences(_page(), "fedavg", correction="none"))
+    assert "no correction for multiple comparisons: the verdict is on the raw p; p ≥ 0.05 is called" in none
+    last5 = comparison.to_markdown(
+        differences(_page(), "fedavg"), "fedavg", metric_label="mean test accuracy of the last 5 rounds"
+    )
+    assert last5.splitlines()[-1].startswith(
+        "Differences of mean test accuracy of the last 5 rounds (averaged over runs) in points, 95 % interval"
+    )
+    assert comparison.footnote([]).startswith("Differences of mean final-round accuracy in points")

@@ -58,6 +58,30 @@ def test_the_ablation_chart_has_a_point_per_variant_and_setting_with_its_95_perc
     assert BARS in fig.layout.yaxis.title.text and fig.layout.scattermode == "group"
 
 
+def test_a_cell_of_two_runs_has_no_error_bar_and_says_why_and_one_of_three_has_one():
+    # summarise's rows: full 0.5 and 0.9 (2 runs: the t-interval ±2.54 clipped to [0, 1]); fedavg 0.70, 0.72, 0.74
+    summary = pd.DataFrame(
+        {
+            "variant": ["full", "fedavg"],
+            "setting": ["a", "a"],
+            "mean": [0.70, 0.72],
+            "std": [0.282843, 0.02],
+            "n": [2, 3],
+            "runs": [2, 3],
+            "ci_low": [0.0, 0.670317],
+            "ci_high": [1.0, 0.769683],
+            "best": [False, True],
+        }
+    )
+    full, fedavg = final_accuracy_figure(summary, {}, "chart").data
+    assert np.allclose(full.y, [70.0]) and math.isnan(full.error_y.array[0]) and math.isnan(full.error_y.arrayminus[0])
+    assert full.customdata[0][0] == "n = 2: too few runs for an interval"
+    # 0.72 ± 4.3027 x 0.02 / sqrt 3 = 0.72 ± 0.049683: 4.9683 points each way
+    assert np.allclose([fedavg.error_y.array[0], fedavg.error_y.arrayminus[0]], [4.9683, 4.9683], atol=1e-4)
+    assert fedavg.customdata[0][0] == "95 % interval 67.03..76.97"
+    assert "%{customdata[0]} (%{customdata[1]}/%{customdata[2]} runs)" in full.hovertemplate
+
+
 def test_learning_curves_carry_the_interval_of_the_mean_as_error_bars():
     curves = pd.DataFrame(
         {
