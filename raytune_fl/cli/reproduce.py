@@ -41,6 +41,7 @@ class PaperTable:
     alphas: str = DEFAULT_ALPHAS  # the ablation's Dirichlet alphas unless --alphas is given
     seeds: int = 3  # training seeds per cell unless --seeds is given
     partition_seeds: int = 1  # splits per cell (1: the file's partition seed) unless --partition-seeds is given
+    fairness: bool = False  # the page also compares the client spread (worst, 10th percentile, variance)
 
     def space_file(self, name: str) -> Path:
         """The table's space as the commands name it: the clone's `search_spaces/papers/<name>.yaml` when run from a
@@ -51,7 +52,7 @@ class PaperTable:
 
 PAPERS: dict[str, PaperTable] = {
     "feduv_table4": PaperTable(
-        "FedUV (CVPR 2024), Table 4's shape: which of FedUV's two terms does the work",
+        "FedUV (CVPR 2024), Table 4's shape: each of FedUV's two terms alone and both",
         reference="fedavg",
         shape="FedAvg, a never-trained classifier (freeze), the variance hinge alone, the uniformity term alone, "
         "and both (the official code's form of each term).",
@@ -76,8 +77,10 @@ PAPERS: dict[str, PaperTable] = {
         "q-FFL's two Lipschitz estimates: the paper's and the per-step default, on fairness",
         reference="fedavg",
         shape="FedAvg (q = 0) and q-FFL at q = 1 in its paper form and its per-step form.",
+        alphas="0.1,0.5",
         seeds=3,
         partition_seeds=2,
+        fairness=True,
     ),
     "fedld_table2": PaperTable(
         "FedLD (MICCAI 2024), Table 2's shape: margin control x principal-gradient aggregation",
@@ -313,107 +316,117 @@ def source_commit() -> str:
 
 
 def write_results(name, paper, space_file, uri, results_file, assets, shot, commands, wall) -> Path:
+    """The page's committed files from the run (export), then every page and the index rendered from them."""
+    from raytune_fl.report import results_page
+
+    record = export(
+        name, paper, space_file, uri, results_file, assets, commands, wall, machine(), source_commit(), shot=shot
+    )
+    results_page.write(assets.parent)
+    return assets.parent / f"{record.name}.md"
+
+
+def export(
+    name: str,
+    paper: PaperTable,
+    space_file: Path,
+    uri: str,
+    results_file: Path,
+    assets: Path,
+    commands: list[str],
+    wall: dict[str, float],
+    machine_text: str,
+    commit: str,
+    *,
+    shot: Path | None = None,
+    generated: str | None = None,
+    notes: Sequence[str] = (),
+):
+    """Writes `assets/`: runs.csv (one row per run), table.csv, gradients.csv (when the runs probed gradients) and
+    page.yaml (the tuned values read from the MLflow store, the protocol, the commands, the machine). The page is
+    rendered from these files alone (report/results_page.py)."""
     import pandas as pd
 
-    from raytune_fl.ablation.table import summarise, to_markdown
-    from raytune_fl.report import comparison
+    from raytune_fl.ablation.table import summarise, to_csv
+    from raytune_fl.engine.metric_names import CLIENT_ACC_P10, CLIENT_ACC_VAR, CLIENT_ACC_WORST, TEST_ACC_LAST_K
+    from raytune_fl.report import gradients, results_page
     from raytune_fl.tracking import StudyTracker
-    from raytune_fl.tracking.store import latest_study
+    from raytune_fl.tracking.store import latest_study, prefixed_rounds
 
     space = load_space(space_file)
     results = pd.read_parquet(results_file)
-    seeds = results["seed"].nunique()
-    splits = results["partition_seed"].nunique() if "partition_seed" in results else 1
-    summary = summarise(results)
-    (assets / "table.csv").write_text(summary.to_csv(index=False))
+    assets.mkdir(parents=True, exist_ok=True)
+    (assets / results_page.TABLE_FILE).write_text(to_csv(summarise(results)))
     columns = ["variant", "method", "setting", "seed", "partition_seed", "status", "rounds_completed", TEST_ACC]
-    columns = [c for c in [*columns, VAL_ACC] if c in results]
-    results[columns].to_csv(assets / "runs.csv", index=False)
+    extra = [TEST_ACC_LAST_K, VAL_ACC, CLIENT_ACC_WORST, CLIENT_ACC_P10, CLIENT_ACC_VAR]
+    columns = [c for c in columns if c in results] + [c for c in extra if c in results and results[c].notna().any()]
+    results[columns].to_csv(assets / results_page.RUNS_FILE, index=False)
     tracker = StudyTracker(uri, space.name)
-    tuned = ["| variant | method | tuned values | best val acc (%) |", "|---|---|---|:---:|"]
+    grads = gradients.histories(lambda run_id: prefixed_rounds(tracker.client, run_id, gradients.PREFIXES), results)
+    if not grads.empty:
+        grads.to_csv(assets / results_page.GRADIENTS_FILE, index=False)
+    tuned = []
     for variant, spec in space.variants.items():
         study = latest_study(tracker.client, tracker.experiment_id, variant) if spec.search else None
         if study is None:
             fixed = ", ".join(f"{k}={v}" for k, v in spec.fixed.items()) or "method defaults"
-            tuned.append(f"| {variant} | {spec.method} | nothing searched ({fixed}) | – |")
+            tuned.append({"variant": variant, "method": spec.method, "values": f"nothing searched ({fixed})"})
+            tuned[-1]["best_val_acc"] = "–"
             continue
         shown = {k: v for k, v in study.params.items() if k in spec.search}
         values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
         best = study.metrics.get(BEST_PREFIX + VAL_ACC, float("nan"))
-        tuned.append(f"| {variant} | {spec.method} | {values} | {best * 100:.1f} |")
+        tuned.append({"variant": variant, "method": spec.method, "values": values, "best_val_acc": f"{best * 100:.1f}"})
     header = [line[1:].strip() for line in space_file.read_text().splitlines() if line.startswith("#")]
-    protocol = [line for line in header if not line.startswith("python scripts/")]  # the commands come last
-    found = comparison.differences(results, paper.reference)
-    rounds = int(results["rounds_completed"].max())
-    relative = os.path.relpath(assets, assets.parent)
-    lines = [
-        f"# {paper.title}",
-        "",
-        f"Generated {datetime.date.today().isoformat()} by `{commands[0]}` "
-        f"(tuning {wall['tune'] / 60:.0f} min, ablation {wall['ablate'] / 60:.0f} min).",
-        "",
-        f"Machine: {machine()}." + (f" Code: commit {commit}." if (commit := source_commit()) else ""),
-        "",
-        f"Variants: {paper.shape}",
-        "",
-        "## Protocol",
-        "",
-        *(f"> {line}" if line else ">" for line in protocol),
-        "",
-        f"Space file: `{space_file}`; {rounds} rounds in the ablation; "
-        f"{seeds} training seeds"
-        + (f" x {splits} partition seeds (splits)" if splits > 1 else "")
-        + f" per cell; per-run results in `{relative}/runs.csv`.",
-        "",
-        "## Tuned values (selected on validation accuracy at the file's alpha)",
-        "",
-        *tuned,
-        "",
-        "## Final-round test accuracy",
-        "",
-        to_markdown(summary, seeds=seeds, partition_seeds=splits).rstrip(),
-        "",
-        f"## Against {paper.reference}",
-        "",
-        comparison.to_markdown(found, paper.reference).rstrip(),
-        "",
-    ]
-    lines += gradient_section(tracker.client, results)
-    if shot is not None:
-        lines += [
-            "## Dashboard",
-            "",
-            f"![The ablation's dashboard: table and learning curves]({relative}/{shot.name})",
-            "",
-        ]
-        lines += [f"The whole interactive dashboard: `{dashboard_command(space_file, uri)}`.", ""]
-    lines += ["## Commands", "", "```", *commands, "```", ""]
-    page = assets.parent / f"{name}.md"
-    page.write_text("\n".join(lines))
-    return page
+    metrics = [TEST_ACC, TEST_ACC_LAST_K] + (
+        [CLIENT_ACC_WORST, CLIENT_ACC_P10, CLIENT_ACC_VAR] if paper.fairness else []
+    )
+    record = results_page.PageRecord(
+        name=name,
+        title=paper.title,
+        reference=paper.reference,
+        shape=paper.shape,
+        generated=generated or datetime.date.today().isoformat(),
+        commands=list(commands),
+        machine=machine_text,
+        commit=commit,
+        wall_min={stage: round(seconds / 60, 1) for stage, seconds in wall.items()},
+        space_file=str(space_file),
+        protocol=[line for line in header if not line.startswith(("python scripts/", "raytune-fl "))],
+        run=run_facts(space, results),
+        tuned=tuned,
+        metrics=metrics,
+        notes=list(notes),
+        dashboard=shot.name if shot is not None else None,
+    )
+    record.dump(assets)
+    return record
 
 
-def gradient_section(client, results) -> list[str]:
-    """The runs' gradient norms (diagnostics.gradient_norms): each loss term's pull next to cross-entropy's per
-    variant and setting, and its ratio round by round; nothing when no run logged them."""
-    from raytune_fl.report import gradients
-    from raytune_fl.tracking.store import prefixed_rounds
-
-    table = gradients.histories(lambda run_id: prefixed_rounds(client, run_id, gradients.PREFIXES), results)
-    if table.empty:
-        return []
-    lines = [
-        "## Gradient norms",
-        "",
-        "The norm of the gradient of each weighted loss term next to cross-entropy's, and their cosine, on the first "
-        "batch of every local epoch of the probed rounds (`diagnostics.gradient_norms`); a sample-weighted mean over "
-        "the clients, then the mean over the probed rounds and the runs. FedAvg's row gives cross-entropy's alone.",
-        "",
-    ]
-    for setting in dict.fromkeys(results["setting"]):
-        ratios = gradients.ratio_by_round(table, setting)
-        lines += [f"### {setting}", "", gradients.term_markdown(gradients.by_term(table, setting)).rstrip(), ""]
-        if not ratios.empty:
-            lines += ["Ratio ‖weight · ∇ term‖ / ‖∇ cross-entropy‖ by round:", ""]
-            lines += [gradients.round_markdown(ratios).rstrip(), ""]
-    return lines
+def run_facts(space, results) -> dict[str, str]:
+    """The run's side of the protocol table (report/paper_protocols.ASPECTS), from the space and the runs."""
+    base = space.base
+    opt = base.optimizer
+    schedule = getattr(getattr(opt, "schedule", None), "kind", None) or "constant"
+    seeds = results["seed"].nunique()
+    splits = results["partition_seed"].nunique() if "partition_seed" in results else 1
+    alphas = ", ".join(s.removeprefix("alpha=") for s in dict.fromkeys(results["setting"]))
+    searched = [v for v, spec in space.variants.items() if spec.search]
+    return {
+        "data": f"{base.dataset} (embedded), {int(base.partition.val_fraction * 100)} % of each client's samples "
+        "held out for validation",
+        "model": base.model,
+        "clients": str(base.partition.clients),
+        "participation": "every client in every round"
+        if base.participation >= 1
+        else f"{base.participation:g} of the clients a round",
+        "rounds": str(int(results["rounds_completed"].max())),
+        "local epochs": f"E = {base.local_epochs}",
+        "label skew": f"Dirichlet α ∈ {{{alphas}}}",
+        "optimiser": f"SGD, lr {opt.lr:g}, momentum {opt.momentum:g}, weight decay {opt.weight_decay:g}; "
+        f"{schedule} schedule; batch {base.batch_size}",
+        "hyperparameters": "fixed as in the space file"
+        + (f"; tuned: {', '.join(searched)} (values below)" if searched else ""),
+        "compared": ", ".join(space.variants),
+        "seeds": f"{seeds} training seeds" + (f" x {splits} partition seeds" if splits > 1 else ""),
+    }

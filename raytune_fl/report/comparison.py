@@ -112,16 +112,18 @@ class Difference:
     def significant(self) -> bool:
         return not math.isnan(self.verdict_p) and self.verdict_p < ALPHA_LEVEL
 
-    def describe(self) -> str:
+    def describe(self, scale: float = 100.0, unit: str = "points", digits: int = 2) -> str:
         """The effect first, then the p-values: '+2.33 points [+0.81, +3.85] (paired t p = 0.012, Holm p = 0.048,
         Wilcoxon p = 0.25, n = 3)', with ', inside seed noise' after the interval when the verdict's p ≥ 0.05;
-        unpaired: '(unpaired, Welch p = 0.0036, Holm p = 0.011, n = 3 vs 3)'. No adjusted p without a correction."""
+        unpaired: '(unpaired, Welch p = 0.0036, Holm p = 0.011, n = 3 vs 3)'. No adjusted p without a correction.
+        `scale` and `unit` say how the difference is shown: accuracy in points (x 100), a variance of accuracies in
+        points² (x 10,000)."""
         if math.isnan(self.delta):
             return "– (no finished run)"
-        text = f"{self.delta * 100:+.2f} points"
+        text = f"{self.delta * scale:+.{digits}f} {unit}"
         if math.isnan(self.p_value):
             return text + " (too few seeds to judge)"
-        text += f" [{self.ci_low * 100:+.2f}, {self.ci_high * 100:+.2f}]"
+        text += f" [{self.ci_low * scale:+.{digits}f}, {self.ci_high * scale:+.{digits}f}]"
         text += "" if self.significant else ", inside seed noise"
         adjusted = "" if self.correction == "none" else f", {_name(self.correction)} p = {self.p_adjusted:.2g}"
         if self.paired:
@@ -262,7 +264,7 @@ def _correction_text(found: list[Difference]) -> str:
     )
 
 
-def footnote(found: list[Difference], metric_label: str = "final-round accuracy") -> str:
+def footnote(found: list[Difference], metric_label: str = "final-round accuracy", unit: str = "points") -> str:
     """Which test each cell used, which correction the verdict is on, and which noise it includes; `metric_label`
     names what was compared ('final-round accuracy', 'mean test accuracy of the last 5 rounds')."""
     judged = [d for d in found if not math.isnan(d.p_value)]
@@ -284,7 +286,7 @@ def footnote(found: list[Difference], metric_label: str = "final-round accuracy"
     correction = _correction_text(found)
     verdict = "adjusted p" if judged and judged[0].correction != "none" else "p"
     return (
-        f"Differences of {_averaged(metric_label)} in points, 95 % interval in brackets; "
+        f"Differences of {_averaged(metric_label)} in {unit}, 95 % interval in brackets; "
         + ("; ".join(tests) + "; " if tests else "")
         + correction
         + f"{verdict} ≥ {ALPHA_LEVEL} is called inside seed noise. The noise: {noise}."
@@ -297,12 +299,19 @@ def _averaged(metric_label: str) -> str:
     return f"{metric_label} (averaged over runs)" if metric_label.startswith("mean ") else f"mean {metric_label}"
 
 
-def to_markdown(found: list[Difference], reference: str, metric_label: str = "final-round accuracy") -> str:
+def to_markdown(
+    found: list[Difference],
+    reference: str,
+    metric_label: str = "final-round accuracy",
+    scale: float = 100.0,
+    unit: str = "points",
+    digits: int = 2,
+) -> str:
     """Variants down, settings across, each cell the difference from `reference`, its interval and its verdict;
-    `metric_label` names the compared score in the footnote."""
+    `metric_label` names the compared score in the footnote, `scale`/`unit`/`digits` how differences are shown."""
     settings = list(dict.fromkeys(d.setting for d in found))
     variants = list(dict.fromkeys(d.variant for d in found))
-    cell = {(d.variant, d.setting): d.describe() for d in found}
+    cell = {(d.variant, d.setting): d.describe(scale, unit, digits) for d in found}
     lines = [
         f"| variant − {reference} | " + " | ".join(settings) + " |",
         "|" + "|".join(["---"] + [":---:"] * len(settings)) + "|",
@@ -310,5 +319,5 @@ def to_markdown(found: list[Difference], reference: str, metric_label: str = "fi
     for variant in variants:
         lines.append(f"| {variant} | " + " | ".join(cell.get((variant, s), "–") for s in settings) + " |")
     lines.append("")
-    lines.append(footnote(found, metric_label))
+    lines.append(footnote(found, metric_label, unit))
     return "\n".join(lines) + "\n"

@@ -30,7 +30,8 @@ def test_every_paper_table_names_a_space_file_that_loads_and_holds_its_reference
     assert space.tune.metric == "val_acc"
     for variant in space.variants.values():
         assert variant.method in METHODS
-    assert [v for v in space.variants.values() if v.search], "nothing to tune"
+    # a paper table tunes something, unless it compares fixed forms (qffl_forms: both forms at the same q)
+    assert [v for v in space.variants.values() if v.search] or name == "qffl_forms", "nothing to tune"
     assert reproduce._alphas(paper.alphas) and paper.seeds >= 1 and paper.partition_seeds >= 1
 
 

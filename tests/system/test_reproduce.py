@@ -8,14 +8,16 @@ import pytest
 
 from raytune_fl.cli import reproduce
 from raytune_fl.config import load_space
+from raytune_fl.report import results_page
 from tools.dashboard_png import screenshot as dashboard_png
 
 SHRUNKEN = ["--rounds=1", "--num-samples=1", "--alphas=0.1,0.5", "--set=base.resources.actors=0"]
 # 2 runs per cell: 2 training seeds on one split, or (univarfl_paper) 1 seed on 2 splits with its gradient norms
 RUNS_PER_CELL = {"univarfl_paper": ["--seeds=1", "--partition-seeds=2"]}
-# univarfl_comparison runs the same methods through the same code as univarfl_paper (a superset): left out here to
-# keep the slow tier's time (its space file is loaded and checked in tests/cli/test_reproduce.py)
-TABLES = [name for name in sorted(reproduce.PAPERS) if name != "univarfl_comparison"]
+# univarfl_comparison runs the same methods through the same code as univarfl_paper, and qffl_forms only fixed
+# variants through the same stages: left out here to keep the slow tier's time (their space files are loaded and
+# checked in tests/cli/test_reproduce.py; every committed page is regenerated in tests/report/test_results_pages.py)
+TABLES = [name for name in sorted(reproduce.PAPERS) if name not in ("univarfl_comparison", "qffl_forms")]
 
 
 @pytest.mark.parametrize("name", TABLES)
@@ -43,8 +45,13 @@ def test_each_table_reproduces_end_to_end_with_a_shrunken_round_count(name, ray_
     assert f"| variant − {reproduce.PAPERS[name].reference} |" in page
     assert "python scripts/tune.py" in page and "python scripts/ablate.py" in page
     assert "cores" in page and "torch" in page  # the machine
+    # the page is the render of the files written beside it, and the index lists it with its verdicts
+    record, written, grads = results_page.read(out / name)
+    assert page == results_page.render(record, written, grads)
+    assert f"({name}.md)" in (out / "README.md").read_text()
+    assert "(Holm-corrected)" in page and "## The paper's protocol and this run's" in page
     if name == "univarfl_paper":  # the splits vary, the comparison pairs them, and the gradient norms are read back
-        assert "1 training seeds x 2 partition seeds (splits) per cell" in page
+        assert "1 training seeds x 2 partition seeds (the split varies) per cell" in page
         assert "## Gradient norms" in page and "| univarfl_default | variance |" in page
     if not screenshot:
         assert (out / name / "dashboard.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,125 @@
+"""The results pages are generated from their committed runs: every page in docs/results/ must be exactly what
+report/results_page.py renders from its `<page>/page.yaml` and `<page>/runs.csv` with the current statistics code
+(so no verdict stands that the runs and the code do not give), and the rendering is checked by hand on tiny runs."""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pytest
+
+from raytune_fl.engine.metric_names import TEST_ACC
+from raytune_fl.report import results_page
+from raytune_fl.report.results_page import PageRecord
+from tests.support import REPO
+from tools import results_pages
+
+RESULTS = REPO / "docs" / "results"
+
+
+def test_every_committed_page_is_what_its_runs_give():
+    stale = results_page.stale(RESULTS)
+    assert not stale, f"regenerate with python -m tools.results_pages --write: {[p.name for p in stale]}"
+
+
+def test_every_paper_table_with_a_committed_run_has_a_page_in_the_index():
+    index = (RESULTS / "README.md").read_text()
+    folders = results_page.page_folders(RESULTS)
+    assert {f.name for f in folders} >= {"univarfl_paper", "univarfl_comparison", "feduv_table4", "fedld_table2"}
+    for folder in folders:
+        assert f"]({folder.name}.md)" in index
+        assert (RESULTS / f"{folder.name}.md").read_text().startswith("# ")
+
+
+def _record(**changes) -> PageRecord:
+    record = PageRecord(
+        name="tiny",
+        title="A tiny table",
+        reference="fedavg",
+        shape="FedAvg and x.",
+        generated="2026-11-28",
+        commands=["python scripts/reproduce.py tiny"],
+        machine="a test",
+        commit="abc1234",
+        wall_min={"tune": 1.0, "ablate": 2.0},
+        space_file="tiny.yaml",
+        protocol=["A tiny protocol."],
+        run={"data": "digits"},
+        tuned=[{"variant": "x", "method": "fedavg", "values": "nothing searched", "best_val_acc": "–"}],
+        metrics=[TEST_ACC],
+    )
+    for key, value in changes.items():
+        setattr(record, key, value)
+    return record
+
+
+def _runs(reference: list[float], other: list[float]) -> pd.DataFrame:
+    rows = [
+        {
+            "variant": v,
+            "method": "fedavg",
+            "setting": "alpha=0.1",
+            "seed": seed,
+            "partition_seed": 0,
+            "status": "finished",
+            "rounds_completed": 10,
+            TEST_ACC: value,
+        }
+        for v, values in (("fedavg", reference), ("x", other))
+        for seed, value in enumerate(values)
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_a_page_states_the_verdict_its_runs_give_worked_by_hand():
+    # per-seed differences 0.05, 0.06, 0.04: mean 0.05, sd 0.01, t = 0.05 / (0.01 / sqrt 3) = 8.660 on 2 degrees of
+    # freedom, two-sided p = 0.01307; the 95 % interval 0.05 ± 4.3027 * 0.01 / sqrt 3 = [0.02516, 0.07484]. One
+    # comparison: Holm's adjusted p is the raw p.
+    page = results_page.render(_record(), _runs([0.50, 0.60, 0.70], [0.55, 0.66, 0.74]))
+    sentence = (
+        "- Final-round test accuracy, 1 comparison with fedavg (Holm-corrected): 1 significant: x at alpha=0.1 above "
+        "fedavg, +5.00 points [+2.52, +7.48], adjusted p = 0.013."
+    )
+    assert sentence in page
+    assert "| x | **65.00 ± 9.54** |" in page  # mean and sample std of 0.55, 0.66, 0.74 in %
+    assert "paired t p = 0.013, Holm p = 0.013" in page
+    assert "## The paper's protocol" not in page  # no paper facts for a page that names no paper
+
+
+def test_a_difference_inside_the_noise_is_called_so_with_the_closest_call():
+    # differences +0.10, -0.08, +0.01: mean 0.01, inside any interval
+    page = results_page.render(_record(), _runs([0.50, 0.60, 0.70], [0.60, 0.52, 0.71]))
+    assert (
+        "1 comparison with fedavg (Holm-corrected): none is significant; the closest is x at alpha=0.1, +1.00" in page
+    )
+
+
+def test_a_metric_the_runs_lack_is_named_not_judged():
+    page = results_page.render(_record(metrics=[TEST_ACC, "test_acc_last5"]), _runs([0.5, 0.6], [0.55, 0.66]))
+    assert "Not measured by these runs (their files predate it): mean test accuracy of the last 5 rounds." in page
+    assert "## Mean test accuracy of the last 5 rounds" not in page
+
+
+def test_a_changed_run_makes_its_page_stale_until_regenerated(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS / "feduv_table4", results / "feduv_table4")
+    shutil.copy(RESULTS / "feduv_table4.md", results / "feduv_table4.md")
+    shutil.copy(RESULTS / "README.md", results / "README.md")
+    results_page.write(results)  # the index of this one-page folder
+    assert results_pages.main(["--check", "--results", str(results)]) == 0
+    runs = pd.read_csv(results / "feduv_table4" / "runs.csv")
+    runs.loc[runs["variant"] == "full", TEST_ACC] -= 0.05  # five points off the full method's runs
+    runs.to_csv(results / "feduv_table4" / "runs.csv", index=False)
+    assert results_pages.main(["--check", "--results", str(results)]) == 1
+    assert {p.name for p in results_page.stale(results)} == {"feduv_table4.md", "README.md"}
+    assert results_pages.main(["--write", "--results", str(results)]) == 0
+    assert not results_page.stale(results)
+
+
+@pytest.mark.parametrize("folder", results_page.page_folders(RESULTS), ids=lambda f: f.name)
+def test_each_record_names_a_space_file_and_commands_that_exist(folder):
+    record = PageRecord.load(folder)
+    assert (REPO / record.space_file).is_file()
+    assert record.commands[0] == f"python scripts/reproduce.py {record.name}"
+    assert record.generated[:4] == "2026" and record.commit
