@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
-from raytune_fl.ablation.table import noise, summarise, to_html
+from raytune_fl.ablation.table import MIN_RUNS_FOR_INTERVAL, noise, summarise, to_html
 from raytune_fl.engine.metric_names import CLIENT_ACC_MEAN, CLIENT_ACC_WORST, ELAPSED_S, ROUND, ROUND_TIME_S, TEST_ACC
 from raytune_fl.report import figures
 from raytune_fl.report.page import figure_div
@@ -108,7 +108,8 @@ def ablation_table_section(store: Store) -> Section:
     _figure(section, figures.final_accuracy_figure(summary, store.colors, title))
     section.note(
         f"The chart: the table's means, {figures.BARS} (Student's t with n - 1 degrees of freedom; no bar where "
-        "fewer than 2 runs finished): the uncertainty of the mean over these runs, not the range a single run falls in."
+        f"fewer than {MIN_RUNS_FOR_INTERVAL} runs finished: the table shows their spread instead): the uncertainty of "
+        "the mean over these runs, not the range a single run falls in."
     )
     return section
 
