@@ -14,6 +14,7 @@ tests) fails on any difference. `export` writes the three files from a finished 
 from __future__ import annotations
 
 import math
+import posixpath
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,8 @@ RUNS_FILE = "runs.csv"
 GRADIENTS_FILE = "gradients.csv"
 TABLE_FILE = "table.csv"
 INDEX_FILE = "README.md"
+# the pages live in docs/results/: their link to the statistics explanation, relative to there
+STATISTICS_LINK = posixpath.relpath("docs/explanation/statistics.md", "docs/results")
 
 
 @dataclass(frozen=True)
@@ -219,7 +222,7 @@ def render(record: PageRecord, runs: pd.DataFrame, grads: pd.DataFrame | None = 
     lines += [
         "",
         "Each metric is its own family of comparisons, corrected within it; the tables below give every cell's "
-        "effect, raw and adjusted p ([how to read them](../explanation/statistics.md)).",
+        f"effect, raw and adjusted p ([how to read them]({STATISTICS_LINK})).",
         "",
     ]
     for metric_name, found in families.items():
@@ -318,13 +321,13 @@ def rendered(results_dir: Path) -> dict[Path, str]:
     return pages
 
 
-INDEX_INTRO = """# Results
+INDEX_INTRO = f"""# Results
 
 Every page here is generated from the runs committed beside it (`<page>/runs.csv` and `<page>/page.yaml`):
 `python -m tools.results_pages --write` writes them and a test fails when a page differs from what its runs give.
 A new run of a paper table: `python scripts/reproduce.py NAME` (it writes the runs, the record and the page). How
 to read the numbers (paired differences, their intervals, raw and Holm-adjusted p, which noise they include):
-[Statistics](../explanation/statistics.md).
+[Statistics]({STATISTICS_LINK}).
 """
 
 
