@@ -1,7 +1,7 @@
 """Regenerate the results pages from their committed runs (raytune_fl/report/results_page.py).
 
-    python -m tools.results_pages --write   # rewrite docs/results/*.md and the index from <page>/page.yaml + runs.csv
-    python -m tools.results_pages --check   # exit 1, naming them, when a page differs from what its runs give
+python -m tools.results_pages --write   # rewrite docs/results/*.md and the index from <page>/page.yaml + runs.csv
+python -m tools.results_pages --check   # exit 1, naming them, when a page differs from what its runs give
 """
 
 from __future__ import annotations

@@ -416,7 +416,7 @@ def run_facts(space, results) -> dict[str, str]:
         "data": f"{base.dataset} (embedded), {int(base.partition.val_fraction * 100)} % of each client's samples "
         "held out for validation",
         "model": base.model,
-        "clients": str(base.partition.clients),
+        "clients": str(base.partition.clients),  # not-a-metric: the protocol table's row
         "participation": "every client in every round"
         if base.participation >= 1
         else f"{base.participation:g} of the clients a round",

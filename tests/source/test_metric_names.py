@@ -108,3 +108,7 @@ def test_the_vocabulary_imports_the_standard_library_only():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert loaded == ["raytune_fl", "raytune_fl.engine", "raytune_fl.engine.metric_names"], loaded
+
+
+def test_the_late_rounds_score_names_its_round_count():
+    assert metric_names.TEST_ACC_LAST_K == f"{metric_names.TEST_ACC}_last{metric_names.LAST_K}"
