@@ -51,6 +51,10 @@ _ROWS_JS = r"""(() => {
   return Array.from(rows.values()).sort((a, b) => a.index - b.index);
 })()"""
 
+# how long to wait for the UI to draw a step: a 2-core machine running a test tier beside it took over 15 s to
+# draw a chart's axis; a step that never comes still fails, only later
+UI_WAIT_S = 45
+
 
 def compare_url(server: str, experiment_id: str, run_ids: Sequence[str]) -> str:
     """The compare view of these runs (parallel coordinates, scatter, box and contour plots, then the tables)."""
@@ -149,7 +153,7 @@ class MlflowUI:
             cell = f"({link}.closest('[role=gridcell]') || {link})"
             self.page.click(f"{cell}.querySelector('button')", f"the expander of {row.name}")
             try:
-                self.page.wait_for(f"({_ROWS_JS}).length > {len(rows)}", 15, f"the runs nested under {row.name}")
+                self.page.wait_for(f"({_ROWS_JS}).length > {len(rows)}", UI_WAIT_S, f"the runs nested under {row.name}")
             except BrowserError:
                 continue
         raise UIError("expanding the parent rows did not end")
@@ -164,7 +168,7 @@ class MlflowUI:
         for name in names:
             self.page.click("document.querySelector('[data-testid=column-selection-dropdown]')", "the Columns menu")
             search = "document.querySelector('input[placeholder=\"Search columns\"]')"
-            self.page.wait_for(f"!!{search}", 15, "the column search box")
+            self.page.wait_for(f"!!{search}", UI_WAIT_S, "the column search box")
             self.page.click(search)
             self.page.type(name)
             node = (
@@ -190,9 +194,9 @@ class MlflowUI:
         item = (
             "Array.from(document.querySelectorAll('[role=menuitemradio]')).find(e => /Show all runs/.test(e.innerText))"
         )
-        self.page.wait_for(f"!!{item}", 15, "Show all runs")
+        self.page.wait_for(f"!!{item}", UI_WAIT_S, "Show all runs")
         self.page.click(item, "Show all runs")
-        self.page.wait_for("!document.querySelector('[role=menuitemradio]')", 15, "the eye menu to close")
+        self.page.wait_for("!document.querySelector('[role=menuitemradio]')", UI_WAIT_S, "the eye menu to close")
 
     def close_assistant(self) -> None:
         """Closes the "MLflow Assistant" side panel if it is open (it takes a third of the page)."""
@@ -267,11 +271,11 @@ class MlflowUI:
         self.page.click(f"{metrics}.querySelector('[class*=select-selector]')", "the metrics box")
         self.page.type(metric)
         option = f"document.querySelector('[class*=select-item-option][title={json.dumps(metric)}]')"
-        self.page.wait_for(f"!!{option}", 15, f"{metric} among the metrics")
+        self.page.wait_for(f"!!{option}", UI_WAIT_S, f"{metric} among the metrics")
         self.page.click(option, f"the {metric} option")
         self.page.press("Escape")
         axes = "Array.from(document.querySelectorAll('.parcoords .axis-title')).map(e => e.textContent)"
-        self.page.wait_for(f"{axes}.includes({json.dumps(metric)})", 15, f"a {metric} axis")
+        self.page.wait_for(f"{axes}.includes({json.dumps(metric)})", UI_WAIT_S, f"a {metric} axis")
         time.sleep(0.5)
         return self.page.evaluate(axes)
 
