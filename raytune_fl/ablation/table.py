@@ -50,7 +50,11 @@ def clip_interval(low: float, high: float, bounds: tuple[float, float] | None) -
 
 
 def summarise(
-    results: pd.DataFrame, metric: str = TEST_ACC, *, bounds: tuple[float, float] | None = ACCURACY_BOUNDS
+    results: pd.DataFrame,
+    metric: str = TEST_ACC,
+    *,
+    bounds: tuple[float, float] | None = ACCURACY_BOUNDS,
+    lower_is_better: bool = False,  # a spread (the variance over clients): the column's lowest mean is its best
 ) -> pd.DataFrame:
     """One row per (variant, setting): mean and sample std (ddof=1) of `metric` over the counted seeds.
 
@@ -82,7 +86,7 @@ def summarise(
         )
     columns = ["variant", "setting", "mean", "std", "n", "runs", "ci_low", "ci_high", "partition_seeds"]
     summary = pd.DataFrame(rows, columns=columns)
-    column_best = summary.groupby("setting", sort=False)["mean"].transform("max")
+    column_best = summary.groupby("setting", sort=False)["mean"].transform("min" if lower_is_better else "max")
     summary["best"] = summary["mean"].notna() & (summary["mean"] == column_best)
     return summary
 
@@ -125,11 +129,7 @@ def to_markdown(
 ) -> str:
     """A GitHub-flavoured Markdown table plus one line saying what the cells are; `partition_seeds` defaults to the
     most splits any cell counted (summarise's column)."""
-    table = wide(summary)
-    header = ["variant", *table.columns]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + [":---:"] * len(table.columns)) + "|"]
-    for variant, row in table.iterrows():
-        lines.append("| " + " | ".join([str(variant), *(str(v) for v in row)]) + " |")
+    lines = markdown_rows(wide(summary))
     if partition_seeds is None:
         counted = summary["partition_seeds"] if "partition_seeds" in summary else pd.Series(dtype=float)
         partition_seeds = max(1, int(counted.max())) if counted.notna().any() else 1
@@ -140,6 +140,14 @@ def to_markdown(
         "(n/runs) = only n runs finished (diverged or failed runs are not averaged in)."
     )
     return "\n".join(lines) + "\n"
+
+
+def markdown_rows(table: pd.DataFrame) -> list[str]:
+    """`wide`'s table as Markdown lines: the header, the alignment row, a row per variant."""
+    lines = ["| variant | " + " | ".join(table.columns) + " |"]
+    lines.append("|" + "|".join(["---"] + [":---:"] * len(table.columns)) + "|")
+    lines += ["| " + " | ".join([str(variant), *(str(v) for v in row)]) + " |" for variant, row in table.iterrows()]
+    return lines
 
 
 def to_csv(summary: pd.DataFrame) -> str:

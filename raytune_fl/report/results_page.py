@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from raytune_fl.ablation.table import noise, summarise, wide
+from raytune_fl.ablation.table import markdown_rows, noise, summarise, wide
 from raytune_fl.engine.metric_names import (
     CLIENT_ACC_P10,
     CLIENT_ACC_VAR,
@@ -151,17 +151,11 @@ def table_markdown(runs: pd.DataFrame, metric_name: str, seeds: int, splits: int
     """Variants down, settings across: mean ± sample std of the metric, the best of each column in bold."""
     metric = METRICS[metric_name]
     bounded = metric.unit == "points"  # accuracies stay in [0, 1]; a variance has no such bound here
-    summary = summarise(runs, metric=metric_name, bounds=(0.0, 1.0) if bounded else None)
-    if not metric.higher_is_better:
-        column_best = summary.groupby("setting", sort=False)["mean"].transform("min")
-        summary["best"] = summary["mean"].notna() & (summary["mean"] == column_best)
+    summary = summarise(
+        runs, metric=metric_name, bounds=(0.0, 1.0) if bounded else None, lower_is_better=not metric.higher_is_better
+    )
     shown = summary.assign(mean=summary["mean"] * metric.scale / 100, std=summary["std"] * metric.scale / 100)
-    table = wide(shown)
-    lines = [
-        "| variant | " + " | ".join(table.columns) + " |",
-        "|" + "|".join(["---"] + [":---:"] * len(table.columns)) + "|",
-    ]
-    lines += ["| " + " | ".join([str(variant), *(str(v) for v in row)]) + " |" for variant, row in table.iterrows()]
+    lines = markdown_rows(wide(shown))
     unit = "%" if bounded else metric.unit
     best = "best" if metric.higher_is_better else "lowest"
     lines += [
