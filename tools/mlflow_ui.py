@@ -54,6 +54,8 @@ _ROWS_JS = r"""(() => {
 # how long to wait for the UI to draw a step: a 2-core machine running a test tier beside it took over 15 s to
 # draw a chart's axis; a step that never comes still fails, only later
 UI_WAIT_S = 45
+PICK_ATTEMPTS = 3  # tries at choosing the plotted metric, each waiting up to PICK_WAIT_S for its axis
+PICK_WAIT_S = 30
 
 
 def compare_url(server: str, experiment_id: str, run_ids: Sequence[str]) -> str:
@@ -268,14 +270,25 @@ class MlflowUI:
                 break
             self.page.click(f"{metrics}.querySelector('[class*=selection-item-remove]')", "a metric's remove button")
             time.sleep(0.3)
-        self.page.click(f"{metrics}.querySelector('[class*=select-selector]')", "the metrics box")
-        self.page.type(metric)
         option = f"document.querySelector('[class*=select-item-option][title={json.dumps(metric)}]')"
-        self.page.wait_for(f"!!{option}", UI_WAIT_S, f"{metric} among the metrics")
-        self.page.click(option, f"the {metric} option")
-        self.page.press("Escape")
         axes = "Array.from(document.querySelectorAll('.parcoords .axis-title')).map(e => e.textContent)"
-        self.page.wait_for(f"{axes}.includes({json.dumps(metric)})", UI_WAIT_S, f"a {metric} axis")
+        has_axis = f"{axes}.includes({json.dumps(metric)})"
+        for attempt in range(PICK_ATTEMPTS):
+            # on a loaded machine a click can land while the dropdown still animates and pick nothing: pick again
+            if not self.page.evaluate(f"{chosen}.includes({json.dumps(metric)})"):
+                self.page.click(f"{metrics}.querySelector('[class*=select-selector]')", "the metrics box")
+                self.page.type(metric)
+                self.page.wait_for(f"!!{option}", UI_WAIT_S, f"{metric} among the metrics")
+                self.page.click(option, f"the {metric} option")
+                self.page.press("Escape")
+            try:
+                self.page.wait_for(has_axis, PICK_WAIT_S, f"a {metric} axis")
+                break
+            except BrowserError as error:
+                if attempt == PICK_ATTEMPTS - 1:
+                    shown = self.page.evaluate(f"[{chosen}, {axes}]")
+                    picked = f"after {PICK_ATTEMPTS} picks (chosen: {shown[0]}; axes: {shown[1]})"
+                    raise UIError(f"{error} {picked}") from error
         time.sleep(0.5)
         return self.page.evaluate(axes)
 
