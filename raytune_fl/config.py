@@ -457,6 +457,18 @@ class ExperimentConfig(_Strict):
     )
     seed: Seed = Field(0, description="the training seed: model initialisation, batch order and client sampling")
     eval_batch_size: int = Field(500, ge=1, description="batch size of evaluation (validation, test, diagnostics)")
+    # cross-device runs train ~2,500 images a round and would evaluate 10,000: the evaluation would be most of it
+    eval_every: int = Field(
+        1,
+        ge=1,
+        description="rounds between server evaluations (validation, test, diagnostics); the last round is always "
+        "evaluated; rounds between report training figures only",
+    )
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32",
+        description="the clients' training and the evaluation in autocast at this precision (fp16 with a gradient "
+        "scaler); weights, aggregation and server state stay fp32",
+    )
     diagnostics: DiagnosticsConfig = Field(
         DiagnosticsConfig(), description="which per-round diagnostics are computed and how often"
     )
@@ -483,6 +495,11 @@ class ExperimentConfig(_Strict):
                 f"client, fewer than one; the smallest that samples one client is {smallest_participation(clients)}"
             )
         return self
+
+    def evaluates(self, round_index: int) -> bool:
+        """Whether round `round_index` (1-based) ends with the server's evaluation: every `eval_every`, the last
+        (and the first round a run reports, engine/federation.py)."""
+        return round_index % self.eval_every == 0 or round_index >= self.rounds
 
     def clients_per_round(self) -> int:
         """The clients a round samples (synchronous rounds), or trains at once (FedBuff's concurrency)."""

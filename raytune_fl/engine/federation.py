@@ -307,10 +307,13 @@ class Federation:
         self._failures_ahead = [f for f in drained if f.round_index > round_index]
         self.failures_total += len(failures)
         evaluate_started = time.perf_counter()
-        metrics: dict[str, Any] = {ROUND: round_index, **self.evaluate()}
+        # between evaluations: training figures only. A run's first round is evaluated too (a resumed one's
+        # included), so every report after it has a score to carry (tune/trainable.py)
+        evaluated = self.experiment.evaluates(round_index) or self._last is None
+        metrics: dict[str, Any] = {ROUND: round_index, **(self.evaluate() if evaluated else {})}
         evaluate_s = time.perf_counter() - evaluate_started
         watched = VAL_LOSS if len(self.evaluator.val_y) else TEST_LOSS  # no validation split: its loss is NaN
-        if not math.isfinite(metrics[watched]):
+        if evaluated and not math.isfinite(metrics[watched]):
             raise NonFiniteLossError(f"{'validation' if watched == VAL_LOSS else 'test'} loss is {metrics[watched]}")
         metrics.update(mean_client_metrics(updates))
         metrics.update(upload_metrics(updates))  # what the aggregated clients sent, on every schedule
@@ -334,7 +337,8 @@ class Federation:
         metrics[ROUND_TIME_S] = evaluated_at - started  # diagnostics below are timed apart
         metrics[AGGREGATE_S] = self._aggregate_s  # part of round_time_s
         metrics[EVALUATE_S] = evaluate_s  # part of round_time_s: the global (and personalised) evaluation
-        if self.experiment.diagnostics.decomposition and self.costly_round(round_index) and updates:
+        # the decomposition starts from this round's validation loss: on evaluated rounds only
+        if self.experiment.diagnostics.decomposition and self.costly_round(round_index) and updates and evaluated:
             started = time.perf_counter()
             metrics.update(self.evaluator.decompose_loss(self.weights, start_weights, updates, metrics[VAL_LOSS]))
             metrics[DECOMPOSITION_S] = time.perf_counter() - started

@@ -95,6 +95,9 @@ SPECTRUM_KEY: Final = "classifier_spectrum"
 CLIENT_ACC_KEY: Final = "client_accuracy"
 CLIENT_LOG_KEY: Final = "client_log"
 
+# a round between evaluations (eval_every > 1): the names its Tune result carries from the last evaluated round
+CARRIED_KEY: Final = "carried"
+
 # derived by the readers
 VAL_ACC_SE: Final = "val_acc_se"
 BEST_PREFIX: Final = "best_"
@@ -190,6 +193,10 @@ GROUPS: Final[Mapping[str, Mapping[str, str]]] = {
         SPECTRUM_KEY: "every singular value of the classifier weight, descending (diagnostics.spectrum)",
         CLIENT_ACC_KEY: "each client's validation accuracy under the global model (diagnostics.client_accuracy)",
         CLIENT_LOG_KEY: "a row per logged client: status, local steps, simulated time, where it trained",
+    },
+    "rounds between evaluations (eval_every > 1)": {
+        CARRIED_KEY: "the names a round between evaluations carries from the last evaluated round, in its Tune "
+        "result only (Tune's scheduler and searcher need the tuned metric in every result); never logged",
     },
     "derived by the readers": {
         VAL_ACC_SE: "a study's summary: binomial standard error of the selected trial's val_acc (tune/uncertainty.py)",

@@ -16,6 +16,7 @@ from typing import Any
 
 # the keys beside the scalars, declared with every metric name; their users import them from here too
 from raytune_fl.engine.metric_names import (
+    CARRIED_KEY,
     CLIENT_ACC_KEY,
     CLIENT_LOG_KEY,
     DIVERGED,
@@ -23,6 +24,7 @@ from raytune_fl.engine.metric_names import (
     ROUND,
     SPECTRUM_KEY,
     SYSTEM_PREFIX,
+    VAL_LOSS,
 )
 
 LIST_KEYS = (SPECTRUM_KEY, CLIENT_ACC_KEY, CLIENT_LOG_KEY)
@@ -67,6 +69,11 @@ class RoundReport(Mapping[str, Any]):
         )
 
     @property
+    def evaluated(self) -> bool:
+        """Whether the round ended with the server's evaluation (eval_every), or is a divergence's last report."""
+        return VAL_LOSS in self.scalars
+
+    @property
     def diverged(self) -> bool:
         return bool(self.scalars.get(DIVERGED))
 
@@ -90,3 +97,17 @@ class RoundReport(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._flat)
+
+
+def carry_evaluation(result: dict[str, Any], last_evaluated: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A round between evaluations as Tune gets it: the scalars of the last evaluated round that this one lacks
+    (the tuned metric among them: Tune's scheduler and searcher require it in every result), named under
+    CARRIED_KEY so that the driver drops them again (`evaluated_only`)."""
+    carried = {k: v for k, v in (last_evaluated or {}).items() if k not in result and k not in (*LIST_KEYS, ROUND)}
+    return {**result, **carried, CARRIED_KEY: sorted(carried)} if carried else result
+
+
+def evaluated_only(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A Tune result without what `carry_evaluation` carried into it: what the round itself measured."""
+    dropped = {CARRIED_KEY, *result.get(CARRIED_KEY, ())}
+    return {k: v for k, v in result.items() if k not in dropped}

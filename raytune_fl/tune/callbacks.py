@@ -10,7 +10,7 @@ from typing import Any
 from ray import tune
 
 from raytune_fl.engine.metric_names import ROUND
-from raytune_fl.engine.report import RoundReport
+from raytune_fl.engine.report import RoundReport, evaluated_only
 from raytune_fl.tracking import TrialTracker
 from raytune_fl.tracking.background import SerialWriter
 from raytune_fl.tune import interrupt
@@ -44,7 +44,7 @@ def round_report(result: dict[str, Any]) -> RoundReport:
     """The round's report a trial sent (tune/trainable.py), from the result Tune hands the driver."""
     if ROUND not in result:  # not one of ours (a runner's own report): Tune's iteration count is its round
         result = {**result, ROUND: result.get("training_iteration", 0)}
-    return RoundReport.from_result({k: v for k, v in result.items() if k not in TUNE_RESULT_KEYS})
+    return RoundReport.from_result({k: v for k, v in evaluated_only(result).items() if k not in TUNE_RESULT_KEYS})
 
 
 class MlflowTrialLogger(tune.Callback):

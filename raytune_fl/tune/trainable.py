@@ -41,6 +41,7 @@ def federated_trial(
     from raytune_fl.devices import choose_device
     from raytune_fl.engine.checkpoint import load_state, save_state
     from raytune_fl.engine.federation import Federation, in_process_pool
+    from raytune_fl.engine.report import carry_evaluation
 
     # Ray logs a line per checkpoint, i.e. per round: the progress printer already says each round
     logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
@@ -65,10 +66,18 @@ def federated_trial(
 
         sampler = SystemSampler()  # made before the first round: its first window is that round
 
+    last_evaluated: dict[str, Any] | None = None  # the scalars of the last round that ended with an evaluation
+
     def report(round_report: RoundReport) -> None:
-        # every report carries the tuned metric (val_acc / val_loss); a checkpoint goes with it every `every`
-        # rounds, the last one included, so a resumed trial never repeats more than `every - 1` rounds
+        # every report carries the tuned metric (val_acc / val_loss), a round between evaluations the last
+        # evaluated round's; a checkpoint goes with it every `every` rounds, the last one included, so a resumed
+        # trial never repeats more than `every - 1` rounds
+        nonlocal last_evaluated
         round_index, metrics = round_report.round, round_report.to_result()
+        if round_report.evaluated:
+            last_evaluated = dict(round_report.scalars)
+        else:
+            metrics = carry_evaluation(metrics, last_evaluated)
         if sampler is not None:
             metrics.update(sampler.sample())
         due = every > 0 and not round_report.diverged and (round_index % every == 0 or round_index == experiment.rounds)
