@@ -111,3 +111,17 @@ def evaluated_only(result: Mapping[str, Any]) -> dict[str, Any]:
     """A Tune result without what `carry_evaluation` carried into it: what the round itself measured."""
     dropped = {CARRIED_KEY, *result.get(CARRIED_KEY, ())}
     return {k: v for k, v in result.items() if k not in dropped}
+
+
+class TuneResults:
+    """Each round's report as the flat result Tune gets (tune/trainable.py): a round between evaluations carries
+    the last evaluated round's scalars (`carry_evaluation`)."""
+
+    def __init__(self) -> None:
+        self.last_evaluated: dict[str, Any] | None = None
+
+    def __call__(self, report: RoundReport) -> dict[str, Any]:
+        if report.evaluated:
+            self.last_evaluated = dict(report.scalars)
+            return report.to_result()
+        return carry_evaluation(report.to_result(), self.last_evaluated)

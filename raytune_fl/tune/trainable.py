@@ -31,17 +31,15 @@ def federated_trial(
     """`system_metrics`: the driver's MLflow switch (tracking/system_metrics.py), read where it built the trainable:
     this process samples its node once per round and the samples go with the round's report."""
     resources = experiment.resources
-    if resources.actors > 0:
-        PROCESS_ACTORS.start_early(
-            resources
-        )  # before the imports below: the actors import torch meanwhile, in their processes
+    if resources.actors > 0:  # before the imports below: the actors import torch meanwhile, in their processes
+        PROCESS_ACTORS.start_early(resources)
     import torch
 
     from raytune_fl.actors import ray_pool_factory
     from raytune_fl.devices import choose_device
     from raytune_fl.engine.checkpoint import load_state, save_state
     from raytune_fl.engine.federation import Federation, in_process_pool
-    from raytune_fl.engine.report import carry_evaluation
+    from raytune_fl.engine.report import TuneResults
 
     # Ray logs a line per checkpoint, i.e. per round: the progress printer already says each round
     logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
@@ -66,24 +64,17 @@ def federated_trial(
 
         sampler = SystemSampler()  # made before the first round: its first window is that round
 
-    last_evaluated: dict[str, Any] | None = None  # the scalars of the last round that ended with an evaluation
+    tune_result = TuneResults()
 
     def report(round_report: RoundReport) -> None:
-        # every report carries the tuned metric (val_acc / val_loss), a round between evaluations the last
-        # evaluated round's; a checkpoint goes with it every `every` rounds, the last one included, so a resumed
-        # trial never repeats more than `every - 1` rounds
-        nonlocal last_evaluated
-        round_index, metrics = round_report.round, round_report.to_result()
-        if round_report.evaluated:
-            last_evaluated = dict(round_report.scalars)
-        else:
-            metrics = carry_evaluation(metrics, last_evaluated)
+        # every report carries the tuned metric (val_acc / val_loss; between evaluations the last evaluated round's);
+        # a checkpoint goes with it every `every` rounds and the last, so a resumed trial repeats < `every` rounds
+        round_index, metrics = round_report.round, tune_result(round_report)
         if sampler is not None:
             metrics.update(sampler.sample())
         due = every > 0 and not round_report.diverged and (round_index % every == 0 or round_index == experiment.rounds)
         if not due:
-            tune.report(metrics)
-            return
+            return tune.report(metrics)
         with tempfile.TemporaryDirectory() as directory:
             save_state(federation.state_dict(), directory)
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
