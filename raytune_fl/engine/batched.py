@@ -22,7 +22,7 @@ one client at a time (`vectorisable`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,7 @@ from raytune_fl.engine.local import (
     set_phase_modes,
 )
 from raytune_fl.engine.metric_names import LOCAL_CE, LOCAL_LOSS, TERM_PREFIX
+from raytune_fl.engine.precision import StackedLossScaler, mixed_forward, stacked_loss_scaler
 from raytune_fl.engine.sgd import sgd_step
 from raytune_fl.methods.base import Batch, ClientContext, ClientHook, Method, Phase
 
@@ -179,14 +180,22 @@ class _Step(nn.Module):
     """One client's loss at one step, for functional_call: the model's parameters are swapped for the client's
     (vmapped) slice while `forward` runs, so a term reading `batch.model` sees this client's weights."""
 
-    def __init__(self, model: nn.Module, terms: Sequence[Any], num_classes: int) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        terms: Sequence[Any],
+        num_classes: int,
+        forward: Callable[[nn.Module, Tensor], Any] | None = None,
+    ) -> None:
         super().__init__()
         self.model = model
         self.terms = list(terms)  # not submodules: a term holds no parameters
         self.num_classes = num_classes
+        self.model_forward = forward  # precision.mixed_forward's; None: the model called plainly
 
     def forward(self, x: Tensor, y: Tensor, weights: Sequence[Any]) -> tuple[Tensor, Tensor]:
-        logits, z = self.model(x)
+        # float32 outputs under every precision: the terms below are fp32, as in the sequential loop
+        logits, z = self.model(x) if self.model_forward is None else self.model_forward(self.model, x)
         ce = F.cross_entropy(logits, y)
         values = [ce]
         loss = ce
@@ -259,9 +268,11 @@ def train_local_batched(
     names = [LOCAL_LOSS, LOCAL_CE] + [TERM_PREFIX + term.name for term in template.terms]
     sums = torch.zeros(k_count, len(names), dtype=torch.float64, device=x.device)
     counts = [[0] * len(names) for _ in range(k_count)]
+    # fp16: a loss scale per client for the whole round, as each client's own GradScaler in the sequential loop
+    scaler = stacked_loss_scaler(settings.precision, k_count, x.device)
     for phase in template.phases:
         _train_phase(models, methods, phase, x, y, starts, settings, generators, num_classes, contexts,
-                     max_steps, sums, counts)  # fmt: skip
+                     max_steps, sums, counts, scaler)  # fmt: skip
     results = []
     for row, count, method, ctx in zip(sums.tolist(), counts, methods, contexts):
         means = [total / max(c, 1) for total, c in zip(row, count)]
@@ -287,7 +298,9 @@ def _train_phase(
     max_steps: Sequence[int | None],
     sums: Tensor,
     counts: list[list[int]],
+    scaler: StackedLossScaler | None = None,
 ) -> None:
+    forward = mixed_forward(settings.precision, x.device, vmapped=True)  # refuses what the device cannot run
     budget_epochs = settings.epochs if phase.epochs is None else phase.epochs
     schedules = [
         _client_schedule(
@@ -334,7 +347,7 @@ def _train_phase(
         same = len(set(weights)) == 1
         term_weights.append(weights[0] if same else torch.tensor(weights, dtype=dtype, device=x.device))
     batched_weights = {t: w for t, w in enumerate(term_weights) if isinstance(w, Tensor)}
-    step_module = _Step(template, terms, num_classes)
+    step_module = _Step(template, terms, num_classes, None if settings.precision == "fp32" else forward)
 
     def client_loss(p, b, state, w, xb, yb):  # one client's slice of everything
         weights = [w.get(t, term_weights[t]) for t in range(len(terms))]
@@ -380,8 +393,16 @@ def _train_phase(
                 xb,
                 yb,
             )
-            losses.sum().backward()  # each client's loss depends on its own slice only: per-client gradients
+            found = rows = None  # fp16: which of the group's clients overflowed, and their caller indices
+            if scaler is None:
+                losses.sum().backward()  # each client's loss depends on its own slice only: per-client gradients
+            else:
+                rows = pick(ids)
+                (losses * scaler.scale.index_select(0, rows)).sum().backward()
             grads = {name: params[name].grad for name in trainable if params[name].grad is not None}
+            if scaler is not None:  # unscaled before the hooks read them; rows outside the group are zeros
+                with torch.no_grad():
+                    found = pick(scaler.unscale(grads, scaler.scale.index_select(0, ids)))
             for i, hook in enumerate(hooks):
                 if type(hook).after_backward is not ClientHook.after_backward:
                     hook.after_backward_batched([m.all_hooks[i] for m in methods], grads)
@@ -389,8 +410,13 @@ def _train_phase(
                 stepped = list(grads)
                 current = [pick(params[name]) for name in stepped]
                 buffers_now = [pick(momentum[name]) for name in stepped] if momentum else []
+                before = [t.clone() for t in current + buffers_now] if found is not None else []
                 # momentum buffers start at zeros: buf = 0 * m + g = g, torch's first step
                 sgd_step(current, [pick(grads[name]) for name in stepped], buffers_now, lr, settings)
+                if found is not None and rows is not None:  # an overflowed client's step is skipped, as GradScaler's
+                    for value, old in zip(current + buffers_now, before):
+                        value.copy_(torch.where(found.view(-1, *([1] * (value.dim() - 1))), old, value))
+                    scaler.update(rows, found)
                 if index is not None:  # scattered rows stepped on copies: write them back
                     for name, value in zip(stepped, current):
                         params[name].index_copy_(0, index, value)

@@ -29,6 +29,7 @@ from raytune_fl.engine.metric_names import (
     VAL_ACC,
     VAL_LOSS,
 )
+from raytune_fl.engine.precision import Precision, check_precision, mixed_forward
 from raytune_fl.engine.report import CLIENT_ACC_KEY, SPECTRUM_KEY
 from raytune_fl.types import ClientUpdate, Weights
 from raytune_fl.weights import load_weights
@@ -37,17 +38,21 @@ Personalise = Callable[[Weights, Mapping[str, Any]], Weights]  # a method's: the
 
 
 @torch.no_grad()
-def predict(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+def predict(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int, precision: Precision = "fp32"
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-sample cross-entropy and correctness of `model` in eval mode.
 
     The batches are computed where the model is (`x`, `y` best already there: `Evaluator` uploads its sets once);
-    the results stay there until one copy back at the end, so a GPU is never waited on per batch."""
+    the results stay there until one copy back at the end, so a GPU is never waited on per batch. `precision`:
+    the forward pass in autocast (engine/precision.py), its logits cast to float32 before the loss."""
     model.eval()
     device = next(model.parameters()).device
+    forward = mixed_forward(precision, device)
     losses, correct = [], []
     for start in range(0, x.shape[0], batch_size):
         xb, yb = x[start : start + batch_size].to(device), y[start : start + batch_size].to(device)
-        logits, _ = model(xb)
+        logits, _ = forward(model, xb)
         losses.append(F.cross_entropy(logits, yb, reduction="none").double())
         correct.append(logits.argmax(dim=1) == yb)
     if not losses:
@@ -55,9 +60,11 @@ def predict(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size
     return torch.cat(losses).cpu().numpy(), torch.cat(correct).cpu().numpy()
 
 
-def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[float, float]:
+def evaluate(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int, precision: Precision = "fp32"
+) -> tuple[float, float]:
     """Mean cross-entropy and accuracy of `model` in eval mode."""
-    losses, correct = predict(model, x, y, batch_size)
+    losses, correct = predict(model, x, y, batch_size, precision)
     n = max(len(losses), 1)
     return float(losses.sum()) / n, float(correct.sum()) / n
 
@@ -78,11 +85,18 @@ class Evaluator:
     """
 
     def __init__(
-        self, data: FederatedData, model: torch.nn.Module, batch_size: int, diagnostics: DiagnosticsConfig
+        self,
+        data: FederatedData,
+        model: torch.nn.Module,
+        batch_size: int,
+        diagnostics: DiagnosticsConfig,
+        precision: Precision = "fp32",
     ) -> None:
         self.data, self.model, self.batch_size, self.diagnostics = data, model, batch_size, diagnostics
         # the held-out sets live where the model is: uploaded once, not per round
         self.device = device = next(model.parameters()).device
+        check_precision(precision, device)  # the trial's process: refused as it builds, before any round
+        self.precision = precision
         dataset = data.dataset
         val = data.val_indices
         self.val_x = torch.from_numpy(dataset.x_train[val]).to(device)
@@ -108,8 +122,8 @@ class Evaluator:
         (`extra`, by name: `<name>_val_acc`, ...) and the cheap diagnostics."""
         load_weights(self.model, weights)
         size, num_clients = self.batch_size, self.data.num_clients
-        val_losses, val_correct = predict(self.model, self.val_x, self.val_y, size)
-        test_loss, test_acc = evaluate(self.model, self.test_x, self.test_y, size)
+        val_losses, val_correct = predict(self.model, self.val_x, self.val_y, size, self.precision)
+        test_loss, test_acc = evaluate(self.model, self.test_x, self.test_y, size, self.precision)
         metrics: dict[str, Any] = {
             # no validation split (partition.val_fraction 0): NaN, not a score of 0 that reads as a real one
             VAL_LOSS: float(val_losses.mean()) if len(val_losses) else math.nan,
@@ -121,8 +135,8 @@ class Evaluator:
             metrics.update(self.evaluate_personalised(weights, personalise, client_states))
         for name, other in (extra or {}).items():
             load_weights(self.model, {**weights, **other})
-            losses, correct = predict(self.model, self.val_x, self.val_y, size)
-            other_test_loss, other_test_acc = evaluate(self.model, self.test_x, self.test_y, size)
+            losses, correct = predict(self.model, self.val_x, self.val_y, size, self.precision)
+            other_test_loss, other_test_acc = evaluate(self.model, self.test_x, self.test_y, size, self.precision)
             metrics[f"{name}_{VAL_LOSS}"] = float(losses.mean()) if len(losses) else math.nan
             metrics[f"{name}_{VAL_ACC}"] = float(correct.mean()) if len(correct) else math.nan
             metrics[f"{name}_{TEST_LOSS}"], metrics[f"{name}_{TEST_ACC}"] = other_test_loss, other_test_acc
@@ -151,7 +165,7 @@ class Evaluator:
                 continue
             load_weights(self.model, personalise(weights, client_states.get(cid, {})))
             index = torch.from_numpy(mine).to(self.device)
-            correct[mine] = predict(self.model, self.val_x[index], self.val_y[index], size)[1]
+            correct[mine] = predict(self.model, self.val_x[index], self.val_y[index], size, self.precision)[1]
         load_weights(self.model, weights)
         spread = per_client_accuracy(correct, self.val_owner, self.data.num_clients)
         return {PERSONAL_VAL_ACC: float(correct.mean()), **{PERSONAL_PREFIX + k: v for k, v in spread.items()}}
@@ -176,7 +190,7 @@ class Evaluator:
             client_weights.update(update.buffers)
             load_weights(self.model, client_weights)
             own = torch.from_numpy(self.data.train_parts[update.client_id]).to(self.device)
-            local.append(evaluate(self.model, x[own], y[own], size)[0])
-            shifted.append(evaluate(self.model, self.val_x, self.val_y, size)[0])
+            local.append(evaluate(self.model, x[own], y[own], size, self.precision)[0])
+            shifted.append(evaluate(self.model, self.val_x, self.val_y, size, self.precision)[0])
         load_weights(self.model, weights)
         return loss_decomposition(val_loss, local, shifted, [u.num_samples for u in updates])

@@ -98,6 +98,7 @@ def worker_spec(
         bn_running=experiment.batchnorm.local_training == "running",
         schedule=LrSchedule.of(opt.schedule, experiment.rounds),
         probe_rounds=probe_rounds(experiment),
+        precision=experiment.precision,
     )
     local_statistics = experiment.batchnorm.aggregate == "local"
     deterministic = experiment.reproducibility.deterministic
@@ -197,7 +198,7 @@ class Federation:
             self.schedule = BufferedAsync(exp, self.data.num_clients, self.method.buffer_size)
         self.round = 0  # rounds completed
         self.failures_total = 0  # worker deaths survived so far
-        self.evaluator = Evaluator(self.data, self.model, exp.eval_batch_size, exp.diagnostics)
+        self.evaluator = Evaluator(self.data, self.model, exp.eval_batch_size, exp.diagnostics, exp.precision)
 
     @classmethod
     def of(cls, trial: TrialSpec, **kwargs: Any) -> Federation:

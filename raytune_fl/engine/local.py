@@ -23,6 +23,7 @@ from raytune_fl.engine.metric_names import (
     LOCAL_LOSS,
     TERM_PREFIX,
 )
+from raytune_fl.engine.precision import LossScaler, Precision, loss_scaler, mixed_forward
 from raytune_fl.engine.sgd import PlainSGD
 from raytune_fl.methods.base import Batch, ClientContext, Method, Phase
 
@@ -39,6 +40,7 @@ class LocalSettings:
     bn_running: bool = False  # BatchNorm in eval mode while training: use, never update, its running statistics
     schedule: LrSchedule = LrSchedule()  # `lr` is the base rate; `for_round` applies the schedule
     probe_rounds: frozenset[int] = frozenset()  # rounds that measure gradient norms (diagnostics.gradient_norms)
+    precision: Precision = "fp32"  # the forward pass in autocast (engine/precision.py); fp32: no autocast at all
 
     def for_round(self, round_index: int) -> LocalSettings:
         """These settings at the learning rate of round `round_index` (the same object when the rate is constant)."""
@@ -86,8 +88,12 @@ def train_local(
     probe = (
         GradientProbe([t.name for t in method.terms], x.device) if ctx.round_index in settings.probe_rounds else None
     )
+    # one loss scale for the whole round (fp16), across phases, as one GradScaler around the round would keep it
+    scaler = loss_scaler(settings.precision, x.device)
     for phase in method.phases:
-        _train_phase(model, method, phase, x, y, settings, generator, num_classes, ctx, max_steps, sums, counts, probe)
+        _train_phase(
+            model, method, phase, x, y, settings, generator, num_classes, ctx, max_steps, sums, counts, probe, scaler
+        )
     means = [total / max(count, 1) for total, count in zip(sums.tolist(), counts)]
     if ctx.steps and not all(map(_finite, means)):
         raise NonFiniteLossError(f"non-finite local loss: {dict(zip(names, means))}")
@@ -111,7 +117,9 @@ def _train_phase(
     sums: Tensor,
     counts: list[int],
     probe: GradientProbe | None = None,
+    scaler: LossScaler | None = None,
 ) -> None:
+    forward = mixed_forward(settings.precision, x.device)  # refuses a precision the device cannot run
     frozen = _freeze_outside(model, phase.trains)
     set_phase_modes(model, phase, settings)
     # a fresh optimiser every phase: momentum does not leak across rounds, clients or phases. Built after the
@@ -144,7 +152,7 @@ def _train_phase(
             xb, yb = x[index], y[index]
             if draws is not None:
                 xb = draws.apply(xb, settings.augment, batch_number)
-            logits, z = model(xb)
+            logits, z = forward(model, xb)  # float32 outputs under every precision: the terms below are fp32
             ce = F.cross_entropy(logits, yb)
             values: list[Tensor] = [ce]
             loss = ce
@@ -155,12 +163,20 @@ def _train_phase(
                     values.append(value)
                     loss = loss + term.weight * value
             if probe is not None and batch_number == 0:  # the first batch of every pass: early and late in the round
+                # unscaled under fp16: autograd.grad of the loss itself (a diagnostic; .grad is left alone)
                 probe.measure(values, [term.weight for term in terms], optimizer.params)
             optimizer.zero_grad()
-            loss.backward()
-            for hook in hooks:
-                hook.after_backward(ctx)
-            optimizer.step()
+            if scaler is None:
+                loss.backward()
+                for hook in hooks:
+                    hook.after_backward(ctx)
+                optimizer.step()
+            else:  # fp16: hooks (clipping, SCAFFOLD's correction) see unscaled gradients; an overflow skips the step
+                scaler.scale(loss).backward()
+                stepper = scaler.unscale(optimizer.params, optimizer.step)
+                for hook in hooks:
+                    hook.after_backward(ctx)
+                scaler.step(stepper)  # a skipped step still counts below: its batch was drawn and seen
             sums[:width] += torch.stack([loss.detach(), *(v.detach() for v in values)]).double()
             counts[:width] = [count + 1 for count in counts[:width]]
             steps += 1

@@ -29,7 +29,7 @@ class LipschitzAlignment(LocalTerm):
 
     def loss(self, batch: Batch) -> Tensor:
         assert self.block is not None and self.block.inputs is not None and self.block.outputs is not None
-        a, b = self.block.inputs.detach(), self.block.outputs.detach()
+        a, b = self.block.inputs.detach().float(), self.block.outputs.detach().float()  # fp32 under autocast too
         reduced_in = a[:, : reduced_channels(self.block.in_channels, self.width)]
         b_reduced = self.block.sliced(reduced_in, self.width)
         sigma_full = top_singular_value(transmitting_matrix(a, b))
