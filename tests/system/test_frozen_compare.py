@@ -3,7 +3,9 @@ frozen copy of the commit before that refactor and in this tree, their MLflow ru
 tools/frozen_compare.py. Every trial's params, tags and metric histories equal, every parent's tags and metrics
 equal; a parent's params are its trials' params minus the searched names (the one change, made on purpose). Since
 issue 50 the rounds also log the clients' 10th-percentile accuracy and variance (and their best_ copies on the
-parent), and the bytes uploaded (a "bytes" metric: frozen_compare leaves such out): allowed as added keys only."""
+parent), and the bytes uploaded (a "bytes" metric: frozen_compare leaves such out); since issue 48 two new settings,
+eval_every and precision, are params of every trial (at their defaults: the rounds are unchanged). All allowed as added
+keys only."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ def test_a_seeded_study_logs_what_it_logged_before_the_record_builder(tmp_path):
     git_output("cat-file", "-t", BEFORE_RECORDS)  # skipped where git or the commit (a shallow clone) is missing
     command = [sys.executable, "tools/frozen_compare.py", "--base", BEFORE_RECORDS, "--with-tune", "--cases", "tune"]
     command += ["--parent-params-from-trials", "--out", str(tmp_path / "out")]
-    command += ["--allow-added-keys", "client_acc_p10,client_acc_var,best_client_acc_p10,best_client_acc_var"]
+    added = "client_acc_p10,client_acc_var,best_client_acc_p10,best_client_acc_var,eval_every,precision"
+    command += ["--allow-added-keys", added]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "ALL EQUAL" in done.stdout
