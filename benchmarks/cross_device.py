@@ -460,9 +460,7 @@ def run_way(
 ) -> WayResult:
     label = f"{way} K={client_batch}" if way == "batched" else way
     measured = measure(child_command(way, protocol, threads, client_batch, warmup, pfl_python))
-    if measured.returncode != 0:
-        raise RuntimeError(f"{label} exited with {measured.returncode}:\n{measured.stderr[-3000:]}")
-    report = measured.last_json()
+    report = measured.report(label)
     return WayResult(
         label,
         rep,

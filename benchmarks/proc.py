@@ -74,6 +74,12 @@ class Measured:
     stderr: str
     stamped: list[tuple[float, str]] = dataclasses.field(default_factory=list)  # (s since start, stdout line)
 
+    def report(self, label: str) -> dict[str, Any]:
+        """The child's own report (`last_json`); a child that failed raises, named by `label`, with its stderr."""
+        if self.returncode != 0:
+            raise RuntimeError(f"{label} exited with {self.returncode}:\n{self.stderr[-3000:]}")
+        return self.last_json()
+
     def last_json(self) -> dict[str, Any]:
         """The last line of stdout that parses as a JSON object: the child's own report."""
         report = last_json(self.stdout)
