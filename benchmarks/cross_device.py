@@ -11,7 +11,8 @@ repetition; every ratio divides by the plain loop (or pfl) of the same repetitio
   server takes their sample-weighted mean (BatchNorm's running statistics too) and evaluates every `--eval-every`
   rounds and at the last. `plain_cl`: the same in channels-last.
 - `inprocess`: the engine (engine/federation.py), clients in this process (`resources.actors: 0`); channels-last, the
-  engine's default. `actors`: the engine on 2 Ray actors x 1 CPU, a private local cluster. `batched`: in-process with
+  engine's default. `actors`: the engine on 2 Ray actors x 1 CPU, a private local cluster; `actors_sums` the same
+  with `resources.partial_sums` (one message per actor a round, not one per client). `batched`: in-process with
   `resources.client_batch` K, one row per K of `--client-batch`. `bf16`: in-process with `precision: bf16`.
 - `pfl`: pfl-research (benchmarks/pfl_way.py) on the same images, users, cohorts, model, batch and rate, run by
   `--pfl-python` (an interpreter where `import pfl` works; the row is skipped, saying why, where there is none).
@@ -62,8 +63,15 @@ import numpy as np  # noqa: E402
 from benchmarks.proc import MiB, measure, print_result  # noqa: E402
 from raytune_fl.engine.metric_names import EVALUATE_S, ROUND, TEST_ACC  # noqa: E402
 
-WAYS = ("plain", "plain_cl", "inprocess", "actors", "batched", "bf16", "pfl")
-ENGINE_WAYS = {"inprocess": (0, "fp32"), "actors": (2, "fp32"), "batched": (0, "fp32"), "bf16": (0, "bf16")}
+WAYS = ("plain", "plain_cl", "inprocess", "actors", "actors_sums", "batched", "bf16", "pfl")
+# the engine's ways: (actors, precision, resources.partial_sums)
+ENGINE_WAYS = {
+    "inprocess": (0, "fp32", False),
+    "actors": (2, "fp32", False),
+    "actors_sums": (2, "fp32", True),
+    "batched": (0, "fp32", False),
+    "bf16": (0, "bf16", False),
+}
 FULL_ROUNDS = 1500  # the benchmark's run, which the measured rounds are extrapolated to
 PFL_VENV_PYTHON = Path("/opt/pflenv/bin/python")  # where pfl is installed apart (it pins an older `packaging`)
 
@@ -213,13 +221,24 @@ def run_plain(protocol: Protocol, threads: int, channels_last: bool) -> dict[str
 
 
 def engine_config(
-    protocol: Protocol, actors: int = 0, client_batch: int = 1, precision: str = "fp32", channels_last: bool = True
+    protocol: Protocol,
+    actors: int = 0,
+    client_batch: int = 1,
+    precision: str = "fp32",
+    channels_last: bool = True,
+    partial_sums: bool = False,
 ):
     """The protocol as an ExperimentConfig: every user trains on its whole share (no validation split) and the test
     set is what the server evaluates, as in the plain loop; diagnostics off (not part of the protocol)."""
     from raytune_fl.config import ExperimentConfig
 
-    resources = {"actors": actors, "cpus_per_actor": 1, "client_batch": client_batch, "channels_last": channels_last}
+    resources = {
+        "actors": actors,
+        "cpus_per_actor": 1,
+        "client_batch": client_batch,
+        "channels_last": channels_last,
+        "partial_sums": partial_sums,
+    }
     experiment = ExperimentConfig.model_validate(
         {
             "dataset": "synthetic",
@@ -258,8 +277,8 @@ def run_engine(protocol: Protocol, way: str, threads: int, client_batch: int = 1
     from benchmarks.workload import timed_run
 
     torch.set_num_threads(threads)
-    actors, precision = ENGINE_WAYS[way]
-    experiment = engine_config(protocol, actors, client_batch if way == "batched" else 1, precision)
+    actors, precision, sums = ENGINE_WAYS[way]
+    experiment = engine_config(protocol, actors, client_batch if way == "batched" else 1, precision, partial_sums=sums)
     setup_s = time.perf_counter() - START
     rows, times = timed_run(experiment)
     evaluated = [row for row in rows if _finite(row.get(TEST_ACC))]  # a round without evaluation reports none

@@ -254,6 +254,11 @@ class ResourcesConfig(_Strict):
         description="clients a worker trains at once as one vectorised model: 1 = one after another (bit for "
         "bit the sequential engine); auto = on a GPU the most that fit client_batch_memory_gb, on the CPU 1",
     )
+    partial_sums: bool = Field(
+        False,
+        description="each worker sums its clients' weighted deltas and sends one message a round (FedAvg's rule: "
+        "FedAvg, FedProx, UniVarFL, ...); the same model up to float summation order; false = a delta per client",
+    )
     client_batch_memory_gb: float = Field(
         4.0,
         gt=0,

@@ -37,6 +37,20 @@ class ClientUpdate:
     extras: dict[str, Any] = field(default_factory=dict)
     staleness: int = 0  # server versions between the model this client started from and the one it is applied to
     place: WorkerPlace | None = None  # filled by the Ray actor that trained it
+    # resources.partial_sums: the delta went into its worker's sum (shared by that worker's clients); `delta` is {}
+    summed: PartialSum | None = None
+
+
+@dataclass(frozen=True)
+class PartialSum:
+    """The float entries of some clients' deltas, summed where the clients trained (resources.partial_sums), so a
+    worker sends one model-sized message a round instead of one per client. aggregators/partial.py does the maths."""
+
+    client_ids: tuple[int, ...]  # ascending
+    samples: int  # sum of n_i: FedAvg's weights
+    weighted: Weights  # sum_i n_i * delta_i, float64
+    plain: Weights  # sum_i delta_i of the BatchNorm running statistics, float64 (batchnorm.aggregate: mean)
+    delta_bytes: int  # one client's delta in bytes: what each would have sent (upload accounting)
 
 
 def is_float_entry(array: np.ndarray) -> bool:

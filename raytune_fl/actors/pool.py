@@ -16,6 +16,10 @@ wherever and whenever they train. A chunk is lost, and retried, as one: every cl
 is retried in the same chunk, or past the retries comes back as `ClientLost`. `submit` (FedBuff's asynchronous
 dispatches) still queues one job, trained alone.
 
+Partial sums (`resources.partial_sums`, a round `submit_all(..., summed=True)`): the round's jobs are cut into one
+chunk per actor the same way, and each actor sends back one message: its clients' metrics and states, and one sum of
+their deltas (`train_summed`). The driver then handles `actors` messages a round, not one per client.
+
 Actors across trials (an `ActorCache`, used inside Tune trials, whose process Tune reuses for the next trial):
 a closed pool parks its actors in this process instead of killing them, and the next pool with the same data
 and resources reconfigures them (a fresh model and method on the data they hold) instead of starting new ones
@@ -41,8 +45,9 @@ from raytune_fl.engine.data import FederatedData
 from raytune_fl.engine.pool import ClientLost, Outcome, TrainJob, WorkerFailure, client_batches
 from raytune_fl.engine.worker import WorkerSpec
 
-# a unit of the queue: its tickets, their jobs (one, or a chunk trained together), its attempt (0 = the first try)
-_Queued = tuple[tuple[int, ...], tuple[TrainJob, ...], int]
+# a unit of the queue: its tickets, their jobs (one, or a chunk trained together), its attempt (0 = the first try),
+# whether the chunk comes back as one sum (resources.partial_sums)
+_Queued = tuple[tuple[int, ...], tuple[TrainJob, ...], int, bool]
 
 
 @dataclasses.dataclass
@@ -52,6 +57,7 @@ class _InFlight:
     jobs: tuple[TrainJob, ...]  # one job (ClientActor.train), or a chunk (train_many)
     attempt: int
     deadline: float
+    summed: bool = False
 
 
 def _sharing(jobs: Sequence[TrainJob], run: Sequence[int]) -> list[list[int]]:
@@ -122,6 +128,7 @@ class RayActorPool:
         self.failures: list[WorkerFailure] = []
         self.refs: dict[int, tuple[object, ray.ObjectRef]] = {}  # id(weights or payload) -> (object, its ref)
         self.next_ticket = 0
+        self.replies = 0  # messages back from the actors (a client's update, a chunk's, or a chunk's sum)
 
     def ready(self) -> None:
         """Block until every actor has started (torch imported, data loaded), so round 1 times training only."""
@@ -144,20 +151,20 @@ class RayActorPool:
 
     def submit(self, job: TrainJob) -> int:
         self.next_ticket += 1
-        self.queue.append(((self.next_ticket,), (job,), 0))
+        self.queue.append(((self.next_ticket,), (job,), 0, False))
         self._dispatch()
         return self.next_ticket
 
-    def submit_all(self, jobs: Sequence[TrainJob]) -> list[int]:
-        batch = self.spec.client_batch
-        if batch <= 1:
+    def submit_all(self, jobs: Sequence[TrainJob], summed: bool = False) -> list[int]:
+        batch = len(jobs) if summed else self.spec.client_batch  # partial sums: one chunk per actor
+        if batch <= 1 and not summed:
             return [self.submit(job) for job in jobs]
         tickets = [self.next_ticket + 1 + i for i in range(len(jobs))]
         self.next_ticket += len(jobs)
         # the chunks are fixed here, from the round's jobs alone (see above)
         for run in client_batches(jobs, self.sizes, batch, workers=len(self.actors)):
             for chunk in _sharing(jobs, run):
-                self.queue.append((tuple(tickets[i] for i in chunk), tuple(jobs[i] for i in chunk), 0))
+                self.queue.append((tuple(tickets[i] for i in chunk), tuple(jobs[i] for i in chunk), 0, summed))
         self._dispatch()
         return tickets
 
@@ -176,7 +183,8 @@ class RayActorPool:
                 except RayActorError as error:
                     self._lost(flight, error.__class__.__name__)
                     continue
-                self.done.update(zip(flight.tickets, result if len(flight.jobs) > 1 else [result]))
+                self.replies += 1
+                self.done.update(zip(flight.tickets, result if isinstance(result, list) else [result]))
                 self.idle.append(flight.slot)
             now = time.monotonic()
             for ref, flight in list(self.in_flight.items()):
@@ -207,15 +215,19 @@ class RayActorPool:
         self.queue.sort(key=lambda item: (-max(self.sizes[job.client_id] for job in item[1]), min(item[0])))
         while self.idle and self.queue:
             slot = self.idle.pop()
-            tickets, jobs, attempt = self.queue.pop(0)
+            tickets, jobs, attempt, summed = self.queue.pop(0)
             # the big parts travel as shared refs: a chunk's jobs share them (_sharing)
             weights, payload = self._ref(jobs[0].weights), self._ref(jobs[0].payload)
             bare = [dataclasses.replace(job, weights={}, payload={}) for job in jobs]
-            if len(jobs) == 1:
-                ref = self.actors[slot].train.remote(bare[0], weights, payload, attempt)
+            actor = self.actors[slot]
+            if summed:
+                ref = actor.train_summed.remote(bare, weights, payload, attempt)
+            elif len(jobs) == 1:
+                ref = actor.train.remote(bare[0], weights, payload, attempt)
             else:
-                ref = self.actors[slot].train_many.remote(bare, weights, payload, attempt)
-            self.in_flight[ref] = _InFlight(slot, tickets, jobs, attempt, time.monotonic() + self.timeout_s)
+                ref = actor.train_many.remote(bare, weights, payload, attempt)
+            deadline = time.monotonic() + self.timeout_s
+            self.in_flight[ref] = _InFlight(slot, tickets, jobs, attempt, deadline, summed)
 
     def _ref(self, value: object) -> ray.ObjectRef:
         """The global weights go into the object store once per version, however many clients read them."""
@@ -225,7 +237,7 @@ class RayActorPool:
         return self.refs[key][1]
 
     def _forget_unused_refs(self) -> None:
-        jobs = [job for _, queued, _ in self.queue for job in queued]
+        jobs = [job for _, queued, _, _ in self.queue for job in queued]
         jobs += [job for flight in self.in_flight.values() for job in flight.jobs]
         used = {id(job.weights) for job in jobs} | {id(job.payload) for job in jobs}
         self.refs = {k: v for k, v in self.refs.items() if k in used}
@@ -237,7 +249,7 @@ class RayActorPool:
         self._replace(flight.slot)
         self.idle.append(flight.slot)
         if flight.attempt < self.retries:
-            self.queue.append((flight.tickets, flight.jobs, flight.attempt + 1))
+            self.queue.append((flight.tickets, flight.jobs, flight.attempt + 1, flight.summed))
         else:
             for ticket, job in zip(flight.tickets, flight.jobs):
                 self.done[ticket] = ClientLost(job.client_id, flight.attempt + 1, error)

@@ -182,6 +182,8 @@ class Evaluator:
                 torch.from_numpy(dataset.y_train).to(self.device),
             )
         x, y = self._train_set
+        if any(update.summed is not None for update in updates):  # Federation.sums_round keeps these rounds' deltas
+            raise ValueError("the loss decomposition needs each client's delta; this round's were summed by worker")
         local, shifted = [], []
         for update in updates:
             client_weights = {

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from raytune_fl.aggregators.fedavg import plain_mean_statistics
+from raytune_fl.aggregators.fedavg import fedavg, plain_mean_statistics
+from raytune_fl.aggregators.partial import fedavg_of_sums
 from raytune_fl.config import ExperimentConfig, TrialSpec, clients_per_round
 from raytune_fl.devices import reproducible
 from raytune_fl.engine.augment import AugmentSpec
@@ -59,6 +60,7 @@ from raytune_fl.engine.system import ClientRecord, SystemModel
 from raytune_fl.engine.traffic import upload_metrics
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import METHODS, Method, build_method
+from raytune_fl.methods.base import Stateless
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
 from raytune_fl.weights import read_weights
 
@@ -161,6 +163,23 @@ def client_batch(experiment: ExperimentConfig, data: FederatedData, method: str,
     return auto_client_batch(model.build(), sample, experiment.batch_size, resources.client_batch_memory_gb, per_round)
 
 
+def partial_sums(experiment: ExperimentConfig, method: Method) -> bool:
+    """resources.partial_sums resolved: on where the method aggregates by FedAvg's own rule, the weighted sum that
+    splits by worker (aggregators/partial.py); for any other rule an EngineNotice, and a delta per client."""
+    if not experiment.resources.partial_sums:
+        return False
+    aggregator = method.aggregator
+    if method.buffer_size is None and isinstance(aggregator, Stateless) and aggregator.function is fedavg:
+        return True
+    warnings.warn(
+        f"resources.partial_sums: {method.name} aggregates by its own rule, not FedAvg's weighted sum; each client "
+        "sends its own delta",
+        EngineNotice,
+        stacklevel=2,
+    )
+    return False
+
+
 def in_process_pool(data: FederatedData, spec: WorkerSpec) -> ClientPool:
     return InProcessPool(ClientWorker(spec, data.dataset.x_train, data.dataset.y_train, data.train_parts))
 
@@ -181,6 +200,7 @@ class Federation:
         # fails early on bad params; this instance holds the server side (aggregator state)
         mean_size = sum(map(len, self.data.train_parts)) / self.data.num_clients
         self.method: Method = build_method(method, params, self.spec.method_context(self.data.num_clients, mean_size))
+        self.partial_sums = partial_sums(experiment, self.method)
         self.pool_factory = pool_factory
         self.device = torch.device(device)
         reproducible(experiment.reproducibility.deterministic)  # this process evaluates (and trains in-process)
@@ -234,6 +254,13 @@ class Federation:
     def costly_round(self, round_index: int) -> bool:
         return self.experiment.diagnostics.costly(round_index, self.experiment.rounds)
 
+    def sums_round(self, round_index: int) -> bool:
+        """Whether round `round_index`'s workers send partial sums: where they are on, except on the rounds whose
+        loss decomposition evaluates every client's own model (costly ones; report_round runs it on the evaluated
+        among them, so this keeps the deltas on a few rounds too many, never too few)."""
+        decomposes = self.experiment.diagnostics.decomposition and self.costly_round(round_index)
+        return self.partial_sums and not decomposes
+
     # ---- the run ---------------------------------------------------------------------------------
 
     def run(self, on_round: RoundCallback) -> RoundReport | None:
@@ -278,10 +305,13 @@ class Federation:
             if update.state is not None:
                 self.client_states[update.client_id] = update.state
         started = time.perf_counter()
-        if updates:  # everyone dropped, late or lost: the model stays as it was
+        plain_statistics = self.experiment.batchnorm.aggregate == "mean"
+        if updates and updates[0].summed is not None:  # partial sums: FedAvg's rule, split by worker
+            self.weights = fedavg_of_sums(self.weights, updates, plain_statistics)
+        elif updates:  # everyone dropped, late or lost: the model stays as it was
             start = self.weights
             self.weights = self.method.aggregate(start, updates)
-            if self.experiment.batchnorm.aggregate == "mean":
+            if plain_statistics:
                 self.weights = plain_mean_statistics(start, self.weights, updates)
             for client_id, state in self.method.aggregator.client_states().items():  # FedPAC's mixed classifiers
                 self.client_states[client_id] = {**(self.client_states.get(client_id) or {}), **state}

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from raytune_fl.engine.worker import ClientWorker, TrainJob  # TrainJob: re-exported, where it was
+from raytune_fl.engine.worker import ClientWorker, TrainJob, client_batches  # re-exported, where they were
 from raytune_fl.types import ClientUpdate
 
 
@@ -45,9 +45,11 @@ class ClientPool(Protocol):
         """Queue a job; returns its ticket. Training may start at once, in the background."""
         ...
 
-    def submit_all(self, jobs: Sequence[TrainJob]) -> list[int]:
+    def submit_all(self, jobs: Sequence[TrainJob], summed: bool = False) -> list[int]:
         """Queue a round's jobs together; their tickets, in the order of `jobs`. A pool that trains clients in
-        batches (`client_batch`) forms them here, from the whole round, so that they never depend on timing."""
+        batches (`client_batch`) forms them here, from the whole round, so that they never depend on timing.
+        `summed` (resources.partial_sums): each worker trains its share of the round and sends one sum of their
+        deltas (ClientUpdate.summed) instead of a delta per client."""
         ...
 
     def collect(self, tickets: Sequence[int]) -> dict[int, Outcome]:
@@ -65,22 +67,6 @@ def run_job(worker: ClientWorker, job: TrainJob) -> ClientUpdate:
     return worker.train(job.client_id, job.round_index, job.weights, job.payload, job.state, job.max_steps, job.stream)
 
 
-def client_batches(jobs: Sequence[TrainJob], sizes: Sequence[int], client_batch: int, workers: int) -> list[list[int]]:
-    """Which jobs train together (`resources.client_batch`), as positions in `jobs`: a round's jobs, largest client
-    first, in consecutive runs of at most `client_batch`, and no longer than it takes to give every worker one.
-
-    A function of the jobs alone, never of timing: the same clients share a step in every run of a seed (a batch's
-    results can differ from one client's alone in the last float bits only, see engine/batched.py).
-    """
-    order = sorted(range(len(jobs)), key=lambda i: (jobs[i].round_index, -sizes[jobs[i].client_id], i))
-    runs: list[list[int]] = []
-    for round_index in dict.fromkeys(jobs[i].round_index for i in order):
-        members = [i for i in order if jobs[i].round_index == round_index]
-        width = max(1, min(client_batch, -(-len(members) // max(workers, 1))))
-        runs += [members[at : at + width] for at in range(0, len(members), width)]
-    return runs
-
-
 class InProcessPool:
     """Trains clients one after another in this process: no Ray, for debugging and baselines.
 
@@ -92,6 +78,7 @@ class InProcessPool:
         self.worker = worker
         self.sizes = [int(ix.numel()) for ix in worker.client_indices]
         self.jobs: dict[int, TrainJob] = {}
+        self.summed: set[int] = set()  # tickets of rounds submitted with partial sums
         self.next_ticket = 0
 
     def ready(self) -> None:
@@ -102,10 +89,16 @@ class InProcessPool:
         self.jobs[self.next_ticket] = job
         return self.next_ticket
 
-    def submit_all(self, jobs: Sequence[TrainJob]) -> list[int]:
-        return [self.submit(job) for job in jobs]  # batches are formed when collected (all jobs run then)
+    def submit_all(self, jobs: Sequence[TrainJob], summed: bool = False) -> list[int]:
+        tickets = [self.submit(job) for job in jobs]  # batches are formed when collected (all jobs run then)
+        if summed:
+            self.summed.update(tickets)
+        return tickets
 
     def collect(self, tickets: Sequence[int]) -> dict[int, Outcome]:
+        if self.summed.intersection(tickets):  # one worker: the round's clients are one sum
+            self.summed.difference_update(tickets)
+            return dict(zip(tickets, self.worker.train_summed([self.jobs.pop(t) for t in tickets])))
         batch = self.worker.spec.client_batch
         if batch <= 1:
             return {t: run_job(self.worker, self.jobs.pop(t)) for t in tickets}
@@ -121,3 +114,4 @@ class InProcessPool:
 
     def close(self) -> None:
         self.jobs.clear()
+        self.summed.clear()

@@ -31,6 +31,10 @@ class RoundHost(Protocol):
     weights: Weights  # the global model
     client_states: dict[int, Any]  # per-client method state, sent with each client's job
 
+    def sums_round(self, round_index: int) -> bool:
+        """Whether the round's workers send one sum of their clients' deltas (resources.partial_sums)."""
+        ...
+
     def apply_round(self, round_index: int, updates: Sequence[ClientUpdate]) -> list[ClientUpdate]:
         """Keep client states and aggregate (round_index becomes `round`); returns the updates in client order."""
         ...

@@ -94,7 +94,7 @@ class SynchronousRounds:
             for p in plans
             if p.trains
         ]
-        tickets = pool.submit_all(jobs)
+        tickets = pool.submit_all(jobs, summed=host.sums_round(round_index))
         return _SubmittedRound(round_index, plans, tickets)
 
     def round_metrics(self, updates: Sequence[ClientUpdate]) -> dict[str, Any]:

@@ -46,7 +46,9 @@ def payload_bytes(value: Any) -> int:
 
 def upload_bytes(update: ClientUpdate) -> int:
     """What one client sent back: its delta, buffers and extras (not its state: see the module's rule)."""
-    return payload_bytes(update.delta) + payload_bytes(update.buffers) + payload_bytes(update.extras)
+    # with partial sums the delta went into its worker's sum: it counts as sent, as the client's protocol sends it
+    delta = payload_bytes(update.delta) if update.summed is None else update.summed.delta_bytes
+    return delta + payload_bytes(update.buffers) + payload_bytes(update.extras)
 
 
 def upload_metrics(updates: Sequence[ClientUpdate]) -> dict[str, float]:

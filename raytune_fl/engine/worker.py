@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from raytune_fl.aggregators.fedavg import is_running_statistic
+from raytune_fl.aggregators.partial import summed
 from raytune_fl.engine.batched import train_local_batched, vectorisable
 from raytune_fl.engine.local import LocalResult, LocalSettings, train_local
 from raytune_fl.methods import build_method
@@ -92,6 +93,22 @@ class KeepStatisticsLocal(ClientHook):
             for key, buffer in ctx.model.named_buffers()
             if is_running_statistic(key)
         }
+
+
+def client_batches(jobs: Sequence[TrainJob], sizes: Sequence[int], client_batch: int, workers: int) -> list[list[int]]:
+    """Which jobs train together (`resources.client_batch`), as positions in `jobs`: a round's jobs, largest client
+    first, in consecutive runs of at most `client_batch`, and no longer than it takes to give every worker one.
+
+    A function of the jobs alone, never of timing: the same clients share a step in every run of a seed (a batch's
+    results can differ from one client's alone in the last float bits only, see engine/batched.py).
+    """
+    order = sorted(range(len(jobs)), key=lambda i: (jobs[i].round_index, -sizes[jobs[i].client_id], i))
+    runs: list[list[int]] = []
+    for round_index in dict.fromkeys(jobs[i].round_index for i in order):
+        members = [i for i in order if jobs[i].round_index == round_index]
+        width = max(1, min(client_batch, -(-len(members) // max(workers, 1))))
+        runs += [members[at : at + width] for at in range(0, len(members), width)]
+    return runs
 
 
 def client_seed(seed: int, round_index: int, client_id: int) -> int:
@@ -194,6 +211,15 @@ class ClientWorker:
             self._update(job.client_id, job.weights, model, result)
             for job, (model, _), result in zip(jobs, slots, results)
         ]
+
+    def train_summed(self, jobs: Sequence[TrainJob]) -> list[ClientUpdate]:
+        """A round's clients for this worker, their deltas summed into one (resources.partial_sums): trained as
+        `train_many` would train them (`client_batch` at a time); updates in the order of `jobs`."""
+        sizes = [int(ix.numel()) for ix in self.client_indices]
+        updates: dict[int, ClientUpdate] = {}
+        for run in client_batches(jobs, sizes, self.spec.client_batch, workers=1):
+            updates.update(zip(run, self.train_many([jobs[i] for i in run])))
+        return summed([updates[i] for i in range(len(jobs))])
 
     def _train_job(self, job: TrainJob) -> ClientUpdate:
         return self.train(

@@ -77,8 +77,8 @@ class _FlakyPool:
             self.failures.append(WorkerFailure(job.round_index, job.client_id, 0, "injected"))
         return ticket
 
-    def submit_all(self, jobs: Sequence[TrainJob]) -> list[int]:
-        return [self.submit(job) for job in jobs]
+    def submit_all(self, jobs: Sequence[TrainJob], summed: bool = False) -> list[int]:
+        return [self.submit(job) for job in jobs]  # a delta per client whatever `summed` says: it loses clients
 
     def collect(self, tickets: Sequence[int]) -> dict[int, Outcome]:
         lost = [t for t in tickets if t in self.lost]

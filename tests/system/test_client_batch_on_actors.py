@@ -9,6 +9,7 @@ import torch
 
 from raytune_fl.actors import ray_pool_factory
 from raytune_fl.actors.pool import RayActorPool
+from raytune_fl.aggregators.partial import fedavg_of_sums
 from raytune_fl.config import ExperimentConfig, FaultsConfig
 from raytune_fl.engine.data import prepare_data
 from raytune_fl.engine.federation import CLIENT_LOG_KEY, Federation, worker_spec
@@ -121,6 +122,23 @@ def test_actors_train_the_in_process_chunks_bit_for_bit(ray_pool, setting, one_t
     chunk = _first_chunk(setting, 1)
     assert on_actors[chunk[0]].place.actor == on_actors[chunk[1]].place.actor  # trained together, on one actor
     assert ray_pool.drain_failures() == []
+
+
+def test_partial_sums_come_back_one_message_per_actor_with_the_in_process_sum(ray_pool, setting, one_thread):
+    data, spec, weights, _ = setting
+    replies = ray_pool.replies
+    outcomes = ray_pool.collect(ray_pool.submit_all(_jobs(setting, 1), summed=True))
+    assert ray_pool.replies - replies == 2  # two actors: two messages for the four clients
+    on_actors = sorted(outcomes.values(), key=lambda u: u.client_id)
+    assert all(isinstance(u, ClientUpdate) and u.delta == {} for u in on_actors)
+    assert len({id(u.summed) for u in on_actors}) == 2  # each actor's clients share its one sum
+    worker = ClientWorker(spec, data.dataset.x_train, data.dataset.y_train, data.train_parts)
+    local = worker.train_summed(_jobs(setting, 1))  # one worker: one sum of all four
+    assert [(u.client_id, u.metrics, u.num_steps) for u in on_actors] == [
+        (u.client_id, u.metrics, u.num_steps) for u in sorted(local, key=lambda u: u.client_id)
+    ]
+    for name, value in fedavg_of_sums(weights, local, False).items():  # two float64 sums added, or one
+        np.testing.assert_allclose(fedavg_of_sums(weights, on_actors, False)[name], value, rtol=1e-6, atol=1e-9)
 
 
 def test_a_chunk_whose_actor_dies_is_retried_whole(ray_pool, setting, one_thread):

@@ -4,8 +4,8 @@ tools/frozen_compare.py. Every trial's params, tags and metric histories equal, 
 equal; a parent's params are its trials' params minus the searched names (the one change, made on purpose). Since
 issue 50 the rounds also log the clients' 10th-percentile accuracy and variance (and their best_ copies on the
 parent), and the bytes uploaded (a "bytes" metric: frozen_compare leaves such out); since issue 48 two new settings,
-eval_every and precision, are params of every trial (at their defaults: the rounds are unchanged). All allowed as added
-keys only."""
+eval_every and precision, are params of every trial (at their defaults: the rounds are unchanged), and
+resources.partial_sums (off by default: a delta per client, as before). All allowed as added keys only."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def test_a_seeded_study_logs_what_it_logged_before_the_record_builder(tmp_path):
     command = [sys.executable, "tools/frozen_compare.py", "--base", BEFORE_RECORDS, "--with-tune", "--cases", "tune"]
     command += ["--parent-params-from-trials", "--out", str(tmp_path / "out")]
     added = "client_acc_p10,client_acc_var,best_client_acc_p10,best_client_acc_var,eval_every,precision"
+    added += ",resources.partial_sums"
     command += ["--allow-added-keys", added]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
