@@ -5,11 +5,12 @@ leading client dimension: `torch.func.vmap` over `functional_call` turns each la
 convolution becomes a grouped one), so a step costs about what one client's step costs in launches, whatever K.
 
 What stays per client, exactly as the sequential loop does it:
-- the batches: each client's CPU generator draws its batch order and augmentation numbers pass by pass, in the
-  order the sequential loop draws them (nothing else reads the generator), so every client sees the same samples;
+- the batches: each client's steps come from engine/steps.py's `client_steps`, the plan the sequential loop trains
+  on (its CPU generator draws its batch order and augmentation numbers pass by pass), so every client sees the
+  same samples; the phase's rate, step budget and terms are its `PhasePlan`, the loss means its `LossTotals`;
 - steps: a client that has run out of batches (smaller data, a step budget) sits out: its parameters, buffers and
-  momentum stop changing. A step's clients are grouped by batch size, so a short last batch is its own group
-  (BatchNorm's batch statistics and the loss's mean see exactly that client's samples, no padding);
+  momentum stop changing. A step's clients are grouped by batch size (`group_steps`), so a short last batch is its
+  own group (BatchNorm's batch statistics and the loss's mean see exactly that client's samples, no padding);
 - hooks: `on_round_start` / `on_round_end` run per client on that client's own module (loaded with its weights,
   written back after training); loss terms run inside the vmapped step with their per-client tensors
   (`ClientHook.per_client`) and weights stacked; gradient hooks run batched (`ClientHook.after_backward_batched`).
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,19 +31,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from raytune_fl.engine.augment import AugmentDraws
-from raytune_fl.engine.local import (
-    LocalResult,
-    LocalSettings,
-    NonFiniteLossError,
-    _finite,
-    _freeze_outside,
-    pass_batches,
-    set_phase_modes,
-)
-from raytune_fl.engine.metric_names import LOCAL_CE, LOCAL_LOSS, TERM_PREFIX
 from raytune_fl.engine.precision import StackedLossScaler, mixed_forward, stacked_loss_scaler
 from raytune_fl.engine.sgd import sgd_step
+from raytune_fl.engine.steps import (
+    LocalResult,
+    LocalSettings,
+    LossTotals,
+    PhasePlan,
+    StepGroup,
+    group_steps,
+    phase_plan,
+    phase_setup,
+    start_round,
+)
 from raytune_fl.methods.base import Batch, ClientContext, ClientHook, Method, Phase
 
 
@@ -93,87 +93,6 @@ def vectorisable(method: Method) -> str:
         if edits and kind.after_backward_batched is ClientHook.after_backward_batched:
             return f"its hook {hook.name!r} edits gradients and has no after_backward_batched"
     return ""
-
-
-@dataclass(frozen=True)
-class _Group:
-    """Clients that take a step together: same step number, same batch size."""
-
-    clients: tuple[int, ...]
-    size: int
-    rows: Tensor  # (len(clients), size) rows of the round's concatenated client data
-    offsets: Tensor | None  # (2, len(clients) * size) crop offsets, client after client; None without crop
-    flips: Tensor | None  # (len(clients) * size,) flips; None without flip
-
-
-def _client_schedule(
-    n: int, settings: LocalSettings, generator: torch.Generator, epochs: int, budget: int | None
-) -> list[tuple[Tensor, Tensor | None, Tensor | None]]:
-    """One client's (batch indices, crop offsets, flips) per step, drawn as engine/local.py's loop draws them."""
-    steps: list[tuple[Tensor, Tensor | None, Tensor | None]] = []
-    spec = settings.augment
-    for _ in range(epochs if budget is None else budget):
-        if budget is not None and len(steps) >= budget:
-            break
-        order = torch.randperm(n, generator=generator, device="cpu")
-        batches = pass_batches(n, settings, None if budget is None else budget - len(steps))
-        draws = None
-        if spec.active:
-            draws = AugmentDraws.draw(spec, [size for _, size in batches], generator, torch.device("cpu"))
-        for number, (start, size) in enumerate(batches):
-            offsets = flips = None
-            if draws is not None:
-                begin = draws.starts[number]
-                offsets = draws.offsets[:, begin : begin + size] if spec.crop_padding else None
-                flips = draws.flips[begin : begin + size] if spec.horizontal_flip else None
-            steps.append((order[start : start + size], offsets, flips))
-    return steps
-
-
-def _plan(
-    schedules: Sequence[list[tuple[Tensor, Tensor | None, Tensor | None]]], starts: Sequence[int], device: torch.device
-) -> list[list[_Group]]:
-    """Per step, its groups (largest batch first); every index and augmentation number moved in one copy each."""
-    pieces: list[Tensor] = []  # rows, then offsets, then flips: sliced back per group after one transfer
-    layout: list[list[tuple[tuple[int, ...], int, int, int, int]]] = []
-    at = 0
-    for step in range(max((len(s) for s in schedules), default=0)):
-        by_size: dict[int, list[int]] = {}
-        for client, schedule in enumerate(schedules):
-            if step < len(schedule):
-                by_size.setdefault(schedule[step][0].numel(), []).append(client)
-        groups = []
-        for size in sorted(by_size, reverse=True):
-            clients = tuple(by_size[size])
-            entries = [schedules[c][step] for c in clients]
-            rows_at = at
-            pieces += [index + starts[c] for c, (index, _, _) in zip(clients, entries)]
-            at += len(clients) * size
-            offsets_at = flips_at = -1
-            if entries[0][1] is not None:
-                offsets_at = at
-                pieces += [offsets.reshape(-1) for _, offsets, _ in entries]  # (2, size) each: rows, then columns
-                at += 2 * len(clients) * size
-            if entries[0][2] is not None:
-                flips_at = at
-                pieces += [flips.long() for _, _, flips in entries]
-                at += len(clients) * size
-            groups.append((clients, size, rows_at, offsets_at, flips_at))
-        layout.append(groups)
-    flat = torch.cat(pieces).to(device) if pieces else torch.empty(0, dtype=torch.long, device=device)
-    plan = []
-    for groups in layout:
-        step_groups = []
-        for clients, size, rows_at, offsets_at, flips_at in groups:
-            g = len(clients)
-            rows = flat[rows_at : rows_at + g * size].view(g, size)
-            offsets = None
-            if offsets_at >= 0:  # client after client, each (2, size): regroup to (2, g * size)
-                offsets = flat[offsets_at : offsets_at + 2 * g * size].view(g, 2, size).transpose(0, 1).reshape(2, -1)
-            flips = flat[flips_at : flips_at + g * size].bool() if flips_at >= 0 else None
-            step_groups.append(_Group(clients, size, rows, offsets, flips))
-        plan.append(step_groups)
-    return plan
 
 
 class _Step(nn.Module):
@@ -258,30 +177,16 @@ def train_local_batched(
     """Local SGD for K clients at once. `models[k]` holds client k's starting weights, `methods[k]` its own hook
     instances; (x, y) is the clients' data concatenated (client k's rows from `starts[k]`), `contexts[k].x/y` each
     client's own view. Returns each client's result as train_local would."""
-    k_count = len(models)
     for model in models:
         model.train()
-    for method, ctx in zip(methods, contexts):
-        for hook in method.all_hooks:
-            hook.on_round_start(ctx)
-    template = methods[0]
-    names = [LOCAL_LOSS, LOCAL_CE] + [TERM_PREFIX + term.name for term in template.terms]
-    sums = torch.zeros(k_count, len(names), dtype=torch.float64, device=x.device)
-    counts = [[0] * len(names) for _ in range(k_count)]
+    start_round(methods, contexts)
+    totals = LossTotals(methods[0], len(models), x.device)
     # fp16: a loss scale per client for the whole round, as each client's own GradScaler in the sequential loop
-    scaler = stacked_loss_scaler(settings.precision, k_count, x.device)
-    for phase in template.phases:
+    scaler = stacked_loss_scaler(settings.precision, len(models), x.device)
+    for phase in methods[0].phases:
         _train_phase(models, methods, phase, x, y, starts, settings, generators, num_classes, contexts,
-                     max_steps, sums, counts, scaler)  # fmt: skip
-    results = []
-    for row, count, method, ctx in zip(sums.tolist(), counts, methods, contexts):
-        means = [total / max(c, 1) for total, c in zip(row, count)]
-        if ctx.steps and not all(map(_finite, means)):
-            raise NonFiniteLossError(f"non-finite local loss (client {ctx.client_id}): {dict(zip(names, means))}")
-        for hook in method.all_hooks:
-            hook.on_round_end(ctx)
-        results.append(LocalResult(ctx.steps, dict(zip(names, means)), dict(ctx.new_state), dict(ctx.extras)))
-    return results
+                     max_steps, totals, scaler)  # fmt: skip
+    return totals.results(contexts, methods, name_clients=True)
 
 
 def _train_phase(
@@ -296,148 +201,187 @@ def _train_phase(
     num_classes: int,
     contexts: Sequence[ClientContext],
     max_steps: Sequence[int | None],
-    sums: Tensor,
-    counts: list[list[int]],
+    totals: LossTotals,
     scaler: StackedLossScaler | None = None,
 ) -> None:
     forward = mixed_forward(settings.precision, x.device, vmapped=True)  # refuses what the device cannot run
-    budget_epochs = settings.epochs if phase.epochs is None else phase.epochs
-    schedules = [
-        _client_schedule(
-            ctx.x.shape[0], settings, generator, budget_epochs, max_steps[k] if phase.epochs is None else None
-        )
-        for k, (ctx, generator) in enumerate(zip(contexts, generators))
-    ]
+    plans = [phase_plan(method, phase, settings, cap) for method, cap in zip(methods, max_steps)]
+    schedules = [plan.steps(ctx.x.shape[0], settings, g) for plan, ctx, g in zip(plans, contexts, generators)]
     # stacked with the most steps first: the clients still training at a step are then a leading run of rows (a
     # view of the stacked tensors, updated in place) rather than scattered ones (gathered and written back)
     order = sorted(range(len(models)), key=lambda k: -len(schedules[k]))
     models, methods = [models[k] for k in order], [methods[k] for k in order]
-    template = models[0]
-    frozen = [_freeze_outside(model, phase.trains) for model in models]
-    set_phase_modes(template, phase, settings)
-    # the clients' parameters and buffers with a leading client dimension; a parameter frozen by the phase or a
-    # hook (requires_grad False on every client's module) is a constant, as the sequential optimiser leaves it out
+    with phase_setup(models, phase, settings):
+        # the lead client's plan: its terms belong to the hook instances the vmapped step runs (methods[0]'s)
+        stacked = _Stacked(models, methods, plans[order[0]], settings, num_classes, forward, x.device)
+        ids = torch.tensor(order, device=x.device)  # stacked row -> the caller's client index (totals, contexts)
+        for groups in group_steps([schedules[k] for k in order], [starts[k] for k in order], x.device):
+            for group in groups:
+                values, rows = stacked.step(group, x, y, ids, scaler)
+                totals.add([order[row] for row in group.clients], values, rows)
+                for row in group.clients:
+                    contexts[order[row]].steps += 1
+        stacked.write_back(models)  # the trained clients back into their own modules (their hooks read them)
+
+
+class _Rows:
+    """A group's rows of the stacked tensors: a view when they are consecutive (stepped in place), else a gathered
+    copy (`index` is then set: the step writes the copies back)."""
+
+    def __init__(self, clients: tuple[int, ...], device: torch.device) -> None:
+        self.first, self.last = clients[0], clients[-1]
+        run = clients == tuple(range(self.first, self.last + 1))
+        self.index = None if run else torch.tensor(clients, device=device)
+
+    def __call__(self, value: Any) -> Any:
+        if value is None:
+            return value
+        if isinstance(value, Tensor):
+            return value[self.first : self.last + 1] if self.index is None else value.index_select(0, self.index)
+        if isinstance(value, list):
+            return [self(v) for v in value]
+        return {key: self(v) for key, v in value.items()}
+
+
+class _Stacked:
+    """A phase's clients as one model: their parameters, buffers and momentum with a leading client dimension (in
+    the order of `models`), the vmapped loss, and one step of a group of them."""
+
+    def __init__(
+        self,
+        models: Sequence[nn.Module],
+        methods: Sequence[Method],
+        plan: PhasePlan,
+        settings: LocalSettings,
+        num_classes: int,
+        forward: Callable[[nn.Module, Tensor], Any],
+        device: torch.device,
+    ) -> None:
+        self.methods, self.settings, self.lr = methods, settings, plan.lr
+        # a parameter frozen by the phase or a hook (requires_grad False on every client's module) is a constant,
+        # as the sequential optimiser leaves it out
+        self.params = _stack_parameters(models)
+        named_buffers = [dict(model.named_buffers()) for model in models]
+        self.buffers = {name: torch.stack([b[name] for b in named_buffers]) for name in named_buffers[0]}
+        self.trainable = [name for name, p in self.params.items() if p.requires_grad]
+        self.momentum = (
+            {name: torch.zeros_like(self.params[name]) for name in self.trainable} if settings.momentum != 0 else {}
+        )
+        self.hooks = methods[0].all_hooks
+        per_client = {
+            (i, attr): _stack_state([m.all_hooks[i] for m in methods], attr)
+            for i, hook in enumerate(self.hooks)
+            for attr in getattr(hook, "per_client", ())
+        }
+        self.per_client = {key: value for key, value in per_client.items() if value is not None}
+        weights = _term_weights(methods, len(plan.terms), self.params, device)
+        self.batched_weights = {t: w for t, w in enumerate(weights) if isinstance(w, Tensor)}
+        model_forward = None if settings.precision == "fp32" else forward
+        self.loss = _batched_loss(_Step(models[0], plan.terms, num_classes, model_forward), weights, self.hooks)
+
+    def step(
+        self, group: StepGroup, x: Tensor, y: Tensor, ids: Tensor, scaler: StackedLossScaler | None
+    ) -> tuple[Tensor, Tensor]:
+        """One step of `group`'s clients; returns their loss values (len(clients), width) and their caller rows."""
+        pick = _Rows(group.clients, x.device)
+        xb, yb = group.samples(x, y, self.settings.augment)
+        xb = xb.view(len(group.clients), group.size, *xb.shape[1:])
+        yb = yb.view(len(group.clients), group.size)
+        group_buffers = {name: pick(b) for name, b in self.buffers.items()}
+        losses, values = self.loss(
+            {name: pick(p) for name, p in self.params.items()},
+            group_buffers,
+            {key: pick(v) for key, v in self.per_client.items()},
+            {t: pick(w) for t, w in self.batched_weights.items()},
+            xb,
+            yb,
+        )
+        rows = pick(ids)
+        if scaler is None:
+            losses.sum().backward()  # each client's loss depends on its own slice only: per-client gradients
+        else:
+            (losses * scaler.scale.index_select(0, rows)).sum().backward()
+        grads = {name: self.params[name].grad for name in self.trainable if self.params[name].grad is not None}
+        found = None  # fp16: which of the group's clients overflowed
+        if scaler is not None:  # unscaled before the hooks read them; rows outside the group are zeros
+            with torch.no_grad():
+                found = pick(scaler.unscale(grads, scaler.scale.index_select(0, ids)))
+        for i, hook in enumerate(self.hooks):
+            if type(hook).after_backward is not ClientHook.after_backward:
+                hook.after_backward_batched([m.all_hooks[i] for m in self.methods], grads)
+        with torch.no_grad():
+            self._update(grads, pick, group_buffers, scaler, found, rows)
+        return values.detach(), rows
+
+    def _update(
+        self,
+        grads: dict[str, Tensor],
+        pick: _Rows,
+        group_buffers: dict[str, Tensor],
+        scaler: StackedLossScaler | None,
+        found: Tensor | None,
+        rows: Tensor,
+    ) -> None:
+        """The SGD step of the group's rows (skipped for a client whose fp16 gradients overflowed)."""
+        stepped = list(grads)
+        current = [pick(self.params[name]) for name in stepped]
+        buffers_now = [pick(self.momentum[name]) for name in stepped] if self.momentum else []
+        before = [t.clone() for t in current + buffers_now] if found is not None else []
+        # momentum buffers start at zeros: buf = 0 * m + g = g, torch's first step
+        sgd_step(current, [pick(grads[name]) for name in stepped], buffers_now, self.lr, self.settings)
+        if found is not None and scaler is not None:  # an overflowed client's step is skipped, as GradScaler's
+            for value, old in zip(current + buffers_now, before):
+                value.copy_(torch.where(found.view(-1, *([1] * (value.dim() - 1))), old, value))
+            scaler.update(rows, found)
+        if pick.index is not None:  # scattered rows stepped on copies: write them back
+            for name, value in zip(stepped, current):
+                self.params[name].index_copy_(0, pick.index, value)
+            for name, value in zip(stepped, buffers_now):
+                self.momentum[name].index_copy_(0, pick.index, value)
+            for name, value in group_buffers.items():
+                self.buffers[name].index_copy_(0, pick.index, value)
+        for name in stepped:
+            self.params[name].grad = None
+
+    def write_back(self, models: Sequence[nn.Module]) -> None:
+        with torch.no_grad():
+            for k, model in enumerate(models):
+                for name, p in model.named_parameters():
+                    p.copy_(self.params[name][k])
+                for name, b in model.named_buffers():
+                    b.copy_(self.buffers[name][k])
+
+
+def _stack_parameters(models: Sequence[nn.Module]) -> dict[str, Tensor]:
+    """The clients' parameters stacked, trainable where every client's is."""
     named = [dict(model.named_parameters()) for model in models]
     params: dict[str, Tensor] = {}
     for name, p in named[0].items():
         if any(n[name].requires_grad != p.requires_grad for n in named):
             raise ValueError(f"client batching: {name} is trainable for some clients of the batch only")
         params[name] = torch.stack([n[name].detach() for n in named]).requires_grad_(p.requires_grad)
-    named_buffers = [dict(model.named_buffers()) for model in models]
-    buffers = {name: torch.stack([b[name] for b in named_buffers]) for name in named_buffers[0]}
-    trainable = [name for name, p in params.items() if p.requires_grad]
-    momentum = {name: torch.zeros_like(params[name]) for name in trainable} if settings.momentum != 0 else {}
-    lr = settings.lr if phase.lr is None else phase.lr
+    return params
 
-    terms = methods[0].terms if phase.terms else ()
-    width = 2 + len(terms)
-    hooks = methods[0].all_hooks
-    per_client = {
-        (i, attr): _stack_state([m.all_hooks[i] for m in methods], attr)
-        for i, hook in enumerate(hooks)
-        for attr in getattr(hook, "per_client", ())
-    }
-    per_client = {key: value for key, value in per_client.items() if value is not None}
-    term_weights: list[Any] = []
-    for t in range(len(terms)):
-        weights = [m.terms[t].weight for m in methods]
-        # equal weights stay a Python float, as the sequential loop multiplies by; per-client ones (FedDyn's
-        # alpha_k) a vmapped tensor
+
+def _term_weights(methods: Sequence[Method], count: int, params: dict[str, Tensor], device: torch.device) -> list[Any]:
+    """Each of the first `count` terms' weight: equal weights stay a Python float, as the sequential loop multiplies
+    by; per-client ones (FedDyn's alpha_k) a tensor the step vmaps over."""
+    weights: list[Any] = []
+    for t in range(count):
+        values = [m.terms[t].weight for m in methods]
         dtype = next(iter(params.values())).dtype
-        same = len(set(weights)) == 1
-        term_weights.append(weights[0] if same else torch.tensor(weights, dtype=dtype, device=x.device))
-    batched_weights = {t: w for t, w in enumerate(term_weights) if isinstance(w, Tensor)}
-    step_module = _Step(template, terms, num_classes, None if settings.precision == "fp32" else forward)
+        weights.append(values[0] if len(set(values)) == 1 else torch.tensor(values, dtype=dtype, device=device))
+    return weights
+
+
+def _batched_loss(step_module: _Step, term_weights: list[Any], hooks: Sequence[ClientHook]) -> Callable[..., Any]:
+    """The step module's loss, vmapped over the clients of a group: their parameters, buffers, per-client hook
+    state and per-client term weights, inputs and labels."""
 
     def client_loss(p, b, state, w, xb, yb):  # one client's slice of everything
-        weights = [w.get(t, term_weights[t]) for t in range(len(terms))]
+        weights = [w.get(t, term_weights[t]) for t in range(len(term_weights))]
         with _swapped(hooks, state):
             merged = {**{f"model.{k}": v for k, v in p.items()}, **{f"model.{k}": v for k, v in b.items()}}
             return functional_call(step_module, merged, (xb, yb, weights))
 
-    batched_loss = vmap(client_loss, randomness="error")
-    ids = torch.tensor(order, device=x.device)  # stacked row -> the caller's client index (sums, counts)
-    for groups in _plan([schedules[k] for k in order], [starts[k] for k in order], x.device):
-        for group in groups:
-            first, last = group.clients[0], group.clients[-1]
-            run = group.clients == tuple(range(first, last + 1))
-            index = None if run else torch.tensor(group.clients, device=x.device)
-
-            def pick(value: Any, first: int = first, last: int = last, index: Tensor | None = index) -> Any:
-                """The group's rows: a view when they are consecutive, else a gathered copy (written back)."""
-                if value is None:
-                    return value
-                if isinstance(value, Tensor):
-                    return value[first : last + 1] if index is None else value.index_select(0, index)
-                if isinstance(value, list):
-                    return [pick(v) for v in value]
-                return {key: pick(v) for key, v in value.items()}
-
-            xb = x[group.rows.reshape(-1)]
-            if settings.augment.active:
-                none = torch.empty(2, 0, dtype=torch.long, device=x.device)  # a switched-off part: never read
-                draws = AugmentDraws(
-                    group.offsets if group.offsets is not None else none,
-                    group.flips if group.flips is not None else none[0].bool(),
-                    (0,),
-                )
-                xb = draws.apply(xb, settings.augment, 0)
-            xb = xb.view(len(group.clients), group.size, *xb.shape[1:])
-            yb = y[group.rows]
-            group_buffers = {name: pick(b) for name, b in buffers.items()}
-            losses, values = batched_loss(
-                {name: pick(p) for name, p in params.items()},
-                group_buffers,
-                {key: pick(v) for key, v in per_client.items()},
-                {t: pick(w) for t, w in batched_weights.items()},
-                xb,
-                yb,
-            )
-            found = rows = None  # fp16: which of the group's clients overflowed, and their caller indices
-            if scaler is None:
-                losses.sum().backward()  # each client's loss depends on its own slice only: per-client gradients
-            else:
-                rows = pick(ids)
-                (losses * scaler.scale.index_select(0, rows)).sum().backward()
-            grads = {name: params[name].grad for name in trainable if params[name].grad is not None}
-            if scaler is not None:  # unscaled before the hooks read them; rows outside the group are zeros
-                with torch.no_grad():
-                    found = pick(scaler.unscale(grads, scaler.scale.index_select(0, ids)))
-            for i, hook in enumerate(hooks):
-                if type(hook).after_backward is not ClientHook.after_backward:
-                    hook.after_backward_batched([m.all_hooks[i] for m in methods], grads)
-            with torch.no_grad():
-                stepped = list(grads)
-                current = [pick(params[name]) for name in stepped]
-                buffers_now = [pick(momentum[name]) for name in stepped] if momentum else []
-                before = [t.clone() for t in current + buffers_now] if found is not None else []
-                # momentum buffers start at zeros: buf = 0 * m + g = g, torch's first step
-                sgd_step(current, [pick(grads[name]) for name in stepped], buffers_now, lr, settings)
-                if found is not None and rows is not None:  # an overflowed client's step is skipped, as GradScaler's
-                    for value, old in zip(current + buffers_now, before):
-                        value.copy_(torch.where(found.view(-1, *([1] * (value.dim() - 1))), old, value))
-                    scaler.update(rows, found)
-                if index is not None:  # scattered rows stepped on copies: write them back
-                    for name, value in zip(stepped, current):
-                        params[name].index_copy_(0, index, value)
-                    for name, value in zip(stepped, buffers_now):
-                        momentum[name].index_copy_(0, index, value)
-                    for name, value in group_buffers.items():
-                        buffers[name].index_copy_(0, index, value)
-                for name in stepped:
-                    params[name].grad = None
-                sums[:, :width].index_add_(0, pick(ids), values.detach().double())
-            for row in group.clients:
-                client = order[row]
-                counts[client][:width] = [c + 1 for c in counts[client][:width]]
-                contexts[client].steps += 1
-    with torch.no_grad():  # the trained clients back into their own modules (their hooks read them at round end)
-        for k, model in enumerate(models):
-            for name, p in model.named_parameters():
-                p.copy_(params[name][k])
-            for name, b in model.named_buffers():
-                b.copy_(buffers[name][k])
-    for model_frozen in frozen:
-        for p in model_frozen:
-            p.requires_grad_(True)
-    template.train()
+    return vmap(client_loss, randomness="error")

@@ -1,63 +1,46 @@
 """The local training loop, one client at a time (engine/batched.py runs the same loop over K stacked clients).
 
-Methods add loss terms; they never copy this loop.
+Both loops plan and count their steps with engine/steps.py (the batches and augmentation a client draws, a phase's
+rate, budget and terms, the loss bookkeeping and the round's result); the step itself is here: the forward pass,
+the loss terms, the backward pass, the hooks and the optimiser. Methods add loss terms; they never copy this loop.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from raytune_fl.engine.augment import AugmentDraws, AugmentSpec
-from raytune_fl.engine.lr_schedule import LrSchedule
-from raytune_fl.engine.metric_names import (
-    GRAD_COS_PREFIX,
-    GRAD_NORM_CE,
-    GRAD_NORM_PREFIX,
-    GRAD_NORM_TOTAL,
-    LOCAL_CE,
-    LOCAL_LOSS,
-    TERM_PREFIX,
-)
-from raytune_fl.engine.precision import LossScaler, Precision, loss_scaler, mixed_forward
+from raytune_fl.engine.metric_names import GRAD_COS_PREFIX, GRAD_NORM_CE, GRAD_NORM_PREFIX, GRAD_NORM_TOTAL
+from raytune_fl.engine.precision import LossScaler, loss_scaler, mixed_forward
 from raytune_fl.engine.sgd import PlainSGD
+from raytune_fl.engine.steps import (
+    LocalResult,
+    LocalSettings,
+    LossTotals,
+    NonFiniteLossError,
+    PhasePlan,
+    group_steps,
+    pass_batches,
+    phase_plan,
+    phase_setup,
+    set_phase_modes,
+    start_round,
+)
 from raytune_fl.methods.base import Batch, ClientContext, Method, Phase
 
-
-@dataclass(frozen=True)
-class LocalSettings:
-    epochs: int
-    batch_size: int
-    lr: float
-    momentum: float
-    weight_decay: float
-    augment: AugmentSpec = AugmentSpec()  # all off by default: the loop then draws no extra random numbers
-    drop_last: bool = False  # skip an epoch's incomplete last batch (off: only a batch of one sample is skipped)
-    bn_running: bool = False  # BatchNorm in eval mode while training: use, never update, its running statistics
-    schedule: LrSchedule = LrSchedule()  # `lr` is the base rate; `for_round` applies the schedule
-    probe_rounds: frozenset[int] = frozenset()  # rounds that measure gradient norms (diagnostics.gradient_norms)
-    precision: Precision = "fp32"  # the forward pass in autocast (engine/precision.py); fp32: no autocast at all
-
-    def for_round(self, round_index: int) -> LocalSettings:
-        """These settings at the learning rate of round `round_index` (the same object when the rate is constant)."""
-        lr = self.schedule.lr(self.lr, round_index)
-        return self if lr == self.lr else replace(self, lr=lr)
-
-
-@dataclass(frozen=True)
-class LocalResult:
-    steps: int
-    metrics: dict[str, float]  # means over local batches: loss, ce and term_<name> (unweighted)
-    state: dict[str, Any]  # per-client state the hooks wrote, by hook name (the server keeps it)
-    extras: dict[str, Any]  # what the hooks wrote for the aggregator, by hook name
-
-
-class NonFiniteLossError(FloatingPointError):
-    """Local training produced a NaN/Inf loss: the trial has diverged."""
+# the settings, result and error are defined in engine/steps.py (both loops use them) and imported from here
+__all__ = [
+    "GradientProbe",
+    "LocalResult",
+    "LocalSettings",
+    "NonFiniteLossError",
+    "pass_batches",
+    "set_phase_modes",
+    "train_local",
+]
 
 
 def train_local(
@@ -78,112 +61,85 @@ def train_local(
     """
     ctx = client or ClientContext(model, client_id=0, round_index=1, x=x, y=y, lr=settings.lr)
     model.train()
-    hooks = method.all_hooks
-    for hook in hooks:
-        hook.on_round_start(ctx)
-    names = [LOCAL_LOSS, LOCAL_CE] + [TERM_PREFIX + term.name for term in method.terms]
-    # on the training device: the per-step sums never wait for the GPU; one read at the end of the round
-    sums = torch.zeros(len(names), dtype=torch.float64, device=x.device)
-    counts = [0] * len(names)  # a term is averaged over the steps it was on (plain ints: no device work)
+    start_round([method], [ctx])
+    totals = LossTotals(method, 1, x.device)
     probe = (
         GradientProbe([t.name for t in method.terms], x.device) if ctx.round_index in settings.probe_rounds else None
     )
     # one loss scale for the whole round (fp16), across phases, as one GradScaler around the round would keep it
     scaler = loss_scaler(settings.precision, x.device)
     for phase in method.phases:
-        _train_phase(
-            model, method, phase, x, y, settings, generator, num_classes, ctx, max_steps, sums, counts, probe, scaler
-        )
-    means = [total / max(count, 1) for total, count in zip(sums.tolist(), counts)]
-    if ctx.steps and not all(map(_finite, means)):
-        raise NonFiniteLossError(f"non-finite local loss: {dict(zip(names, means))}")
-    for hook in hooks:
-        hook.on_round_end(ctx)
-    metrics = dict(zip(names, means)) | (probe.means() if probe else {})
-    return LocalResult(ctx.steps, metrics, dict(ctx.new_state), dict(ctx.extras))
+        plan = phase_plan(method, phase, settings, max_steps)
+        _train_phase(model, method, phase, plan, x, y, settings, generator, num_classes, ctx, totals, probe, scaler)
+    [result] = totals.results([ctx], [method])
+    return result if probe is None else replace(result, metrics=result.metrics | probe.means())
 
 
 def _train_phase(
     model: nn.Module,
     method: Method,
     phase: Phase,
+    plan: PhasePlan,
     x: Tensor,
     y: Tensor,
     settings: LocalSettings,
     generator: torch.Generator,
     num_classes: int,
     ctx: ClientContext,
-    max_steps: int | None,
-    sums: Tensor,
-    counts: list[int],
+    totals: LossTotals,
     probe: GradientProbe | None = None,
     scaler: LossScaler | None = None,
 ) -> None:
     forward = mixed_forward(settings.precision, x.device)  # refuses a precision the device cannot run
-    frozen = _freeze_outside(model, phase.trains)
-    set_phase_modes(model, phase, settings)
-    # a fresh optimiser every phase: momentum does not leak across rounds, clients or phases. Built after the
-    # hooks so a frozen parameter (requires_grad=False) is left out and never decayed.
-    optimizer = PlainSGD(
-        [p for p in model.parameters() if p.requires_grad],
-        lr=settings.lr if phase.lr is None else phase.lr,
-        momentum=settings.momentum,
-        weight_decay=settings.weight_decay,
-    )
-    terms = method.terms if phase.terms else ()
-    width = 2 + len(terms)  # the terms are the last entries of sums/counts
-    hooks = method.all_hooks
-    budget = max_steps if phase.epochs is None else None
-    epochs = settings.epochs if phase.epochs is None else phase.epochs
-    steps = 0
-    n = x.shape[0]
-    passes = epochs if budget is None else budget  # a step budget takes at most one pass per step
-    for _ in range(passes):
-        if budget is not None and steps >= budget:
-            break
-        # the batch order is drawn on the CPU generator (the same order on every device), moved once per pass
-        order = torch.randperm(n, generator=generator, device="cpu").to(x.device)
-        batches = pass_batches(n, settings, None if budget is None else budget - steps)
-        draws = None
-        if settings.augment.active:  # the pass's numbers in one draw, in the order batch-by-batch draws took them
-            draws = AugmentDraws.draw(settings.augment, [size for _, size in batches], generator, x.device)
-        for batch_number, (start, size) in enumerate(batches):
-            index = order[start : start + size]
-            xb, yb = x[index], y[index]
-            if draws is not None:
-                xb = draws.apply(xb, settings.augment, batch_number)
+    with phase_setup([model], phase, settings):
+        # a fresh optimiser every phase: momentum does not leak across rounds, clients or phases. Built after the
+        # hooks so a frozen parameter (requires_grad=False) is left out and never decayed.
+        optimizer = PlainSGD(
+            [p for p in model.parameters() if p.requires_grad],
+            lr=plan.lr,
+            momentum=settings.momentum,
+            weight_decay=settings.weight_decay,
+        )
+        steps = plan.steps(x.shape[0], settings, generator)
+        for step, (group,) in zip(steps, group_steps([steps], [0], x.device)):
+            xb, yb = group.samples(x, y, settings.augment)
             logits, z = forward(model, xb)  # float32 outputs under every precision: the terms below are fp32
-            ce = F.cross_entropy(logits, yb)
-            values: list[Tensor] = [ce]
-            loss = ce
-            if terms:
-                batch = Batch(xb, yb, logits, z, model, num_classes)
-                for term in terms:
-                    value = term.loss(batch)
-                    values.append(value)
-                    loss = loss + term.weight * value
-            if probe is not None and batch_number == 0:  # the first batch of every pass: early and late in the round
+            values = _losses(plan, Batch(xb, yb, logits, z, model, num_classes))
+            loss = values[0]
+            if probe is not None and step.first:  # the first batch of every pass: early and late in the round
                 # unscaled under fp16: autograd.grad of the loss itself (a diagnostic; .grad is left alone)
-                probe.measure(values, [term.weight for term in terms], optimizer.params)
-            optimizer.zero_grad()
-            if scaler is None:
-                loss.backward()
-                for hook in hooks:
-                    hook.after_backward(ctx)
-                optimizer.step()
-            else:  # fp16: hooks (clipping, SCAFFOLD's correction) see unscaled gradients; an overflow skips the step
-                scaler.scale(loss).backward()
-                stepper = scaler.unscale(optimizer.params, optimizer.step)
-                for hook in hooks:
-                    hook.after_backward(ctx)
-                scaler.step(stepper)  # a skipped step still counts below: its batch was drawn and seen
-            sums[:width] += torch.stack([loss.detach(), *(v.detach() for v in values)]).double()
-            counts[:width] = [count + 1 for count in counts[:width]]
-            steps += 1
+                probe.measure(values[1:], [term.weight for term in plan.terms], optimizer.params)
+            _update(optimizer, scaler, loss, method, ctx)
+            totals.add((0,), torch.stack([v.detach() for v in values]).unsqueeze(0))
             ctx.steps += 1
-    for p in frozen:
-        p.requires_grad_(True)
-    model.train()
+
+
+def _losses(plan: PhasePlan, batch: Batch) -> list[Tensor]:
+    """The step's loss, then cross-entropy and each of the phase's terms (unweighted)."""
+    ce = F.cross_entropy(batch.logits, batch.y)
+    values: list[Tensor] = [ce]
+    loss = ce
+    for term in plan.terms:
+        value = term.loss(batch)
+        values.append(value)
+        loss = loss + term.weight * value
+    return [loss, *values]
+
+
+def _update(optimizer: PlainSGD, scaler: LossScaler | None, loss: Tensor, method: Method, ctx: ClientContext) -> None:
+    """Backward, the hooks' gradient edits, the optimiser's step."""
+    optimizer.zero_grad()
+    if scaler is None:
+        loss.backward()
+        for hook in method.all_hooks:
+            hook.after_backward(ctx)
+        optimizer.step()
+    else:  # fp16: hooks (clipping, SCAFFOLD's correction) see unscaled gradients; an overflow skips the step
+        scaler.scale(loss).backward()
+        stepper = scaler.unscale(optimizer.params, optimizer.step)
+        for hook in method.all_hooks:
+            hook.after_backward(ctx)
+        scaler.step(stepper)  # a skipped step still counts: its batch was drawn and seen
 
 
 class GradientProbe:
@@ -224,46 +180,3 @@ def _flat_gradient(value: Tensor, params: list[Tensor]) -> Tensor:
         return torch.cat([torch.zeros_like(p).flatten() for p in params])
     grads = torch.autograd.grad(value, params, retain_graph=True, allow_unused=True)
     return torch.cat([(torch.zeros_like(p) if g is None else g).flatten() for p, g in zip(params, grads)])
-
-
-def set_phase_modes(model: nn.Module, phase: Phase, settings: LocalSettings) -> None:
-    """Train/eval modes for a phase: the body's BatchNorm in eval mode (FedPAC's classifier phase), or every
-    BatchNorm's (batchnorm.local_training: running); the loop puts the model back in train mode after the phase."""
-    if phase.body_eval:
-        model.eval()
-        _classifier(model).train()
-    if settings.bn_running:
-        for module in model.modules():
-            if isinstance(module, nn.modules.batchnorm._BatchNorm):
-                module.eval()
-
-
-def pass_batches(n: int, settings: LocalSettings, remaining: int | None = None) -> list[tuple[int, int]]:
-    """A pass's batches over n samples as (start, size), at most `remaining` of them (a step budget's rest)."""
-    # BatchNorm and the batch-statistic terms need two samples; drop_last skips any incomplete last batch
-    smallest = settings.batch_size if settings.drop_last else 2
-    batches = [(s, min(settings.batch_size, n - s)) for s in range(0, n, settings.batch_size)]
-    batches = [(start, size) for start, size in batches if size >= smallest]
-    return batches if remaining is None else batches[:remaining]
-
-
-def _classifier(model: nn.Module) -> nn.Module:
-    classifier = getattr(model, "classifier", None)
-    if not isinstance(classifier, nn.Module):
-        raise ValueError(f"a classifier or body phase needs `model.classifier`; {type(model).__name__} has none")
-    return classifier
-
-
-def _freeze_outside(model: nn.Module, part: str) -> list[nn.Parameter]:
-    """Switch off the gradients of the trainable parameters outside `part`; returns them, to switch back on."""
-    if part == "all":
-        return []
-    inside = {id(p) for p in _classifier(model).parameters()}
-    frozen = [p for p in model.parameters() if p.requires_grad and (id(p) in inside) != (part == "classifier")]
-    for p in frozen:
-        p.requires_grad_(False)
-    return frozen
-
-
-def _finite(value: float) -> bool:
-    return value == value and abs(value) != float("inf")

@@ -25,11 +25,12 @@ from sklearn.datasets import load_digits
 
 from raytune_fl.config import ExperimentConfig, ResourcesConfig
 from raytune_fl.engine.augment import AugmentSpec
-from raytune_fl.engine.batched import _client_schedule, _plan, auto_client_batch, client_bytes, vectorisable
+from raytune_fl.engine.batched import auto_client_batch, client_bytes, vectorisable
 from raytune_fl.engine.data import prepare_data
 from raytune_fl.engine.federation import EngineNotice, Federation, client_batch
 from raytune_fl.engine.local import LocalSettings
 from raytune_fl.engine.pool import InProcessPool, TrainJob, client_batches
+from raytune_fl.engine.steps import client_steps, group_steps
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import METHODS, build_method
 from raytune_fl.types import ClientUpdate, Weights
@@ -174,8 +175,8 @@ def test_the_batch_plan_groups_a_step_by_batch_size_and_offsets_rows_per_client(
     settings = LocalSettings(epochs=1, batch_size=3, lr=0.1, momentum=0.0, weight_decay=0.0)
     # client 0: 5 samples -> batches of 3 and 2; client 1: 4 samples -> 3 and 1 (a batch of one is skipped)
     generators = [torch.Generator().manual_seed(s) for s in (0, 1)]
-    schedules = [_client_schedule(n, settings, g, 1, None) for n, g in zip((5, 4), generators)]
-    plan = _plan(schedules, starts=[0, 5], device=torch.device("cpu"))
+    schedules = [client_steps(n, settings, g, 1, None) for n, g in zip((5, 4), generators)]
+    plan = group_steps(schedules, starts=[0, 5], device=torch.device("cpu"))
     assert [[(g.clients, g.size) for g in step] for step in plan] == [[((0, 1), 3)], [((0,), 2)]]
     order0 = torch.randperm(5, generator=torch.Generator().manual_seed(0))
     order1 = torch.randperm(4, generator=torch.Generator().manual_seed(1))
