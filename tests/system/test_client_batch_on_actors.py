@@ -35,6 +35,7 @@ EXPERIMENT = ExperimentConfig.model_validate(
     }
 )
 KILLED_ROUND, LOST_ROUND = 2, 3  # rounds whose first chunk's actor dies: retried, then (retries 0) lost
+KILLED_SUM_ROUND = 4  # a round of partial sums whose first actor's share dies: retried whole
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +77,7 @@ def test_a_federation_on_actors_with_client_batching_gives_the_in_process_rounds
 @pytest.fixture(scope="module")
 def ray_pool(ray_cluster, setting):
     data, spec, _, _ = setting
-    kills = [(KILLED_ROUND, _first_chunk(setting, KILLED_ROUND)[0]), (LOST_ROUND, _first_chunk(setting, LOST_ROUND)[0])]
+    kills = [(r, _first_chunk(setting, r)[0]) for r in (KILLED_ROUND, LOST_ROUND, KILLED_SUM_ROUND)]
     pool = RayActorPool(data, spec, EXPERIMENT.resources, FaultsConfig(retries=1, inject_kills=kills))
     pool.ready()
     yield pool
@@ -138,6 +139,20 @@ def test_partial_sums_come_back_one_message_per_actor_with_the_in_process_sum(ra
         (u.client_id, u.metrics, u.num_steps) for u in sorted(local, key=lambda u: u.client_id)
     ]
     for name, value in fedavg_of_sums(weights, local, False).items():  # two float64 sums added, or one
+        np.testing.assert_allclose(fedavg_of_sums(weights, on_actors, False)[name], value, rtol=1e-6, atol=1e-9)
+
+
+def test_a_share_of_partial_sums_whose_actor_dies_is_retried_whole(ray_pool, setting, one_thread):
+    data, spec, weights, _ = setting
+    outcomes = ray_pool.collect(ray_pool.submit_all(_jobs(setting, KILLED_SUM_ROUND), summed=True))
+    failures = ray_pool.drain_failures()
+    # the share of two clients (one chunk per actor: the same as client_batch 2's) was lost once, then trained again
+    assert sorted(f.client_id for f in failures) == sorted(_first_chunk(setting, KILLED_SUM_ROUND))
+    on_actors = list(outcomes.values())
+    assert all(isinstance(u, ClientUpdate) for u in on_actors) and len({id(u.summed) for u in on_actors}) == 2
+    worker = ClientWorker(spec, data.dataset.x_train, data.dataset.y_train, data.train_parts)
+    local = worker.train_summed(_jobs(setting, KILLED_SUM_ROUND))
+    for name, value in fedavg_of_sums(weights, local, False).items():  # nothing of the lost attempt is in the sum
         np.testing.assert_allclose(fedavg_of_sums(weights, on_actors, False)[name], value, rtol=1e-6, atol=1e-9)
 
 
