@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -74,22 +74,25 @@ class ClientActor:
         self, jobs: Sequence[TrainJob], weights: Weights, payload: Mapping[str, Any], attempt: int
     ) -> list[ClientUpdate]:
         """A chunk of one round's clients (`client_batch`), trained at once; updates in the order of `jobs`."""
-        if attempt == 0 and any((job.round_index, job.client_id) in self.kills for job in jobs):
-            os._exit(1)  # chaos testing: the whole chunk is lost with the actor, as a real loss would lose it
-        full = [dataclasses.replace(job, weights=weights, payload=payload) for job in jobs]
-        updates = self.worker.train_many(full)
-        for update in updates:
-            update.place = self.place
-        return updates
+        return self._chunk(self.worker.train_many, jobs, weights, payload, attempt)
 
     def train_summed(
         self, jobs: Sequence[TrainJob], weights: Weights, payload: Mapping[str, Any], attempt: int
     ) -> list[ClientUpdate]:
         """This actor's share of a round, one sum of their deltas (resources.partial_sums); in the order of `jobs`."""
+        return self._chunk(self.worker.train_summed, jobs, weights, payload, attempt)
+
+    def _chunk(
+        self,
+        train: Callable[[list[TrainJob]], list[ClientUpdate]],
+        jobs: Sequence[TrainJob],
+        weights: Weights,
+        payload: Mapping[str, Any],
+        attempt: int,
+    ) -> list[ClientUpdate]:
         if attempt == 0 and any((job.round_index, job.client_id) in self.kills for job in jobs):
-            os._exit(1)  # chaos testing: the share is lost with the actor, and retried whole
-        full = [dataclasses.replace(job, weights=weights, payload=payload) for job in jobs]
-        updates = self.worker.train_summed(full)
+            os._exit(1)  # chaos testing: the whole chunk is lost with the actor, as a real loss would lose it
+        updates = train([dataclasses.replace(job, weights=weights, payload=payload) for job in jobs])
         for update in updates:
             update.place = self.place
         return updates
