@@ -4,7 +4,9 @@ over the users, for a few rounds, and the whole 1,500-round run extrapolated fro
 
 The ways, each in its own child process timed from outside (interpreter start to exit) while its process tree's
 PSS is sampled (benchmarks/proc.py), interleaved over `--reps` repetitions in a seeded shuffled order per
-repetition; every ratio divides by the plain loop (or pfl) of the same repetition, as these machines are noisy:
+repetition; every ratio divides by the plain loop (or pfl) of the same repetition, as these machines are noisy, and
+the table gives the median ratio with the range of the repetitions' ratios after it (a difference inside that
+range is noise):
 
 - `plain`: the plainest correct PyTorch loop (no Ray, nothing of the project but the model builder and the synthetic
   images): the sampled users train one after another on one client model from the global weights, plain SGD, the
@@ -17,17 +19,22 @@ repetition; every ratio divides by the plain loop (or pfl) of the same repetitio
 - `pfl`: pfl-research (benchmarks/pfl_way.py) on the same images, users, cohorts, model, batch and rate, run by
   `--pfl-python` (an interpreter where `import pfl` works; the row is skipped, saying why, where there is none).
 
+`--device cuda` runs every way on the one GPU, one way at a time: the plain loop and the in-process ways on the whole
+of it, the 2 actors on half each (the driver evaluates on it too), pfl on it (told by PFL_PYTORCH_DEVICE, which on
+the CPU keeps pfl off a GPU it would otherwise take). `python -m benchmarks.gpu` runs this as its `cross_device` part.
+
 Per way: the round times (from the end of one round, its evaluation included, to the end of the next; round 1 from
 the start of training), rounds 1..`--warmup` left out as warm-up. "s/round" is the median of the remaining rounds
 without evaluation, "with eval" that of the remaining rounds with one (a way that evaluated every round has only
 those: its s/round is theirs). The 1,500-round run is extrapolated as
 
-    overhead + (1500 - E) x s/round + E x (s/round with eval)
+    overhead + warm-up excess + (1500 - E) x s/round + E x (s/round with eval)
 
 where overhead is what the child spent outside its rounds (interpreter, imports, data, model, Ray start-up and
-shutdown: wall time minus the sum of the round times) and E the evaluations of 1,500 rounds: 150 at
-`--eval-every 10` (rounds 10, 20, ..., 1500), one more where a way also evaluates round 1 (the engine does, so that
-every report after it carries a score), or 1,500 for a way that evaluated every round it ran.
+shutdown: wall time minus the sum of the round times), the warm-up excess what the warm-up rounds took beyond
+steady rounds of their kind (the first tasks on fresh actors, first-touch allocations), and E the evaluations of
+1,500 rounds: 150 at `--eval-every 10` (rounds 10, 20, ..., 1500), one more where a way also evaluates round 1 (the
+engine does, so that every report after it carries a score), or 1,500 for a way that evaluated every round it ran.
 
 The local rate is `--lr 0.01` by default; pfl's own CIFAR-10 benchmark (and search_spaces/cross_device.yaml) trains
 at 0.1: the rate changes the accuracy, not the time. Twelve rounds leave the accuracy near chance: the column checks
@@ -91,6 +98,7 @@ class Protocol:
     test_samples: int = 10_000
     eval_batch: int = 500  # the engine's default eval_batch_size
     seed: int = 0
+    device: str = "cpu"  # where every way trains and evaluates: cpu, or cuda (one GPU the ways take in turn)
 
     def evaluates(self, round_index: int) -> bool:
         """Whether the server evaluates after round `round_index` (1-based): every eval_every rounds, and the last."""
@@ -106,6 +114,7 @@ class Protocol:
             *("--cohort", str(self.cohort), "--batch", str(self.batch), "--rounds", str(self.rounds)),
             *("--eval-every", str(self.eval_every), "--image", "x".join(map(str, self.image))),
             *("--lr", repr(self.lr), "--test-samples", str(self.test_samples), "--seed", str(self.seed)),
+            *("--device", self.device),
         ]
 
 
@@ -156,20 +165,22 @@ def run_plain(protocol: Protocol, threads: int, channels_last: bool) -> dict[str
     from raytune_fl.models import build_model
 
     torch.set_num_threads(threads)
+    device = torch.device(protocol.device)
     x_np, y_np, x_test_np, y_test_np, users = protocol_data(protocol)
-    x, y = torch.from_numpy(x_np), torch.from_numpy(y_np)
-    x_test, y_test = torch.from_numpy(x_test_np), torch.from_numpy(y_test_np)
+    # on a GPU the images are uploaded once and each batch is gathered there, as the engine does
+    x, y = torch.from_numpy(x_np).to(device), torch.from_numpy(y_np).to(device)
+    x_test, y_test = torch.from_numpy(x_test_np).to(device), torch.from_numpy(y_test_np).to(device)
     layout = torch.channels_last if channels_last else torch.contiguous_format
     channels, height, width = protocol.image
     torch.manual_seed(protocol.seed)
-    server = build_model("simple_cnn", channels, 10, (height, width)).to(memory_format=layout)
-    client = build_model("simple_cnn", channels, 10, (height, width)).to(memory_format=layout)
+    server = build_model("simple_cnn", channels, 10, (height, width)).to(device, memory_format=layout)
+    client = build_model("simple_cnn", channels, 10, (height, width)).to(device, memory_format=layout)
 
     def train(part: np.ndarray, round_index: int, user: int) -> None:
         client.train()
         optimizer = torch.optim.SGD(client.parameters(), lr=protocol.lr)
         generator = torch.Generator().manual_seed(protocol.seed * 1_000_003 + round_index * 10_007 + user)
-        order = torch.from_numpy(part)[torch.randperm(len(part), generator=generator)]
+        order = torch.from_numpy(part)[torch.randperm(len(part), generator=generator)].to(device)
         for start in range(0, len(order), protocol.batch):
             index = order[start : start + protocol.batch]
             if len(index) < 2:  # BatchNorm needs two samples
@@ -211,6 +222,8 @@ def run_plain(protocol: Protocol, threads: int, channels_last: bool) -> dict[str
             report[TEST_ACC].append(evaluate())
             report[EVALUATE_S].append(time.perf_counter() - began)
             report["evaluated"].append(round_index)
+        if device.type == "cuda":
+            torch.cuda.synchronize()  # the round's kernels finished, not only queued
         now = time.perf_counter()
         report["round_times"].append(now - last)
         last = now
@@ -238,7 +251,10 @@ def engine_config(
         "client_batch": client_batch,
         "channels_last": channels_last,
         "partial_sums": partial_sums,
+        "device": protocol.device,
     }
+    if protocol.device == "cuda":  # the actors share the GPU (the driver, outside Ray, evaluates on it too)
+        resources["gpus_per_actor"] = round(1 / actors, 4) if actors else 1.0
     experiment = ExperimentConfig.model_validate(
         {
             "dataset": "synthetic",
@@ -343,6 +359,14 @@ class WayResult:
     def overhead_s(self) -> float:
         return self.wall_s - sum(self.round_times)
 
+    @property
+    def warmup_excess_s(self) -> float:
+        """What the warm-up rounds took beyond steady rounds of their kind (with or without evaluation)."""
+        marked = set(self.evaluated)
+        steady = [self.eval_round if r in marked else self.per_round for r in range(1, self.warmup + 1)]
+        excess = sum(self.round_times[: self.warmup]) - sum(steady[: len(self.round_times)])
+        return excess if math.isfinite(excess) else 0.0
+
     def extrapolated(self, eval_every: int, rounds: int = FULL_ROUNDS) -> float:
         """The whole run of `rounds` rounds: overhead + training rounds + rounds with evaluation (module docstring)."""
         if self.evaluates_every_round:
@@ -350,7 +374,7 @@ class WayResult:
         else:
             evaluations = full_run_evaluations(eval_every, rounds) + self.first_round_evaluated
         training = (rounds - evaluations) * self.per_round if rounds > evaluations else 0.0
-        return self.overhead_s + training + evaluations * self.eval_round
+        return self.overhead_s + self.warmup_excess_s + training + evaluations * self.eval_round
 
     @property
     def final_acc(self) -> float:
@@ -364,11 +388,12 @@ def _median(values: Sequence[float]) -> float:
 
 def summarise(results: Sequence[WayResult], eval_every: int) -> list[dict[str, Any]]:
     """Per way: medians over reps of s/round, s/round with evaluation, the extrapolated run and peak PSS, and of the
-    ratio of s/round to the plain loop's and to pfl's of the same repetition (NaN where those did not run)."""
+    ratio of s/round to the plain loop's and to pfl's of the same repetition (NaN where those did not run), with
+    each repetition's ratio beside the median: their spread is the noise a difference must exceed."""
     by_rep = {(r.way, r.rep): r for r in results}
 
-    def ratio(mine: Sequence[WayResult], base: str) -> float:
-        return _median([r.per_round / by_rep[(base, r.rep)].per_round for r in mine if (base, r.rep) in by_rep])
+    def ratios(mine: Sequence[WayResult], base: str) -> list[float]:
+        return [r.per_round / by_rep[(base, r.rep)].per_round for r in mine if (base, r.rep) in by_rep]
 
     rows = []
     for way in dict.fromkeys(r.way for r in results):
@@ -378,8 +403,10 @@ def summarise(results: Sequence[WayResult], eval_every: int) -> list[dict[str, A
                 "way": way,
                 "s_per_round": _median([r.per_round for r in mine]),
                 "eval_round_s": _median([r.eval_round for r in mine]),
-                "plain_ratio": ratio(mine, "plain"),
-                "pfl_ratio": ratio(mine, "pfl"),
+                "plain_ratio": _median(ratios(mine, "plain")),
+                "pfl_ratio": _median(ratios(mine, "pfl")),
+                "plain_ratios": ratios(mine, "plain"),
+                "pfl_ratios": ratios(mine, "pfl"),
                 "extrapolated_s": _median([r.extrapolated(eval_every) for r in mine]),
                 "pss_mib": statistics.median(r.peak_pss for r in mine) / MiB,
                 "final_acc": [r.final_acc for r in mine],
@@ -394,8 +421,13 @@ def _seconds(value: float) -> str:
     return "-" if not math.isfinite(value) else f"{value:.3f} s"
 
 
-def _ratio(value: float) -> str:
-    return "-" if not math.isfinite(value) else f"{value:.2f}"
+def _ratio(value: float, each: Sequence[float] = ()) -> str:
+    """The median ratio, and the range of the repetitions' ratios where there are several."""
+    if not math.isfinite(value):
+        return "-"
+    finite = [v for v in each if math.isfinite(v)]
+    spread = f" ({min(finite):.2f}-{max(finite):.2f})" if len(finite) > 1 and min(finite) != max(finite) else ""
+    return f"{value:.2f}{spread}"
 
 
 def _duration(seconds: float) -> str:
@@ -415,14 +447,21 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         mark = " (evaluates every round)" if row["evaluates_every_round"] else ""
         lines.append(
             f"| {row['way']}{mark} | {_seconds(row['s_per_round'])} | {_seconds(row['eval_round_s'])} "
-            f"| {_ratio(row['plain_ratio'])} | {_ratio(row['pfl_ratio'])} | {_duration(row['extrapolated_s'])} "
+            f"| {_ratio(row['plain_ratio'], row.get('plain_ratios', ()))} "
+            f"| {_ratio(row['pfl_ratio'], row.get('pfl_ratios', ()))} | {_duration(row['extrapolated_s'])} "
             f"| {row['pss_mib']:.0f} MiB | {accs} |"
         )
     return "\n".join(lines)
 
 
-def machine(pfl_version: str | None = None) -> dict[str, Any]:
-    """The CPU model (from /proc/cpuinfo), the cores, torch's version (and pfl's), and the date."""
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def machine(pfl_version: str | None = None, device: str = "cpu") -> dict[str, Any]:
+    """The CPU model (from /proc/cpuinfo), the cores, the GPU on `cuda`, torch's version (and pfl's), and the date."""
     model = "unknown CPU"
     try:
         with open("/proc/cpuinfo") as handle:
@@ -437,6 +476,10 @@ def machine(pfl_version: str | None = None) -> dict[str, Any]:
     }
     if pfl_version:
         found["pfl"] = pfl_version
+    if device == "cuda":
+        import torch
+
+        found["gpu"] = torch.cuda.get_device_name()
     return found
 
 
@@ -525,6 +568,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr", type=float, default=defaults.lr, help="local SGD rate (default %(default)s)")
     parser.add_argument("--test-samples", type=int, default=defaults.test_samples, help="default %(default)s")
     parser.add_argument("--seed", type=int, default=defaults.seed, help="default %(default)s")
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default=defaults.device, help="where every way runs (default cpu)"
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the in-process ways and pfl")
     parser.add_argument("--warmup", type=int, default=2, help="first rounds left out of the medians (default 2)")
     parser.add_argument("--reps", type=int, default=2, help="interleaved repetitions (default %(default)s)")
@@ -550,6 +596,7 @@ def protocol_of(args: argparse.Namespace) -> Protocol:
         lr=args.lr,
         test_samples=args.test_samples,
         seed=args.seed,
+        device=args.device,
     )
 
 
@@ -557,6 +604,7 @@ def run_child(way: str, protocol: Protocol, threads: int, client_batch: int) -> 
     if way in ("plain", "plain_cl"):
         return run_plain(protocol, threads, channels_last=way == "plain_cl")
     if way == "pfl":
+        os.environ["PFL_PYTORCH_DEVICE"] = protocol.device  # pfl takes a GPU it sees unless told
         from benchmarks.pfl_way import run_pfl  # imports pfl: only in this child
 
         return run_pfl(protocol, threads, START)
@@ -572,6 +620,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cohort > args.users:
         parser.error(f"--cohort {args.cohort} exceeds --users {args.users}")
     protocol = protocol_of(args)
+    if protocol.device == "cuda" and not _cuda_available():
+        print("error: --device cuda: torch sees no CUDA device here", file=sys.stderr)
+        return 2
     if args.child:
         print(json.dumps(run_child(args.child, protocol, args.threads, args.client_batch[0])))
         return 0
@@ -615,13 +666,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"note: {row['way']} also evaluated after round 1 (a warm-up round: outside the medians)")
         elif row["evaluated"] != expected:
             print(f"note: {row['way']} evaluated after rounds {row['evaluated']}, the protocol after {expected}")
-    found_machine = machine(pfl_version)
+    found_machine = machine(pfl_version, protocol.device)
     title = (
         f"Cross-device: {protocol.users} users x {protocol.samples_per_user} images "
         f"{'x'.join(map(str, protocol.image))}, cohort {protocol.cohort}, batch {protocol.batch}, lr {protocol.lr:g}, "
         f"{protocol.rounds} rounds (first {args.warmup} warm-up), eval every {protocol.eval_every}; {args.reps} reps, "
         f"{args.threads} threads\nMachine: {found_machine['cpu']}, {found_machine['cores']} cores, torch "
-        f"{found_machine['torch']}" + (f", pfl {pfl_version}" if pfl_version else "") + f"; {found_machine['date']}"
+        f"{found_machine['torch']}"
+        + (f", pfl {pfl_version}" if pfl_version else "")
+        + f"; {found_machine['date']}"
+        + (f"\nDevice: {found_machine['gpu']} (every way)" if "gpu" in found_machine else "")
     )
     raw = {
         "machine": found_machine,

@@ -10,6 +10,10 @@ and a timeout; a failed one prints its error tail and the others still run):
 - workload_batched: the engine in-process on CUDA with client batching (resources.client_batch K = 1, 2, 5, 10:
   K clients trained at once as one vectorised model), beside the plain loop of this run (run here when the
   workload part did not); the speed-up column is over K = 1.
+- cross_device: benchmarks/cross_device.py's protocol (pfl-research's CIFAR-10 shape: 1,000 users of 50 images,
+  50 a round, batch 10) with `--device cuda`, one repetition: the plain loop, the engine on 2 actors sharing the GPU
+  with partial sums, the engine in-process with client_batch 10, and pfl-research where it imports (it is not in
+  the GPU bundle unless added; the row says so). The engine's fastest way against pfl: speed-up >= 3x.
 - resnet: ResNet-18 on synthetic CIFAR-10-shaped data (20,000 samples, 10 clients, 3 rounds) with 1 and 4 actors
   sharing the GPU; a round's training (local training and transport) and evaluation apart.
 - resnet_batched: the same ResNet-18 run in-process on the whole GPU with client_batch K = 1 and 10 (speed-up
@@ -46,7 +50,7 @@ from benchmarks.proc import last_json, with_repo_on_path
 
 REPO = Path(__file__).resolve().parents[1]
 TUNE_SCRIPT = REPO / "scripts" / "tune.py"
-PARTS = ("tests", "workload", "workload_batched", "resnet", "resnet_batched", "study")
+PARTS = ("tests", "workload", "workload_batched", "cross_device", "resnet", "resnet_batched", "study")
 GPU_TESTS = ("tests/engine/test_gpu.py", "tests/engine/test_gpu_methods.py")  # those present run
 
 
@@ -64,6 +68,9 @@ class Sizes:
     resnet_rounds: int = 3
     resnet_actors: tuple[int, ...] = (1, 4)
     resnet_client_batches: tuple[int, ...] = (1, 10)  # resnet_batched
+    # cross_device: benchmarks/cross_device.py's own protocol, these rounds; `cross_device_args` shrinks it (--tiny)
+    cross_device_rounds: int = 8
+    cross_device_args: tuple[str, ...] = ()
     study_trials: int = 8
     study_rounds: int = 4
     study_concurrent: int = 4
@@ -71,6 +78,7 @@ class Sizes:
     workload_timeout_s: float = 75.0
     resnet_timeout_s: float = 120.0
     study_timeout_s: float = 150.0
+    cross_device_timeout_s: float = 180.0  # every way in one child: ~10 s of start-up each plus its rounds
     budget_s: float = 480.0  # the whole command: a row that cannot start in time is skipped, the table printed
 
 
@@ -86,6 +94,8 @@ TINY = Sizes(
     resnet_rounds=2,
     resnet_actors=(1, 2),
     resnet_client_batches=(1, 10),
+    cross_device_rounds=3,
+    cross_device_args=("--users", "20", "--samples-per-user", "20", "--cohort", "4", "--image", "3x8x8"),
     study_trials=2,
     study_rounds=2,
     study_concurrent=2,
@@ -93,6 +103,7 @@ TINY = Sizes(
     workload_timeout_s=300.0,
     resnet_timeout_s=300.0,
     study_timeout_s=300.0,
+    cross_device_timeout_s=400.0,
     budget_s=1800.0,
 )
 
@@ -102,6 +113,9 @@ ACTORS_MAX = 1.10  # the engine on the most actors (4) sharing the GPU, x the pl
 EVAL_SHARE_MAX = 0.20  # ResNet-18: a round's evaluation / its training
 STUDY_SPEEDUP_MIN = 2.0  # the study, 4 trials at once against 1 at a time
 BATCHED_MAX = 0.5  # the engine in-process with the largest client_batch (10), per round, x the plain CUDA loop
+CROSS_DEVICE_PFL_MIN = 3.0  # cross-device: pfl-research's s/round / the engine's fastest way's, same GPU
+CROSS_DEVICE_WAYS = ("plain", "actors_sums", "batched", "pfl")  # benchmarks/cross_device.py's names
+CROSS_DEVICE_BATCH = 10  # client_batch of its batched way
 
 # ------------------------------------------------------------------------------------------------ rows
 
@@ -205,6 +219,30 @@ def study_row(
     """A study's wall time; `baseline_wall_s` (1 trial at a time) gives the speed-up of this one."""
     speedup = baseline_wall_s / wall_s if baseline_wall_s and math.isfinite(baseline_wall_s) else None
     return _row("study", name, machine, wall_s=wall_s, trials=trials, rounds=rounds, speedup=speedup)
+
+
+def cross_device_rows(machine: str, summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """benchmarks/cross_device.py's JSON (`rows`: each way's median s/round and ratios) as this table's rows: x the
+    plain loop, and the speed-up over pfl; the engine's fastest way against CROSS_DEVICE_PFL_MIN (n/a without pfl)."""
+    rows = []
+    for found in summary["rows"]:
+        pfl_ratio = found.get("pfl_ratio")
+        finite = pfl_ratio is not None and math.isfinite(pfl_ratio) and pfl_ratio > 0
+        row = _row(
+            "cross_device",
+            f"cross-device: {found['way']}",
+            machine,
+            s_per_round=found["s_per_round"],
+            ratio=found["plain_ratio"],
+            final_acc=(found.get("final_acc") or [math.nan])[-1],
+            speedup=1 / pfl_ratio if finite else None,
+        )
+        row["way"] = found["way"]
+        rows.append(row)
+    engine = [r for r in rows if r["way"] not in ("plain", "plain_cl", "pfl") and math.isfinite(r["s_per_round"])]
+    if engine:
+        set_target(min(engine, key=lambda r: r["s_per_round"]), "speedup", ">=", CROSS_DEVICE_PFL_MIN)
+    return rows
 
 
 # ------------------------------------------------------------------------------------------------ the table
@@ -600,6 +638,35 @@ class Check:
                 f"{part}: {name}: {row['s_per_round']:.3f} s/round, x{row['ratio']:.2f} the plain loop{speedup}, "
                 f"whole run {child.wall_s:.1f} s, final test acc {row['final_acc']:.3f}{_gpu_text(row)} "
                 f"{row['result']}"
+            )
+
+    def cross_device(self) -> None:
+        """benchmarks/cross_device.py on this device, its ways in one child (one repetition, interleaving none)."""
+        part, sizes = "cross_device", self.sizes
+        name = f"cross-device protocol: {', '.join(CROSS_DEVICE_WAYS)}"
+        with tempfile.TemporaryDirectory(prefix="gpu-check-cross-device-") as workdir:
+            out = Path(workdir) / "cross_device.json"
+            args = ["--device", self.device, "--ways", ",".join(CROSS_DEVICE_WAYS), "--reps", "1"]
+            args += ["--client-batch", str(CROSS_DEVICE_BATCH), "--rounds", str(sizes.cross_device_rounds)]
+            args += [*sizes.cross_device_args, "--json", str(out)]
+            command = python_module("benchmarks.cross_device", *args)
+            child = self.child(part, name, command, sizes.cross_device_timeout_s)
+            if child is None:
+                return
+            if child.timed_out or child.returncode != 0 or not out.exists():
+                how = "timed out" if child.timed_out else f"exited with {child.returncode}"
+                self.fail(part, name, f"cross_device.py {how}; output tail:\n{child.tail()}", child.wall_s)
+                return
+            summary = json.loads(out.read_text())
+        if "pfl" not in {row["way"] for row in summary["rows"]}:
+            skipped = next((line for line in child.stdout.splitlines() if line.startswith("pfl skipped")), "")
+            self.say(f"{part}: {skipped or 'pfl did not run'}")
+        for row in cross_device_rows(self.machine, summary):
+            self.recorder.add(row)
+            over_pfl = f", {row['speedup']:.2f}x faster than pfl" if row.get("speedup") else ""
+            self.say(
+                f"{part}: {row['name']}: {row['s_per_round']:.3f} s/round, x{row['ratio']:.2f} the plain loop"
+                f"{over_pfl} {row['result']}"
             )
 
     def resnet_batched(self) -> None:

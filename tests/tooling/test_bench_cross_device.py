@@ -5,6 +5,7 @@ test's.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -95,26 +96,31 @@ def test_the_ratios_divide_by_plain_and_pfl_of_the_same_repetition():
     assert rows["inprocess"]["plain_ratio"] == pytest.approx((0.5 + 1.5) / 2)
     assert rows["inprocess"]["pfl_ratio"] == pytest.approx((0.25 + 1.5) / 2)
     assert rows["plain"]["plain_ratio"] == 1.0 and rows["pfl"]["pfl_ratio"] == 1.0
-    # overhead (40 - 26 s) + 1,350 training rounds + 150 with evaluation
-    assert results[0].extrapolated(10) == pytest.approx(14.0 + 1350 * 1.0 + 150 * 3.0)
+    # overhead (40 - 26 s) + the warm-up rounds' excess over two steady ones (18 - 2 s) + 1,350 training rounds
+    # + 150 with evaluation
+    assert results[0].warmup_excess_s == pytest.approx(16.0)
+    assert results[0].extrapolated(10) == pytest.approx(14.0 + 16.0 + 1350 * 1.0 + 150 * 3.0)
     assert rows["plain"]["final_acc"] == [0.6, 0.6] and rows["plain"]["pss_mib"] == 1024
     table = cross_device.format_table(list(rows.values()))
-    assert "| inprocess | 1.750 s | 3.500 s | 1.00 | 0.88 |" in table
+    # each repetition's ratio beside the median: 0.5 and 1.5 of plain's, 0.25 and 1.5 of pfl's
+    assert "| inprocess | 1.750 s | 3.500 s | 1.00 (0.50-1.50) | 0.88 (0.25-1.50) |" in table
+    assert "| plain | 1.500 s | 3.500 s | 1.00 | " in table  # a way against itself: no range
 
 
 def test_a_way_that_evaluates_every_round_is_extrapolated_as_such():
     times, rounds = [9.0, 9.0, 2.0, 2.0, 2.0, 2.0], [1, 2, 3, 4, 5, 6]
     every = WayResult("inprocess", 1, times, rounds, [0.1] * 6, [0.5] * 6, 30.0, 1, [3, 6])
     assert every.evaluates_every_round and every.per_round == every.eval_round == 2.0
-    assert every.extrapolated(10) == pytest.approx((30.0 - 26.0) + 1500 * 2.0)
+    # warm-up: two evaluated rounds of 9 s where steady ones take 2 s
+    assert every.extrapolated(10) == pytest.approx((30.0 - 26.0) + (18.0 - 4.0) + 1500 * 2.0)
     (row,) = cross_device.summarise([every], eval_every=10)
     table = cross_device.format_table([row])
-    assert "| inprocess (evaluates every round) | 2.000 s | 2.000 s | - | - | 50.1 min | 0 MiB | 0.100 |" in table
+    assert "| inprocess (evaluates every round) | 2.000 s | 2.000 s | - | - | 50.3 min | 0 MiB | 0.100 |" in table
     assert cross_device.full_run_evaluations(10) == 150 and cross_device.full_run_evaluations(7) == 215
     # the engine's first round evaluated beyond the protocol: one evaluation more, not every round
     first = WayResult("inprocess", 1, [9.0, 2.0, 5.0], [1, 2, 3], [0.1] * 3, [3.0] * 3, 20.0, 1, [2, 3], warmup=1)
     assert first.first_round_evaluated and not first.evaluates_every_round
-    assert first.extrapolated(2) == pytest.approx((20.0 - 16.0) + (1500 - 751) * 3.5 + 751 * 3.5)
+    assert first.extrapolated(2) == pytest.approx((20.0 - 16.0) + (9.0 - 3.5) + (1500 - 751) * 3.5 + 751 * 3.5)
 
 
 def test_an_unknown_way_is_refused(capsys):
@@ -130,3 +136,24 @@ def test_pfl_is_needed_only_by_its_way(tmp_path):
     if importlib.util.find_spec("pfl") is None:  # this environment has none: the way is skipped, saying why
         python, why = cross_device.resolve_pfl_python(sys.executable)
         assert python is None and "pfl" in why
+
+
+def test_the_device_reaches_every_way():
+    """--device cuda travels to each way's child, puts the engine's actors on half the GPU each (the in-process ways
+    on all of it), and is refused up front where torch sees no GPU."""
+    protocol = dataclasses.replace(TINY, device="cuda")
+    args = cross_device.build_parser().parse_args(protocol.flags())
+    assert cross_device.protocol_of(args) == protocol
+    actors = cross_device.engine_config(protocol, actors=2, partial_sums=True).resources
+    alone = cross_device.engine_config(protocol, actors=0).resources
+    assert (actors.device, actors.gpus_per_actor, alone.device, alone.gpus_per_actor) == ("cuda", 0.5, "cuda", 1.0)
+    assert cross_device.engine_config(TINY, actors=2).resources.gpus_per_actor == 0.0  # the CPU: no GPU asked for
+
+
+def test_cuda_is_refused_where_there_is_none(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert cross_device.main(["--device", "cuda", "--ways", "plain"]) == 2
+    assert "--device cuda: torch sees no CUDA device here" in capsys.readouterr().err

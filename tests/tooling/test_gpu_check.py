@@ -43,12 +43,13 @@ def test_the_plain_loop_on_cuda_refuses_without_cuda(capsys):
 
 def test_an_unknown_part_is_refused(capsys):
     assert gpu.main(["--only", "workload,flops"]) == 2
-    known = "tests, workload, workload_batched, resnet, resnet_batched, study"
+    known = "tests, workload, workload_batched, cross_device, resnet, resnet_batched, study"
     assert f"--only: unknown flops; known: {known}" in capsys.readouterr().err
     assert gpu.parse_only("study,workload", skip_tests=False) == ["workload", "study"]  # always in run order
     assert gpu.parse_only(None, skip_tests=True) == [
         "workload",
         "workload_batched",
+        "cross_device",
         "resnet",
         "resnet_batched",
         "study",
@@ -122,6 +123,31 @@ def test_rows_ratios_and_targets_by_hand(tmp_path):
     recorder.add(broken)
     assert [r["name"] for r in json.loads((tmp_path / "rows.json").read_text())] == [loop["name"], broken["name"]]
     assert recorder.failed == [broken]
+
+
+def test_cross_device_rows_by_hand():
+    """benchmarks/cross_device.py's summary as rows: the speed-up over pfl is pfl's time over the way's, and the
+    target sits on the engine's fastest way; without a pfl row it cannot be judged."""
+    summary = {
+        "rows": [
+            {"way": "plain", "s_per_round": 0.50, "plain_ratio": 1.0, "pfl_ratio": 0.5, "final_acc": [0.11]},
+            {"way": "actors_sums", "s_per_round": 0.40, "plain_ratio": 0.8, "pfl_ratio": 0.4, "final_acc": [0.12]},
+            {"way": "batched K=10", "s_per_round": 0.25, "plain_ratio": 0.5, "pfl_ratio": 0.25, "final_acc": [0.1]},
+            {"way": "pfl", "s_per_round": 1.00, "plain_ratio": 2.0, "pfl_ratio": 1.0, "final_acc": [0.1]},
+        ]
+    }
+    rows = {row["way"]: row for row in gpu.cross_device_rows("NVIDIA H200", summary)}
+    assert rows["batched K=10"]["speedup"] == pytest.approx(4.0) and rows["batched K=10"]["result"] == "PASS"
+    assert rows["actors_sums"]["speedup"] == pytest.approx(2.5) and rows["actors_sums"]["target"] is None
+    assert rows["plain"]["target"] is None and rows["pfl"]["speedup"] == pytest.approx(1.0)
+    line = gpu.format_table([rows["batched K=10"]]).splitlines()[2]
+    assert line == (
+        "| cross_device | cross-device: batched K=10 | NVIDIA H200 | 0.250 s | 0.50x | — | — | — | — | — | 4.00x "
+        "| speed-up ≥ 3.0x | PASS |"
+    )
+    no_pfl = {"rows": [{**row, "pfl_ratio": float("nan")} for row in summary["rows"] if row["way"] != "pfl"]}
+    judged = {row["way"]: row for row in gpu.cross_device_rows("NVIDIA H200", no_pfl)}
+    assert judged["batched K=10"]["speedup"] is None and judged["batched K=10"]["result"] == "n/a"
 
 
 def test_a_child_that_fails_or_hangs_gives_its_tail_and_is_ended():
