@@ -38,10 +38,10 @@ def load_weights(model: torch.nn.Module, weights: Weights) -> None:
     """`weights` into the model's own parameters and buffers, in place: the copies `model.load_state_dict` makes.
 
     Why not load_state_dict itself: it walks every module's loader, which costs more than the copies for a small
-    model (~0.6 ms against ~0.2 ms for the simple CNN on one CPU thread), and a cross-device client loads the global
-    model every round. Where anything could differ it is used: a model with its own loading or state-dict code
-    (a module overriding how it loads, a hook) and weights that do not match the model key for key and shape for
-    shape (its error then names the key).
+    model (0.70-0.76 ms against 0.47-0.52 ms a load for the simple CNN on one CPU thread, `benchmarks.client_time`),
+    and a cross-device client loads the global model every round. Where anything could differ it is used: a model
+    with its own loading or state-dict code (a module overriding how it loads, a hook) and weights that do not match
+    the model key for key and shape for shape (its error then names the key).
     """
     targets = None if _loads_its_own_way(model) else model.state_dict(keep_vars=True)
     if (
