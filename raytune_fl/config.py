@@ -30,8 +30,8 @@ from pydantic import (
 # the synthetic dataset's settings live beside its builder (the data package never imports this module)
 from raytune_fl.data.synthetic import SyntheticConfig
 from raytune_fl.engine.metric_names import (
+    CLIENT_ACC_BOTTOM10,
     CLIENT_ACC_MEAN,
-    CLIENT_ACC_P10,
     CLIENT_ACC_STD,
     CLIENT_ACC_VAR,
     CLIENT_ACC_WORST,
@@ -740,7 +740,7 @@ OBJECTIVES: dict[str, str] = {
     VAL_LOSS: "min",
     CLIENT_ACC_MEAN: "max",
     CLIENT_ACC_WORST: "max",
-    CLIENT_ACC_P10: "max",
+    CLIENT_ACC_BOTTOM10: "max",
     CLIENT_ACC_STD: "min",
     CLIENT_ACC_VAR: "min",
     ROUND_TIME_S: "min",

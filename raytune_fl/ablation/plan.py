@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
 
+from raytune_fl.ablation.seeds import AUTO_START, WITH_TUNING, SeedPlan
 from raytune_fl.config import ConfigError, ExperimentConfig, OptimizerConfig, SearchSpace, TrialSpec, override
 from raytune_fl.methods import METHODS
 from raytune_fl.tracking.schema import (
@@ -106,6 +107,7 @@ class VariantSource:
     params: dict[str, Any]  # the method's hyperparameters the cells run with (method defaults fill the rest)
     study_run_id: str | None  # the tune-stage parent run it came from
     note: str  # one line for the terminal and the MLflow tag
+    tuning_seeds: tuple[int, ...] = ()  # the training seeds its study's trials used (the ablation holds them out)
 
 
 def variant_source(space: SearchSpace, name: str, study: StudyRecord | None) -> VariantSource:
@@ -135,7 +137,7 @@ def variant_source(space: SearchSpace, name: str, study: StudyRecord | None) -> 
         note += f" (the YAML's fixed {', '.join(changed)} changed since; the study's values are used)"
     if study.dataset and study.dataset != space.base.dataset:
         note += f" (tuned on {study.dataset}, ablated on {space.base.dataset})"
-    return VariantSource(name, variant.method, params, study.run_id, note)
+    return VariantSource(name, variant.method, params, study.run_id, note, study.tuning_seeds)
 
 
 def setting_sources(
@@ -169,7 +171,13 @@ def merged_source(variant: str, per_setting: dict[str, dict[str, VariantSource]]
     the cells take each setting's own."""
     sources = [by_variant[variant] for by_variant in per_setting.values()]
     ids = ",".join(s.study_run_id for s in sources if s.study_run_id)
-    return VariantSource(variant, sources[0].method, {}, ids or None, "; ".join(s.note for s in sources))
+    seeds = tuple(sorted({seed for s in sources for seed in s.tuning_seeds}))
+    return VariantSource(variant, sources[0].method, {}, ids or None, "; ".join(s.note for s in sources), seeds)
+
+
+def searched_seeds(sources: dict[str, VariantSource]) -> set[int]:
+    """Every training seed a tuning trial of an ablated variant's study used."""
+    return {seed for source in sources.values() for seed in source.tuning_seeds}
 
 
 @dataclass(frozen=True)
@@ -234,6 +242,10 @@ class AblationPlan:
     sources: dict[str, VariantSource]
     cells: list[AblationCell]
     partition_seeds: int = 1  # splits per (variant, seed, setting); 1: each setting's own partition.seed
+    seed_plan: SeedPlan | None = None  # the rule the seeds came from and the seeds the search used
+    auto: AutoSeeds | None = None  # --seeds auto: the plan grows by seeds until its intervals are narrow enough
+    optimizers: dict[str, OptimizerConfig] = field(default_factory=dict)  # variants' own optimisers (build_cells)
+    per_setting: dict[str, dict[str, VariantSource]] | None = None  # each setting's own sources (build_cells)
 
     @property
     def partitions(self) -> dict[str, ExperimentConfig]:
@@ -248,15 +260,30 @@ class AblationPlan:
     @property
     def fingerprint(self) -> str:
         """Same cells, experiments and hyperparameters -> same fingerprint (what --resume matches on)."""
-        described = [
+        cells = self.cells
+        if self.auto is not None:  # seeds are added as it runs: the plan is its first seed's cells and the target
+            cells = [cell for cell in cells if cell.seed == self.seeds[0]]
+        described: list[Any] = [
             [cell.key, cell.method, cell.experiment.model_dump(mode="json"), cell.params]
-            for cell in sorted(self.cells, key=lambda c: c.key)
+            for cell in sorted(cells, key=lambda c: c.key)
         ]
+        if self.seed_plan is not None and self.seed_plan.rule != WITH_TUNING:  # with_tuning: as plans always were
+            described.append(["seed_rule", self.seed_plan.rule])
+        if self.auto is not None:  # the target and the cap are a stopping rule: --resume may change them
+            described.append(["auto", self.auto.reference])
         return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     @property
     def rounds(self) -> int:
         return max(cell.experiment.rounds for cell in self.cells)
+
+    def with_seeds(self, seed_plan: SeedPlan) -> AblationPlan:
+        """The same plan over other seeds (`--seeds auto` adding some): the cells rebuilt, the rest kept."""
+        seeds = list(seed_plan.scored)
+        cells = build_cells(
+            self.sources, self.experiments, seeds, self.optimizers, self.partition_seeds, self.per_setting
+        )
+        return replace(self, seeds=seeds, cells=cells, seed_plan=seed_plan)
 
     def summary_line(self) -> str:
         splits = f" x {self.partition_seeds} partition seeds" if self.partition_seeds > 1 else ""
@@ -286,12 +313,29 @@ def make_plan(
     sources: dict[str, VariantSource],
     partition_seeds: int = 1,
     per_setting: dict[str, dict[str, VariantSource]] | None = None,
+    seed_plan: SeedPlan | None = None,
+    auto: AutoSeeds | None = None,
 ) -> AblationPlan:
-    """The plan; with `per_setting` (setting -> variant -> source) each setting's cells run their own selection."""
+    """The plan; with `per_setting` (setting -> variant -> source) each setting's cells run their own selection.
+    `seed_plan`: where `seeds` came from (recorded on the parent); `auto`: `--seeds auto`'s target."""
     check_partition_seeds(partition_seeds, axes)
     optimizers = {name: v.optimizer for name, v in space.variants.items() if v.optimizer is not None}
     cells = build_cells(sources, experiments, seeds, optimizers, partition_seeds, per_setting)
-    return AblationPlan(space, axes, seeds, experiments, sources, cells, partition_seeds)
+    return AblationPlan(
+        space, axes, seeds, experiments, sources, cells, partition_seeds, seed_plan, auto, optimizers, per_setting
+    )
+
+
+@dataclass(frozen=True)
+class AutoSeeds:
+    """`--seeds auto`: add seeds in rounds until every comparison's interval half-width is at most
+    `target_halfwidth` points or `max_seeds` seeds ran. It stops on the widths alone, never on a p-value, so the
+    tests at the end keep their error rates (stopping when a test turns significant would inflate them)."""
+
+    target_halfwidth: float  # points (accuracy x 100)
+    max_seeds: int
+    reference: str  # the variant every other is compared with
+    start: int = AUTO_START  # seeds in the first round
 
 
 def build_cells(

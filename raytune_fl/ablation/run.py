@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from ray import tune
@@ -33,9 +34,11 @@ from raytune_fl.tracking.schema import (
     ABLATION_RESULTS_FILE,
     ABLATION_SUMMARY_FILE,
     PARTITION_FOLDER,
+    RAN_EVERY_ROUND,
     RUN_KILLED,
     TAG_RESUME_COMMAND,
-    TRIAL_FINISHED,
+    TAG_SEEDS,
+    TAG_SEEDS_AUTO,
     setting_folder,
 )
 from raytune_fl.tracking.store import ablation_results, one_run_per_cell
@@ -59,7 +62,12 @@ class AblationOutcome:
 
     @property
     def unfinished(self) -> int:
-        return int((self.results["status"] != TRIAL_FINISHED).sum()) if len(self.results) else 0
+        """Cells whose run did not run every round (diverged, failed, cut): what --resume reruns and what makes the
+        command exit 1. A collapsed run finished (at chance): it is reported in its cell ("k collapsed") and left
+        out of the mean, not counted here, since running it again with the same seed gives the same run."""
+        if not len(self.results):
+            return 0
+        return int((~self.results["status"].isin(RAN_EVERY_ROUND)).sum())
 
 
 def parent_record(plan: AblationPlan, data: dict[str, FederatedData]) -> RunRecord:
@@ -74,8 +82,28 @@ def parent_record(plan: AblationPlan, data: dict[str, FederatedData]) -> RunReco
         grid={a.name: {"field": f"base.{a.field}", "values": list(a.values)} for a in plan.axes},
         settings=list(plan.experiments),
         sources=list(plan.sources.values()),
+        **seed_facts(plan),
     )
     return ablation_parent(facts, list(identities(plan, data).values()))
+
+
+def seed_facts(plan: AblationPlan) -> dict[str, Any]:
+    """What the parent records of the seeds: the rule, which seeds the search used and which score, --seeds auto's
+    target."""
+    if plan.seed_plan is None:
+        return {}
+    auto = plan.auto
+    return {
+        "seed_rule": plan.seed_plan.rule,
+        "seeds_note": plan.seed_plan.describe(),
+        "tuning_seeds": list(plan.seed_plan.searched),
+        "auto": (
+            f"interval half-width (level 1 - 0.05/m) <= {auto.target_halfwidth:g} points against "
+            f"{auto.reference}, at most {auto.max_seeds} seeds"
+            if auto is not None
+            else ""
+        ),
+    }
 
 
 def log_partitions(tracker: StudyTracker, run_id: str, plan: AblationPlan, data: dict[str, FederatedData]) -> None:
@@ -170,8 +198,9 @@ def with_partition_seeds(results: pd.DataFrame, cells: list[AblationCell]) -> pd
 
 
 def write_table(
-    results: pd.DataFrame, seeds: int, out_dir: Path, partition_seeds: int = 1
+    results: pd.DataFrame, seeds: int, out_dir: Path, partition_seeds: int = 1, seeds_note: str = ""
 ) -> tuple[pd.DataFrame, dict[str, Path]]:
+    """The results and the table (`seeds_note`: which seeds were searched and which scored, its first line)."""
     summary = summarise(results, TABLE_METRIC)
     files = {
         ABLATION_RESULTS_FILE: out_dir / "ablation_results.parquet",
@@ -180,7 +209,8 @@ def write_table(
         ABLATION_SUMMARY_FILE: out_dir / "ablation_summary.csv",
     }
     results.to_parquet(files[ABLATION_RESULTS_FILE], index=False)
-    files["table.md"].write_text(to_markdown(summary, TABLE_METRIC, seeds=seeds, partition_seeds=partition_seeds))
+    table = to_markdown(summary, TABLE_METRIC, seeds=seeds, partition_seeds=partition_seeds)
+    files["table.md"].write_text(f"{seeds_note[:1].upper()}{seeds_note[1:]}.\n\n{table}" if seeds_note else table)
     files["table.csv"].write_text(to_csv(summary))
     # the numbers behind the table: mean, std, n, runs and the 95 % t-interval of the mean (ci_low, ci_high)
     summary.drop(columns="best").assign(level=LEVEL).to_csv(files[ABLATION_SUMMARY_FILE], index=False)
@@ -271,9 +301,13 @@ def settle(
     counts = outcome.results["status"].value_counts().to_dict() if len(outcome.results) else {}
     outcome.wall_time_s = time.time() - started
     parent.metrics = ablation_parent_metrics(outcome.wall_time_s, counts)
+    parent.tags[TAG_SEEDS] = ",".join(map(str, plan.seeds))  # --seeds auto: the seeds that ran by now
+    if plan.auto is not None:  # a resume may have changed the target or the cap
+        parent.tags[TAG_SEEDS_AUTO] = seed_facts(plan)["auto"]
     if len(outcome.results) and parent.status != RUN_KILLED:
+        note = plan.seed_plan.describe() if plan.seed_plan is not None else ""
         outcome.summary, outcome.files = write_table(
-            outcome.results, len(plan.seeds), out_dir, partition_seeds=plan.partition_seeds
+            outcome.results, len(plan.seeds), out_dir, partition_seeds=plan.partition_seeds, seeds_note=note
         )
         parent.metrics.update(summary_metrics(outcome.summary, TABLE_METRIC))
         tracker.log_files(parent.run_id, outcome.files, ABLATION_FOLDER)  # the run keeps its own copy

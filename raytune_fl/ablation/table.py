@@ -12,11 +12,17 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from raytune_fl.ablation.power import table_line
 from raytune_fl.engine.metric_names import TEST_ACC
+from raytune_fl.tracking.schema import TRIAL_COLLAPSED
 
 # Only runs that trained every round count towards a cell: a diverged or failed seed is shown as missing
-# (n/runs) rather than averaged in as 0 % or silently dropped.
+# (n/runs) rather than averaged in as 0 % or silently dropped. A collapsed run (it ran every round and ended at
+# chance, engine/chance.py) is not counted either, and its cell says how many there were: averaged in, one seed
+# that learned nothing would drag the mean by its distance to chance and widen the interval.
 COUNTED = "finished"
+COLLAPSED = TRIAL_COLLAPSED
+COLLAPSED_RUNS = "collapsed"  # not-a-metric: summarise's column, how many of a cell's runs collapsed
 LEVEL = 0.95  # the confidence level of every interval the tables and dashboards draw
 # The dashboard draws no interval from fewer runs (the summary keeps its clipped numbers): with 2 runs the
 # t-interval has 1 degree of freedom, t_{0.975,1} = 12.7, so it spans ±9 sample standard deviations of a run (an
@@ -60,11 +66,11 @@ def summarise(
 
     `results` has one row per run with columns variant, setting, status and `metric` (and partition_seed when the
     ablation varied the split). Returns columns variant, setting, mean, std, n (runs counted), runs (runs made),
-    ci_low and ci_high (the 95 % t-interval of the mean, `mean_interval`, clipped into `bounds`: an accuracy's
-    t-interval from 2 or 3 runs easily leaves [0, 1], which no accuracy can; pass `bounds=None` for a score without
-    bounds, e.g. a loss; NaN under 2 counted runs), partition_seeds (the distinct splits among the counted runs; 1
-    without the column), best (the highest mean of its setting; ties are all marked). Variants and settings keep
-    their order of first appearance.
+    collapsed (runs that ran every round and ended at chance: made, not counted), ci_low and ci_high (the 95 %
+    t-interval of the mean, `mean_interval`, clipped into `bounds`: an accuracy's t-interval from 2 or 3 runs easily
+    leaves [0, 1], which no accuracy can; pass `bounds=None` for a score without bounds, e.g. a loss; NaN under 2
+    counted runs), partition_seeds (the distinct splits among the counted runs; 1 without the column), best (the
+    highest mean of its setting; ties are all marked). Variants and settings keep their order of first appearance.
     """
     rows = []
     for (variant, setting), group in results.groupby(["variant", "setting"], sort=False):
@@ -79,24 +85,28 @@ def summarise(
                 "std": float(counted.std(ddof=1)) if len(counted) > 1 else math.nan,
                 "n": len(counted),
                 "runs": len(group),
+                COLLAPSED_RUNS: int((group["status"] == COLLAPSED).sum()),
                 "ci_low": low,
                 "ci_high": high,
                 "partition_seeds": int(kept["partition_seed"].nunique()) if "partition_seed" in kept else 1,
             }
         )
-    columns = ["variant", "setting", "mean", "std", "n", "runs", "ci_low", "ci_high", "partition_seeds"]
+    columns = ["variant", "setting", "mean", "std", "n", "runs", COLLAPSED_RUNS, "ci_low", "ci_high", "partition_seeds"]
     summary = pd.DataFrame(rows, columns=columns)
     column_best = summary.groupby("setting", sort=False)["mean"].transform("min" if lower_is_better else "max")
     summary["best"] = summary["mean"].notna() & (summary["mean"] == column_best)
     return summary
 
 
-def format_cell(mean: float, std: float, n: int, runs: int, percent: bool = True) -> str:
+def format_cell(mean: float, std: float, n: int, runs: int, percent: bool = True, collapsed: int = 0) -> str:
+    """`mean ± std`, then `(n/runs)` when only n of the runs are counted, `(n/runs, k collapsed)` when k of them
+    ended at chance; `– (0/runs)` when none is."""
+    missing = f" ({n}/{runs}, {collapsed} collapsed)" if collapsed else f" ({n}/{runs})"
     if math.isnan(mean):
-        return f"– (0/{runs})"
+        return "–" + missing
     scale = 100.0 if percent else 1.0
     text = f"{mean * scale:.2f}" + (f" ± {std * scale:.2f}" if not math.isnan(std) else "")
-    return text + (f" ({n}/{runs})" if n < runs else "")
+    return text + (missing if n < runs else "")
 
 
 def wide(summary: pd.DataFrame, best_marker: tuple[str, str] = ("**", "**"), percent: bool = True) -> pd.DataFrame:
@@ -104,7 +114,7 @@ def wide(summary: pd.DataFrame, best_marker: tuple[str, str] = ("**", "**"), per
     cells = summary.apply(
         lambda r: (
             (best_marker[0] if r["best"] else "")
-            + format_cell(r["mean"], r["std"], int(r["n"]), int(r["runs"]), percent)
+            + format_cell(r["mean"], r["std"], int(r["n"]), int(r["runs"]), percent, int(r.get(COLLAPSED_RUNS, 0)))
             + (best_marker[1] if r["best"] else "")
         ),
         axis=1,
@@ -137,8 +147,12 @@ def to_markdown(
     lines.append("")
     lines.append(
         f"Cells: final-round {metric} in %, mean ± sample std (ddof=1) over {over}; **bold** = best in its column; "
-        "(n/runs) = only n runs finished (diverged or failed runs are not averaged in)."
+        "(n/runs) = only n runs finished (diverged or failed runs are not averaged in); k collapsed = k runs ran "
+        "every round to a final accuracy at chance, on the validation or the test split not above b + 2 sqrt(b (1 - "
+        "b) / size), b the larger of 1/classes and the split's majority-class share: they are left out of the mean "
+        "and the statistics."
     )
+    lines.append(table_line(summary["std"], summary["n"], summary["variant"].nunique(), summary["setting"].nunique()))
     return "\n".join(lines) + "\n"
 
 
@@ -157,7 +171,7 @@ def to_csv(summary: pd.DataFrame) -> str:
 
 def to_html(summary: pd.DataFrame) -> str:
     """The same wide table as an HTML table (the dashboard's), the best cell of each column bold."""
-    # the cells are digits, '±', '–' and '(n/runs)': nothing in them to escape
+    # the cells are digits, '±', '–', '(n/runs)' and 'k collapsed': nothing in them to escape
     table = wide(summary, best_marker=("<strong>", "</strong>"))
     head = "".join(f"<th>{html.escape(str(s))}</th>" for s in table.columns)
     body = "".join(

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from raytune_fl.ablation.seeds import AUTO_START, HELD_OUT, seed_plan
 from raytune_fl.cli import common, progress, stopping
 from raytune_fl.config import ConfigError
 from raytune_fl.registry import UnknownNameError
+from raytune_fl.tracking.schema import RAN_EVERY_ROUND
+
+if TYPE_CHECKING:  # the command's --help and its checks load none of them
+    import pandas as pd
+
+    from raytune_fl.ablation.plan import AblationPlan, AutoSeeds
+    from raytune_fl.ablation.run import AblationOutcome
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,7 +28,40 @@ def build_parser() -> argparse.ArgumentParser:
         "Re-run each variant's best configuration (from its tuned study in MLflow, else the YAML's "
         "fixed values) over seeds x settings as Ray Tune trials; write the mean ± std table and the dashboard.",
     )
-    parser.add_argument("--seeds", type=int, default=3, help="training seeds per cell: base.seed, base.seed+1, ...")
+    parser.add_argument(
+        "--seeds",
+        type=_seeds_option,
+        default=3,
+        metavar="N|auto",
+        help="training seeds per cell (default: %(default)s), held out from the search: counting up from "
+        "base.seed + 1, the first N seeds no tuning trial of an ablated variant's study trained at (MLflow records "
+        "both). auto: add seeds in rounds until --target-halfwidth or --max-seeds",
+    )
+    parser.add_argument(
+        "--include-tuning-seed",
+        action="store_true",
+        help="take base.seed + 0..N-1 instead, the tuning seed included: a tuned variant's cell at it re-runs its "
+        "selected trial, which favours it (the table and MLflow say so)",
+    )
+    parser.add_argument(
+        "--target-halfwidth",
+        type=float,
+        metavar="POINTS",
+        help="with --seeds auto: stop adding seeds once every comparison with --reference has an interval at most "
+        "this many points wide on each side, at the family's Bonferroni level 1 - 0.05/m (m comparisons; at least as "
+        "wide as any interval the comparisons print); it stops on the widths, never on a p-value: the tests stay valid",
+    )
+    parser.add_argument(
+        "--max-seeds",
+        type=int,
+        metavar="M",
+        help="with --seeds auto: the most training seeds per cell (it stops there whatever the widths)",
+    )
+    parser.add_argument(
+        "--reference",
+        metavar="VARIANT",
+        help="with --seeds auto: the variant every other is compared with (default: the file's first variant)",
+    )
     parser.add_argument(
         "--partition-seeds",
         type=int,
@@ -100,14 +143,15 @@ def _main(args: argparse.Namespace) -> int:
     )
 
     try:  # everything that can be wrong with the command line or the data, before anything is written or Ray starts
-        if args.seeds < 1:
-            raise ConfigError(f"--seeds: at least 1 (got {args.seeds})")
+        check_seed_options(args)
         if args.partition_seeds < 1:  # before the space is read: the option alone is wrong
             raise ConfigError(f"--partition-seeds: at least 1 (got {args.partition_seeds})")
         if args.per_setting and (not args.grid or args.ignore_studies):
             why = "uses no study (--ignore-studies)" if args.ignore_studies else "needs the --grid it was tuned over"
             raise ConfigError(f"--per-setting: {why}")
         space, variants = common.resolve_space(args)
+        if args.seeds == AUTO:
+            args.reference = check_reference(args.reference, variants)
         axes = parse_grid(args.grid)
         check_partition_seeds(args.partition_seeds, axes)
         experiments = settings(space, axes)
@@ -124,8 +168,8 @@ def _main(args: argparse.Namespace) -> int:
                 raise ConfigError(f"setting {label}: {error}") from None
     except (ConfigError, UnknownNameError) as error:
         return common.fail(error)
-    seeds = [space.base.seed + i for i in range(args.seeds)]
 
+    from raytune_fl.ablation.plan import AutoSeeds, searched_seeds
     from raytune_fl.ablation.run import run_ablation
     from raytune_fl.runtime.storage import make_storage
     from raytune_fl.tracking import StudyTracker
@@ -149,8 +193,15 @@ def _main(args: argparse.Namespace) -> int:
     for source in sources.values():
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in source.params.items())
         print(f"[{source.variant}] {source.method}: {source.note} [{shown or 'method defaults'}]", flush=True)
-    plan = make_plan(space, axes, seeds, experiments, sources, args.partition_seeds, per_setting)
+    auto = None
+    if args.seeds == AUTO:
+        auto = AutoSeeds(args.target_halfwidth, args.max_seeds, args.reference)
+    start = auto.start if auto is not None else args.seeds
+    seeding = seed_plan(space.base.seed, start, searched_seeds(sources), args.include_tuning_seed)
+    seeds = list(seeding.scored)
+    plan = make_plan(space, axes, seeds, experiments, sources, args.partition_seeds, per_setting, seeding, auto)
     print(plan.summary_line(), flush=True)
+    print(f"seeds: {seeding.describe()}", flush=True)
     resume = None
     if args.resume:
         parent_run_id, done = find_ablation_parent(found[0], found[1], plan.fingerprint) if found else (None, set())
@@ -158,6 +209,11 @@ def _main(args: argparse.Namespace) -> int:
             return common.fail(
                 f"--resume: MLflow has no ablation with this plan (same space, overrides, grid and seeds) in "
                 f"experiment {space.name!r} at {uri}"
+            )
+        if auto is not None:  # the rounds it already ran: continue from as many seeds as it had
+            ran = len({cell.seed for cell in _all_cells(plan, auto) if cell.key in done})
+            plan = plan.with_seeds(
+                seed_plan(space.base.seed, max(start, ran), seeding.searched, args.include_tuning_seed)
             )
         print(f"resuming ablation run {parent_run_id}: {len(done)} of {len(plan.cells)} runs had finished", flush=True)
         resume = (parent_run_id, done)
@@ -177,17 +233,29 @@ def _main(args: argparse.Namespace) -> int:
     except ConfigError as error:
         return common.fail(error)
 
-    outcome = run_ablation(
-        plan,
-        tracker,
-        data,
-        storage=args.storage,
-        out_dir=out_dir,
-        resume=resume,
-        log_models=args.log_models,
-        watch=progress.console(args.verbose, after=_after_cells(args)),
-        on_parent=lambda run_id: setattr(args, "ablation_run", run_id),
-    )
+    def run(plan: AblationPlan, resume: tuple[str, set[str]] | None) -> AblationOutcome:
+        return run_ablation(
+            plan,
+            tracker,
+            data,
+            storage=args.storage,
+            out_dir=out_dir,
+            resume=resume,
+            log_models=args.log_models,
+            watch=progress.console(args.verbose, after=_after_cells(args)),
+            on_parent=lambda run_id: setattr(args, "ablation_run", run_id),
+        )
+
+    outcome = run(plan, resume)
+    while auto is not None:  # --seeds auto: more seeds while an interval is wider than the target
+        widths, level = halfwidths(outcome.results, auto.reference)
+        more = next_seed_count(widths, len(plan.seeds), auto, level)
+        print(auto_line(widths, len(plan.seeds), auto, more, level), flush=True)
+        if more is None or outcome.unfinished:
+            break
+        plan = plan.with_seeds(seed_plan(space.base.seed, more, seeding.searched, args.include_tuning_seed))
+        outcome = run(plan, (outcome.parent_run_id, set(outcome.results.loc[_done(outcome.results), "cell"])))
+    seeds = plan.seeds
     files = outcome.files
     splits_text = f" x {args.partition_seeds} partition seeds" if args.partition_seeds > 1 else ""
     print(f"\n=== {space.name}: final-round test accuracy (%), mean ± std over {len(seeds)} seeds{splits_text} ===")
@@ -206,6 +274,121 @@ def _main(args: argparse.Namespace) -> int:
         print(f"{outcome.unfinished} of {len(plan.cells)} runs did not finish: see the (n/runs) cells and run tags")
     print_next_steps(args, uri, space.name, tracker.experiment_id, unfinished=bool(outcome.unfinished))
     return 1 if outcome.unfinished else 0
+
+
+AUTO = "auto"  # --seeds auto
+
+
+def _seeds_option(text: str) -> int | str:
+    """--seeds: a count, or `auto`."""
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of seeds or 'auto' (got {text!r})") from None
+
+
+def check_seed_options(args: argparse.Namespace) -> None:
+    """--seeds and the options that only --seeds auto takes, before the space is read."""
+    auto_only = {
+        "--target-halfwidth": args.target_halfwidth,
+        "--max-seeds": args.max_seeds,
+        "--reference": args.reference,
+    }
+    if args.seeds != AUTO:
+        if args.seeds < 1:
+            raise ConfigError(f"--seeds: at least 1 (got {args.seeds})")
+        given = [name for name, value in auto_only.items() if value is not None]
+        if given:
+            raise ConfigError(f"{given[0]}: only with --seeds auto (got --seeds {args.seeds})")
+        return
+    if args.target_halfwidth is None or args.max_seeds is None:
+        missing = "--target-halfwidth" if args.target_halfwidth is None else "--max-seeds"
+        raise ConfigError(f"{missing}: --seeds auto needs it, e.g. --seeds auto --target-halfwidth 2 --max-seeds 10")
+    if not math.isfinite(args.target_halfwidth) or args.target_halfwidth <= 0:
+        raise ConfigError(f"--target-halfwidth: a positive number of points (got {args.target_halfwidth})")
+    start = AUTO_START
+    if args.max_seeds < start:
+        raise ConfigError(f"--max-seeds: at least {start}, the seeds of the first round (got {args.max_seeds})")
+
+
+def check_reference(reference: str | None, variants: list[str]) -> str:
+    """--reference: one of the ablated variants; default the first."""
+    if reference is None:
+        return variants[0]
+    if reference not in variants:
+        raise ConfigError(f"--reference: {reference!r} is not an ablated variant; one of {', '.join(variants)}")
+    if len(variants) < 2:
+        raise ConfigError("--seeds auto: needs at least 2 variants (it narrows the comparisons with --reference)")
+    return reference
+
+
+def halfwidths(results: pd.DataFrame, reference: str) -> tuple[dict[str, float], float]:
+    """Each comparison with `reference` ('variant at setting') -> its interval's half-width in points, at the
+    family's Bonferroni level 1 - 0.05/m (m comparisons): fixed by m and the runs' spread, never by which
+    differences are called, and at least as wide as any interval the comparison table prints (report/comparison.py);
+    inf where there are too few runs for an interval. Also that level."""
+    from raytune_fl.report.comparison import ALPHA_LEVEL, at_level, differences
+
+    if not len(results) or reference not in set(results["variant"]):
+        return {}, 1 - ALPHA_LEVEL
+    found = differences(results, reference)
+    level = 1 - ALPHA_LEVEL / max(1, max((d.family for d in found), default=1))
+    out = {}
+    for d in found:
+        wide = at_level(d, level)
+        width = (wide.ci_high - wide.ci_low) / 2 * 100
+        out[f"{d.variant} at {d.setting}"] = width if math.isfinite(width) else math.inf
+    return out, level
+
+
+def next_seed_count(widths: dict[str, float], seeds: int, auto: AutoSeeds, level: float = 0.95) -> int | None:
+    """How many seeds the next round runs, None when done: every width at most the target, or the cap reached.
+    The widest interval is projected as t(level, n-1)/sqrt(n) shrinks (its spread taken as measured), at most
+    doubling the seeds a round: a spread from a few seeds is itself noisy."""
+    from scipy import stats
+
+    widest = max(widths.values(), default=math.inf)
+    if widest <= auto.target_halfwidth or seeds >= auto.max_seeds:
+        return None
+    needed = seeds + 1
+    if math.isfinite(widest):
+        q = (1 + level) / 2
+        scale = widest / (stats.t.ppf(q, seeds - 1) / math.sqrt(seeds))  # the spread, in the widths' units
+        while needed < 2 * seeds and stats.t.ppf(q, needed - 1) / math.sqrt(needed) * scale > auto.target_halfwidth:
+            needed += 1
+    else:
+        needed = 2 * seeds
+    return min(auto.max_seeds, needed)
+
+
+def auto_line(widths: dict[str, float], seeds: int, auto: AutoSeeds, more: int | None, level: float = 0.95) -> str:
+    """One line per round of --seeds auto: the widest interval against the target, and what happens next."""
+    if not widths:
+        return f"seeds auto: {seeds} seeds: no comparison with {auto.reference} to measure; stopping"
+    where, widest = max(widths.items(), key=lambda item: item[1])
+    state = (
+        f"seeds auto: {seeds} seeds: widest half-width {widest:.2f} points ({where}; {100 * level:.4g} % interval), "
+        f"target {auto.target_halfwidth:g}"
+    )
+    if more is not None:
+        return f"{state}: running {more} seeds"
+    if widest <= auto.target_halfwidth:
+        return f"{state}: reached"
+    return f"{state}: not reached at --max-seeds {auto.max_seeds}; the table states the widths it got"
+
+
+def _done(results: pd.DataFrame) -> pd.Series:
+    """Rows of cells that ran every round (finished, or collapsed at chance): not run again."""
+    return results["status"].isin(RAN_EVERY_ROUND)
+
+
+def _all_cells(plan: AblationPlan, auto: AutoSeeds) -> list:
+    """The cells at --max-seeds (what a resumed --seeds auto may have run)."""
+    return plan.with_seeds(
+        seed_plan(plan.space.base.seed, auto.max_seeds, plan.seed_plan.searched, plan.seed_plan.rule != HELD_OUT)
+    ).cells
 
 
 def _after_cells(args: argparse.Namespace) -> str:

@@ -33,7 +33,14 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from raytune_fl.engine.metric_names import DIVERGED, DIVERGENCE_KEY, ROUND, ROUND_TIME_S, TEST_ACC, TRAIN_LOSS, VAL_ACC
-from raytune_fl.tracking.schema import TRIAL_DIVERGED, TRIAL_ERROR, TRIAL_FINISHED, TRIAL_STOPPED_EARLY
+from raytune_fl.tracking.records import ENDED_STATUSES, ended_status
+from raytune_fl.tracking.schema import (
+    TRIAL_COLLAPSED,
+    TRIAL_DIVERGED,
+    TRIAL_ERROR,
+    TRIAL_FINISHED,
+    TRIAL_STOPPED_EARLY,
+)
 from raytune_fl.tune.events import Watch, Watcher
 
 Clock = Callable[[], float]
@@ -136,10 +143,7 @@ class ProgressState:
         trial = self.trial(trial_id)
         if last_result:
             trial.last, trial.round = dict(last_result), int(last_result.get(ROUND) or trial.round)
-        if trial.last.get(DIVERGED):
-            trial.outcome = TRIAL_DIVERGED
-        else:
-            trial.outcome = TRIAL_FINISHED if trial.round >= trial.rounds else TRIAL_STOPPED_EARLY
+        trial.outcome = ended_status(trial.last, trial.round, trial.rounds)
         return self._ended(trial)
 
     def errored(self, trial_id: str, error_file: str | None = None) -> TrialProgress:
@@ -183,7 +187,7 @@ class ProgressState:
         return found
 
     def counts(self) -> dict[str, int]:
-        counts = {TRIAL_FINISHED: 0, TRIAL_STOPPED_EARLY: 0, TRIAL_DIVERGED: 0, TRIAL_ERROR: 0}
+        counts = dict.fromkeys((*ENDED_STATUSES, TRIAL_ERROR), 0)  # in the order they are shown
         for trial in self.trials.values():
             if trial.outcome is not None:
                 counts[trial.outcome] += 1
@@ -234,6 +238,7 @@ def params_text(params: dict[str, Any]) -> str:
 
 
 _OUTCOME_WORDS = (
+    (TRIAL_COLLAPSED, "collapsed"),  # not-a-metric: the word shown (ran every round, ended at chance)
     (TRIAL_STOPPED_EARLY, "stopped early"),
     (TRIAL_DIVERGED, "diverged"),  # not-a-metric: the word shown
     (TRIAL_ERROR, "failed"),
@@ -281,9 +286,10 @@ def ended_line(state: ProgressState, trial: TrialProgress) -> str:
     params = f" [{params_text(trial.params)}]" if trial.params else ""
     seconds = trial.seconds
     took = f"{duration(seconds)}" if seconds is not None else ""
-    if trial.outcome == TRIAL_FINISHED:
+    if trial.outcome in (TRIAL_FINISHED, TRIAL_COLLAPSED):
         took = f" ({rounds_text(trial.round)}{', ' + took if took else ''})"
-        return f"{prefix} finished: {_values(state, trial.last)}{params}{took}"
+        how = "finished" if trial.outcome == TRIAL_FINISHED else "collapsed (at chance)"  # engine/chance.py
+        return f"{prefix} {how}: {_values(state, trial.last)}{params}{took}"
     took = f" ({took})" if took else ""
     if trial.outcome == TRIAL_STOPPED_EARLY:
         return f"{prefix} stopped early by ASHA at round {trial.round}: {_values(state, trial.last)}{params}{took}"

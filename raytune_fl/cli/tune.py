@@ -13,7 +13,8 @@ from raytune_fl.cli import common, progress, stopping
 from raytune_fl.config import ConfigError, Objective, SearchSpace
 from raytune_fl.engine.metric_names import ROUND, TEST_ACC, VAL_ACC
 from raytune_fl.registry import UnknownNameError
-from raytune_fl.tracking.schema import study_key
+from raytune_fl.tracking.records import ENDED_STATUSES
+from raytune_fl.tracking.schema import TRIAL_ERROR, study_key
 from raytune_fl.tune import interrupt
 from raytune_fl.tune.uncertainty import NOISE_Z, accuracy_se, has_binomial_se, within_noise
 
@@ -235,7 +236,14 @@ def _run_variants(
     val_samples = None if args.per_setting else len(studies[0].data.val_indices)
     wall_s, objectives = time.time() - started, space.tune.objectives
     print_summary(
-        outcomes, uri, space.name, wall_s, metric=space.tune.primary, val_samples=val_samples, objectives=objectives
+        outcomes,
+        uri,
+        space.name,
+        wall_s,
+        metric=space.tune.primary,
+        val_samples=val_samples,
+        objectives=objectives,
+        tuning_seed=space.base.seed,
     )
     print_next_steps(args, uri, space.name, tracker.experiment_id, outcomes)
     return 0 if all(o.best_metrics for o in outcomes) else 1
@@ -338,9 +346,11 @@ def print_summary(
     metric: str = VAL_ACC,
     val_samples: int | None = None,
     objectives: Sequence[Objective] = (),
+    tuning_seed: int | None = None,
 ) -> None:
     """Each variant's selected configuration and score; an accuracy with its binomial standard error over the
-    `val_samples` validation images (else the outcomes' own count), and which variants that noise cannot rank."""
+    `val_samples` validation images (else the outcomes' own count), and which variants that noise cannot rank;
+    `tuning_seed`: the training seed every trial ran at, which the ablation holds out."""
     print("\n=== best configuration per variant (selected on validation; test reported beside) ===")
     settings = list(dict.fromkeys(o.setting for o in outcomes))
     if any(o.best_metrics for o in outcomes):  # said once, before the scores it qualifies
@@ -355,6 +365,14 @@ def print_summary(
         _print_scores([o for o in outcomes if o.setting == setting], metric, val_samples)
     print_fronts(outcomes, objectives)
     print(f"\ntotal wall time: {wall_s:.0f}s")
+    if tuning_seed is not None:  # which seeds were searched, and which the ablation scores (ablation/seeds.py)
+        from raytune_fl.ablation.seeds import held_out_seeds
+
+        scored = ", ".join(map(str, held_out_seeds(tuning_seed, 3, [])))
+        print(
+            f"seeds: every trial trained at seed {tuning_seed} (searched); `ablate` scores at seeds held out from the "
+            f"search ({scored} for --seeds 3), so no ablation run repeats a selected trial"
+        )
     print(f"MLflow: experiment {experiment!r} at {uri}")
     if uri.startswith("sqlite:"):
         print(f"  view with: mlflow ui --backend-store-uri {uri}")
@@ -376,6 +394,13 @@ def _label(outcome: VariantOutcome) -> str:
     return outcome.variant if outcome.setting is None else f"{outcome.variant} @ {outcome.setting}"
 
 
+def trial_counts(trials: dict[str, int]) -> dict[str, int]:
+    """A variant's trial counts in the order every count is shown: finished, collapsed (ran every round, ended at
+    chance), stopped_early, diverged, error; a study recorded before a status existed counts 0 of it."""
+    order = (*ENDED_STATUSES, TRIAL_ERROR)
+    return {**{k: int(trials.get(k, 0)) for k in order}, **{k: v for k, v in trials.items() if k not in order}}
+
+
 def _print_scores(outcomes: list, metric: str, val_samples: int | None) -> None:
     """The variants' selected configurations and scores, and which of them the validation noise cannot rank."""
     nan = float("nan")
@@ -384,7 +409,7 @@ def _print_scores(outcomes: list, metric: str, val_samples: int | None) -> None:
     print(_scores_line(metric, val_samples))
     for o in outcomes:
         if not o.best_metrics:
-            print(f"{o.variant:>16}: no successful trial ({o.trials}); first error: {o.errors[:1]}")
+            print(f"{o.variant:>16}: no successful trial ({trial_counts(o.trials)}); first error: {o.errors[:1]}")
             continue
         m = o.best_metrics
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.best_params.items())
@@ -395,8 +420,10 @@ def _print_scores(outcomes: list, metric: str, val_samples: int | None) -> None:
             score, test = f"{metric}={m.get(metric, nan):.4f}", f"{TEST_ACC}={m.get(TEST_ACC, nan):.4f}"
         print(
             f"{o.variant:>16}: {score}  {test} (round {int(m.get(ROUND, 0))}) "
-            f"[{params or 'no hyperparameters'}] trials {o.trials} {o.wall_time_s:.0f}s"
+            f"[{params or 'no hyperparameters'}] trials {trial_counts(o.trials)} {o.wall_time_s:.0f}s"
         )
+        for edge in o.edges:  # the range may have cut off a better value (tune/edges.py)
+            print(f"{'':>18}edge: {edge.describe()}")
     if errors:
         scores = {o.variant: (o.best_metrics[metric], errors[o.variant]) for o in outcomes if o.variant in errors}
         ranked = within_noise(scores, maximize=True, z=NOISE_Z)  # an accuracy: higher is better

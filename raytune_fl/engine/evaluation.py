@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from raytune_fl.config import DiagnosticsConfig
+from raytune_fl.engine.chance import collapsed, split_bound
 from raytune_fl.engine.data import FederatedData
 from raytune_fl.engine.diagnostics import (
     classifier_spectrum,
@@ -21,12 +22,15 @@ from raytune_fl.engine.diagnostics import (
     spectrum_summary,
 )
 from raytune_fl.engine.metric_names import (
+    COLLAPSED,
     PERSONAL_PREFIX,
     PERSONAL_VAL_ACC,
     TEST_ACC,
+    TEST_CHANCE,
     TEST_LOSS,
     TRAIN_NAMES,
     VAL_ACC,
+    VAL_CHANCE,
     VAL_LOSS,
 )
 from raytune_fl.engine.precision import Precision, check_precision, mixed_forward
@@ -110,6 +114,10 @@ class Evaluator:
             torch.from_numpy(dataset.y_test).to(device),
         )
         self._train_set: tuple[torch.Tensor, torch.Tensor] | None = None  # the loss decomposition's, on first use
+        # what a model that learned nothing stays under on each split (engine/chance.py): fixed by the labels, so
+        # computed once; NaN for a split with no samples (no validation split), which then never flags a round
+        self.val_chance = split_bound(dataset.y_train[val].tolist(), dataset.num_classes)
+        self.test_chance = split_bound(dataset.y_test.tolist(), dataset.num_classes)
 
     def evaluate(
         self,
@@ -131,6 +139,9 @@ class Evaluator:
             TEST_LOSS: test_loss,
             TEST_ACC: test_acc,
         }
+        metrics[VAL_CHANCE], metrics[TEST_CHANCE] = self.val_chance, self.test_chance
+        scores = ((metrics[VAL_ACC], self.val_chance), (test_acc, self.test_chance))
+        metrics[COLLAPSED] = float(collapsed(scores))  # a number (0/1), so that it is logged with the scores
         if personalise is not None:
             metrics.update(self.evaluate_personalised(weights, personalise, client_states))
         for name, other in (extra or {}).items():

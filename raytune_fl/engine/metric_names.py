@@ -45,7 +45,8 @@ CLIENT_ACC_MEAN: Final = "client_acc_mean"
 CLIENT_ACC_WORST: Final = "client_acc_worst"
 CLIENT_ACC_STD: Final = "client_acc_std"
 CLIENT_ACC_VAR: Final = "client_acc_var"
-CLIENT_ACC_P10: Final = "client_acc_p10"
+CLIENT_ACC_P10: Final = "client_acc_p10"  # no longer reported: read from older runs only
+CLIENT_ACC_BOTTOM10: Final = "client_acc_bottom10"
 
 # the classifier's spectrum (diagnostics.spectrum)
 SV_MAX: Final = "sv_max"
@@ -89,6 +90,11 @@ SETUP_S: Final = "setup_s"
 # divergence
 DIVERGED: Final = "diverged"
 DIVERGENCE_KEY: Final = "divergence"
+
+# chance level (engine/chance.py): what a model that learned nothing scores on each evaluated split
+VAL_CHANCE: Final = "val_chance"
+TEST_CHANCE: Final = "test_chance"
+COLLAPSED: Final = "collapsed"
 
 # lists, filed as tables rather than logged as metrics
 SPECTRUM_KEY: Final = "classifier_spectrum"
@@ -139,7 +145,10 @@ GROUPS: Final[Mapping[str, Mapping[str, str]]] = {
         CLIENT_ACC_WORST: "the lowest client's accuracy",
         CLIENT_ACC_STD: "the standard deviation over clients (ddof 0)",
         CLIENT_ACC_VAR: "the variance over clients (ddof 0): q-FFL's measure of unfairness",
-        CLIENT_ACC_P10: "the 10th percentile over clients (numpy's linear interpolation): the bottom tenth's level",
+        CLIENT_ACC_P10: "runs logged before client_acc_bottom10 only (no longer reported): the 10th percentile over "
+        "clients by numpy's linear interpolation, with 10 clients 0.1 x the worst + 0.9 x the second worst",
+        CLIENT_ACC_BOTTOM10: "q-FFL's worst 10 %: the mean accuracy of the worst ceil(K/10) of the K clients "
+        "evaluated (the single worst for up to 10 clients, the worst 2 for 11 to 20)",
     },
     "classifier spectrum (diagnostics.spectrum)": {
         SV_MAX: "the classifier weight's largest singular value",
@@ -188,6 +197,13 @@ GROUPS: Final[Mapping[str, Mapping[str, str]]] = {
     "divergence": {
         DIVERGED: "1 on the last report of a run that hit a NaN/Inf loss or model (it carries val_acc 0, val_loss inf)",
         DIVERGENCE_KEY: "why that run diverged, as text",
+    },
+    "chance level (engine/chance.py, on evaluated rounds)": {
+        VAL_CHANCE: "the validation split's chance bound b + 2 sqrt(b (1 - b) / n), b = max(1/K, its majority-class "
+        "rate), n its size: what a model that learned nothing stays under (NaN without a validation split)",
+        TEST_CHANCE: "the test set's chance bound, by the same rule",
+        COLLAPSED: "1 when val_acc or test_acc is at or under its chance bound, else 0; a run that ran every round "
+        "and ends with 1 has the status collapsed (kept out of the ablation table's means)",
     },
     "per-round lists (filed as tables, not logged as metrics)": {
         SPECTRUM_KEY: "every singular value of the classifier weight, descending (diagnostics.spectrum)",

@@ -5,6 +5,10 @@
   the client spread);
 - `gradients.csv` (optional): the gradient-norm probe's rounds.
 
+One endpoint is primary (`PageRecord.primary`: final-round test accuracy against the page's reference); every other
+metric is secondary. Runs that ended at chance (engine/chance.py) are *collapsed* and out of every statistic: runs
+committed before that status existed are classified on the page against `PageRecord.chance_bound`.
+
 `render` turns them into the page, every table and every sentence that states a verdict included, so a page is
 never edited by hand: `python -m tools.results_pages --write` regenerates all of them and `--check` (run by the
 tests) fails on any difference. `export` writes the three files from a finished `reproduce.py` run. The index,
@@ -21,7 +25,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from raytune_fl.ablation.table import markdown_rows, noise, summarise, wide
+from raytune_fl.ablation.table import COUNTED, markdown_rows, noise, summarise
+from raytune_fl.engine import metric_names
+from raytune_fl.engine.chance import at_chance
 from raytune_fl.engine.metric_names import (
     CLIENT_ACC_P10,
     CLIENT_ACC_VAR,
@@ -32,6 +38,7 @@ from raytune_fl.engine.metric_names import (
 )
 from raytune_fl.report import comparison, gradients
 from raytune_fl.report.paper_protocols import ASPECTS, PAPERS
+from raytune_fl.tracking.schema import TRIAL_COLLAPSED
 
 PAGE_FILE = "page.yaml"
 RUNS_FILE = "runs.csv"
@@ -55,10 +62,15 @@ METRICS: dict[str, Metric] = {
     TEST_ACC: Metric("final-round test accuracy"),
     TEST_ACC_LAST_K: Metric(f"mean test accuracy of the last {LAST_K} rounds"),
     CLIENT_ACC_WORST: Metric("worst client's accuracy (final round)"),
-    CLIENT_ACC_P10: Metric("10th-percentile client accuracy (final round)"),
+    CLIENT_ACC_P10: Metric("10th percentile of client accuracy (numpy interpolation, final round)"),
     # a variance of accuracies: in points² (x 10,000); lower is fairer
     CLIENT_ACC_VAR: Metric("variance of accuracy over clients (final round)", 1e4, "points²", 1, False),
 }
+# the bottom decile (the mean of the worst ceil(K/10) clients, q-FFL's "worst 10 %"): runs that have its column
+# show it in place of the 10th percentile older runs recorded
+BOTTOM10 = metric_names.CLIENT_ACC_BOTTOM10
+METRICS[BOTTOM10] = Metric("mean accuracy of the worst 10 % of clients (the worst ceil(K/10), final round)")
+CLIENT_METRICS = (CLIENT_ACC_WORST, CLIENT_ACC_P10, BOTTOM10, CLIENT_ACC_VAR)
 # what a page compares unless its page.yaml says otherwise: final round, then the last rounds where the runs have them
 DEFAULT_METRICS = (TEST_ACC, TEST_ACC_LAST_K)
 
@@ -84,6 +96,12 @@ class PageRecord:
     correction: str = comparison.DEFAULT_CORRECTION
     notes: list[str] = field(default_factory=list)  # caveats; never a verdict (those are computed)
     dashboard: str | None = None  # the screenshot's file name in the page's folder
+    primary: str = TEST_ACC  # the one primary endpoint (against `reference`); every other metric is secondary
+    # the final test accuracy at or under which a run is collapsed (engine/chance.py: the test split's trivial rate
+    # + 2 binomial standard errors), for runs committed before the status existed; None: the runs' status alone
+    chance_bound: float | None = None
+    # training images, validation fraction and clients: how many held-out images a client is scored on on average
+    held_out: dict[str, float] | None = None
 
     @classmethod
     def load(cls, folder: Path) -> PageRecord:
@@ -99,8 +117,24 @@ class PageRecord:
 
 
 def metrics_present(record: PageRecord, runs: pd.DataFrame) -> list[str]:
-    """The page's metrics the runs have values for (runs made before a column existed lack it)."""
-    return [m for m in record.metrics if m in runs and runs[m].notna().any()]
+    """The page's metrics the runs have values for (runs made before a column existed lack it); the 10th
+    percentile gives way to the bottom decile where the runs have that."""
+    return [m for m in _metrics(record, runs) if m in runs and runs[m].notna().any()]
+
+
+def _metrics(record: PageRecord, runs: pd.DataFrame) -> list[str]:
+    has_bottom = BOTTOM10 is not None and BOTTOM10 in runs and runs[BOTTOM10].notna().any()
+    return [BOTTOM10 if (m == CLIENT_ACC_P10 and has_bottom) else m for m in record.metrics]
+
+
+def classify(record: PageRecord, runs: pd.DataFrame) -> pd.DataFrame:
+    """`runs` with every finished run whose final test accuracy is at chance (`at_chance` against the page's
+    `chance_bound`) marked collapsed; unchanged without a bound."""
+    if record.chance_bound is None or TEST_ACC not in runs:
+        return runs
+    bound = float(record.chance_bound)
+    low = runs[TEST_ACC].astype(float).map(lambda acc: at_chance(acc, bound))
+    return runs.assign(status=runs["status"].where(~(low & (runs["status"] == COUNTED)), TRIAL_COLLAPSED))
 
 
 def family(record: PageRecord, runs: pd.DataFrame, metric: str) -> list[comparison.Difference]:
@@ -108,15 +142,30 @@ def family(record: PageRecord, runs: pd.DataFrame, metric: str) -> list[comparis
     return comparison.differences(runs, record.reference, metric=metric, correction=record.correction)
 
 
-def _direction(d: comparison.Difference, metric: Metric) -> str:
-    """For a metric where lower is better (the variance over clients), which way the difference points."""
+def _direction(d: comparison.Difference, metric: Metric, primary: dict[tuple[str, str], comparison.Difference]) -> str:
+    """For a metric where lower is better (the variance over clients), which way the difference points. A smaller
+    spread is called fairer only where the variant's primary difference in that setting is not below 0 at all (a
+    spread that shrank because every client got worse is no gain); otherwise it says what it cost."""
     if metric.higher_is_better:
         return ""  # 'above' and 'below' say it for an accuracy
-    return " (fairer)" if d.delta < 0 else " (less fair)"
+    if d.delta >= 0:
+        return " (less fair)"
+    cost = primary.get((d.variant, d.setting))
+    if cost is not None and not math.isnan(cost.delta) and cost.delta >= 0:
+        return " (fairer)"
+    worse = "" if cost is None or math.isnan(cost.delta) else f", at {cost.delta * 100:+.2f} points of test accuracy"
+    return f" (a smaller spread, not called fairer{worse})"
 
 
-def verdict_sentence(found: list[comparison.Difference], metric_name: str, reference: str) -> str:
-    """The one sentence a page (and the index) says about a family: which differences survive the correction."""
+def verdict_sentence(
+    found: list[comparison.Difference],
+    metric_name: str,
+    reference: str,
+    primary: dict[tuple[str, str], comparison.Difference] | None = None,
+) -> str:
+    """The one sentence a page (and the index) says about a family: which differences survive the correction, and
+    the smallest difference the family could have called. `primary`: the primary family's cells by (variant,
+    setting), which the fairness label reads."""
     metric = METRICS[metric_name]
     judged = [d for d in found if not math.isnan(d.p_value)]
     if not judged:
@@ -124,46 +173,91 @@ def verdict_sentence(found: list[comparison.Difference], metric_name: str, refer
     how = comparison.CORRECTION_NAMES.get(judged[0].correction, judged[0].correction)
     head = f"{metric.label.capitalize()}, {len(judged)} comparison{'s' if len(judged) != 1 else ''} with {reference}"
     head += "" if judged[0].correction == "none" else f" ({how}-corrected)"
+    mdd = comparison.detectable(found, metric.scale, metric.unit)
+    tail = f" {mdd[0].upper()}{mdd[1:]}." if mdd else ""
     found_sig = [d for d in judged if d.significant]
     if not found_sig:
         best = min(judged, key=lambda d: d.p_value)  # the closest call, by its raw p
         return (
-            f"{head}: none is significant; the closest is {best.variant} at {best.setting}, {_effect(best, metric)}, "
-            f"raw p = {best.p_value:.2g}, adjusted p = {best.verdict_p:.2g}."
+            f"{head}: no difference is resolved; the closest is {best.variant} at {best.setting}, "
+            f"{_effect(best, metric)}, raw p = {best.p_value:.2g}, adjusted p = {best.verdict_p:.2g}.{tail}"
         )
     listed = "; ".join(
         f"{d.variant} at {d.setting} {'above' if d.delta > 0 else 'below'} {reference}, "
         f"{_effect(d, metric)}, adjusted p = {d.verdict_p:.2g}"
-        f"{_direction(d, metric)}"
+        f"{_direction(d, metric, primary or {})}"
         for d in found_sig
     )
     rest = len(judged) - len(found_sig)
-    others = f" The other {rest} {'is' if rest == 1 else 'are'} inside the noise." if rest else ""
-    return f"{head}: {len(found_sig)} significant: {listed}.{others}"
+    others = f" The other {rest} {'is' if rest == 1 else 'are'} not resolved (interval contains 0)." if rest else ""
+    return f"{head}: {len(found_sig)} resolved: {listed}.{others}{tail}"
 
 
 def _effect(d: comparison.Difference, metric: Metric) -> str:
+    """'-12.04 points, not resolved: 99.58 % interval [-40.10, +16.00]', or '+4.70 points, 99.58 % interval
+    [+2.30, +7.10]' when called."""
     f = f"+.{metric.digits}f"
-    return f"{d.delta * metric.scale:{f}} {metric.unit} [{d.ci_low * metric.scale:{f}}, {d.ci_high * metric.scale:{f}}]"
+    interval = f"{100 * d.level:.4g} % interval [{d.ci_low * metric.scale:{f}}, {d.ci_high * metric.scale:{f}}]"
+    effect = f"{d.delta * metric.scale:{f}} {metric.unit}"
+    return f"{effect}, {interval}" if d.significant else f"{effect}, not resolved: {interval}"
 
 
 def table_markdown(runs: pd.DataFrame, metric_name: str, seeds: int, splits: int) -> str:
-    """Variants down, settings across: mean ± sample std of the metric, the best of each column in bold."""
+    """Variants down, settings across: mean ± sample std of the metric over the counted runs, the best of each
+    column in bold, '(n runs, k collapsed)' where runs ended at chance and '(n/runs)' where others failed."""
     metric = METRICS[metric_name]
     bounded = metric.unit == "points"  # accuracies stay in [0, 1]; a variance has no such bound here
     summary = summarise(
         runs, metric=metric_name, bounds=(0.0, 1.0) if bounded else None, lower_is_better=not metric.higher_is_better
     )
-    shown = summary.assign(mean=summary["mean"] * metric.scale / 100, std=summary["std"] * metric.scale / 100)
-    lines = markdown_rows(wide(shown))
+    collapsed = runs[runs["status"] == TRIAL_COLLAPSED].groupby(["variant", "setting"]).size()
+    table: dict[str, dict[str, str]] = {}
+    for row in summary.itertuples():
+        k = int(collapsed.get((row.variant, row.setting), 0))
+        cell = "–" if math.isnan(row.mean) else f"{row.mean * metric.scale:.2f}"
+        cell += "" if math.isnan(row.std) else f" ± {row.std * metric.scale:.2f}"
+        cell = f"**{cell}**" if row.best else cell
+        if k:
+            cell += f" ({row.runs} runs, {k} collapsed)"
+        elif row.n < row.runs:
+            cell += f" ({row.n}/{row.runs})"
+        table.setdefault(str(row.variant), {})[str(row.setting)] = cell
+    settings = list(dict.fromkeys(summary["setting"].astype(str)))
+    lines = markdown_rows(pd.DataFrame.from_dict(table, orient="index")[settings])
     unit = "%" if bounded else metric.unit
     best = "best" if metric.higher_is_better else "lowest"
     lines += [
         "",
         f"Cells: {metric.label} in {unit}, mean ± sample std (ddof=1) over {noise(seeds, splits)}; **bold** = {best} "
-        "in its column; (n/runs) = only n runs finished (diverged or failed runs are not averaged in).",
+        "in its column; (n runs, k collapsed) = k of the cell's n runs ended at chance and are not averaged in; "
+        "(n/runs) = only n runs finished (diverged or failed runs are not averaged in).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def primary_text(record: PageRecord) -> str:
+    """What the page's one primary endpoint is, and that everything else is secondary."""
+    return (
+        f"Primary endpoint: {METRICS[record.primary].label} against {record.reference}. Every other metric is "
+        "secondary: reported with the same statistics, each its own corrected family, but no claim rests on it."
+    )
+
+
+def held_out_text(record: PageRecord, runs: pd.DataFrame) -> str:
+    """How many held-out images a client's accuracy (and so the worst client's) is measured on: the average, from
+    the page's training images, validation fraction and clients; '' without them or without a per-client metric."""
+    if not record.held_out or not any(m in CLIENT_METRICS for m in metrics_present(record, runs)):
+        return ""
+    keys = ("train_images", "val_fraction", "clients")  # not-a-metric: page.yaml's held_out keys
+    images, fraction, clients = (record.held_out[k] for k in keys)
+    per_client = images * fraction / clients
+    return (
+        f"Per-client accuracies (the worst client's among them) are measured on each client's own held-out "
+        f"validation images: {fraction:.0%} of its samples, on average {per_client:.0f} images "
+        f"({int(images):,} training images x {fraction:.0%} / {int(clients)} clients). That is an average: under "
+        "label skew client sizes vary widely, and the committed runs do not record how many the worst client held; "
+        f"one image is {100 / per_client:.1f} points of an average client's accuracy."
+    )
 
 
 # ---------------------------------------------------------------- the page
@@ -171,6 +265,7 @@ def table_markdown(runs: pd.DataFrame, metric_name: str, seeds: int, splits: int
 
 def render(record: PageRecord, runs: pd.DataFrame, grads: pd.DataFrame | None = None) -> str:
     """The whole page from its record and runs (and gradient rounds): deterministic, nothing read from a store."""
+    runs = classify(record, runs)
     seeds = runs["seed"].nunique()
     splits = runs["partition_seed"].nunique() if "partition_seed" in runs else 1
     rounds = int(runs["rounds_completed"].max())
@@ -207,9 +302,9 @@ def render(record: PageRecord, runs: pd.DataFrame, grads: pd.DataFrame | None = 
     ]
     present = metrics_present(record, runs)
     families = {m: family(record, runs, m) for m in present}
-    lines += ["## Verdicts", ""]
-    lines += [f"- {verdict_sentence(found, m, record.reference)}" for m, found in families.items()]
-    missing = [m for m in record.metrics if m not in present]
+    lines += ["## Verdicts", "", primary_text(record), ""]
+    lines += verdict_lines(record, runs, families)
+    missing = [m for m in _metrics(record, runs) if m not in present]
     if missing:
         names = ", ".join(METRICS[m].label for m in missing)
         lines += [f"- Not measured by these runs (their files predate it): {names}."]
@@ -219,6 +314,16 @@ def render(record: PageRecord, runs: pd.DataFrame, grads: pd.DataFrame | None = 
         f"effect, raw and adjusted p ([how to read them]({STATISTICS_LINK})).",
         "",
     ]
+    collapsed = comparison.collapsed_runs(runs)
+    if record.chance_bound is not None:
+        lines += [
+            f"Collapsed runs: {collapsed[0]} of {collapsed[1]} ended at chance, a final test accuracy at or under "
+            f"{100 * float(record.chance_bound):.2f} % (the test split's trivial rate plus 2 binomial standard "
+            "errors, engine/chance.py); they are out of every table and comparison below.",
+            "",
+        ]
+    held = held_out_text(record, runs)
+    lines += [held, ""] if held else []
     for metric_name, found in families.items():
         metric = METRICS[metric_name]
         lines += [f"## {metric.label[0].upper()}{metric.label[1:]}", ""]
@@ -226,7 +331,7 @@ def render(record: PageRecord, runs: pd.DataFrame, grads: pd.DataFrame | None = 
         lines += [f"### Against {record.reference}", ""]
         lines += [
             comparison.to_markdown(
-                found, record.reference, metric.label, metric.scale, metric.unit, metric.digits
+                found, record.reference, metric.label, metric.scale, metric.unit, metric.digits, collapsed
             ).rstrip(),
             "",
         ]
@@ -236,6 +341,21 @@ def render(record: PageRecord, runs: pd.DataFrame, grads: pd.DataFrame | None = 
         lines += ["## Dashboard", "", f"![The ablation's dashboard]({record.name}/{record.dashboard})", ""]
     lines += ["## Commands", "", "```", *record.commands, "```", ""]
     return "\n".join(lines)
+
+
+def verdict_lines(
+    record: PageRecord, runs: pd.DataFrame, families: dict[str, list[comparison.Difference]] | None = None
+) -> list[str]:
+    """One bullet per metric: the primary endpoint's first, then the secondary ones."""
+    if families is None:
+        families = {m: family(record, runs, m) for m in metrics_present(record, runs)}
+    primary = {(d.variant, d.setting): d for d in families.get(record.primary, [])}
+    ordered = sorted(families, key=lambda m: m != record.primary)  # stable: the primary first, the rest in order
+    return [
+        f"- {'**Primary**' if m == record.primary else 'Secondary'}: "
+        f"{verdict_sentence(families[m], m, record.reference, primary)}"
+        for m in ordered
+    ]
 
 
 def protocol_section(record: PageRecord) -> list[str]:
@@ -339,15 +459,20 @@ def render_index(records: list[tuple[PageRecord, pd.DataFrame]]) -> str:
         "",
         "## What the pages say",
         "",
-        "Computed from the committed runs by the same code as the pages; each metric's comparisons with the page's "
-        "reference are one family, Holm-corrected.",
+        "Computed from the committed runs by the same code as the pages. Each page has one primary endpoint, "
+        "final-round test accuracy against its reference; the other metrics are secondary (reported, but no claim "
+        "rests on them). Each metric's comparisons with the page's reference are one family, Holm-corrected; a "
+        'difference the corrected test does not call is "not resolved", with the interval at the family\'s level, '
+        "and each family states the smallest difference it could have called (its minimum detectable difference). "
+        "Runs that ended at chance (collapsed) are out of the statistics.",
         "",
     ]
     for record, runs in records:
+        runs = classify(record, runs)
         lines += [f"### [{record.title}]({record.name}.md)", ""]
-        lines += [
-            f"- {verdict_sentence(family(record, runs, m), m, record.reference)}" for m in metrics_present(record, runs)
-        ]
+        lines += verdict_lines(record, runs)
+        k, n = comparison.collapsed_runs(runs)
+        lines += [f"- Collapsed runs (out of the statistics): {k} of {n}."] if record.chance_bound is not None else []
         lines += [f"- Note: {note}" for note in record.notes]
         lines.append("")
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from raytune_fl.config import SearchSpace, TuneSettings
 from raytune_fl.report.figures import variant_colors
 from raytune_fl.tracking.schema import (
     CONFIG_FILE,
+    RAN_EVERY_ROUND,
     SETTING_DEFAULT,
     STAGE_ABLATION,
     STAGE_GRID,
@@ -27,6 +28,7 @@ from raytune_fl.tracking.schema import (
     TAG_STAGE,
     TAG_TRIAL_STATUS,
     TAG_VARIANT,
+    TRIAL_COLLAPSED,
     TRIAL_FINISHED,
     TRIAL_STOPPED_EARLY,
 )
@@ -42,7 +44,9 @@ from raytune_fl.tracking.store import (
 )
 from raytune_fl.tune.selection import best_of
 
-COMPLETED = (TRIAL_FINISHED, TRIAL_STOPPED_EARLY)  # what Ray's OptunaSearch told the study as complete (last value)
+# what Ray's OptunaSearch told the study as complete, with its last value: a collapsed trial (ran every round, ended
+# at chance: engine/chance.py) is one too, its value a real if useless score
+COMPLETED = (TRIAL_FINISHED, TRIAL_COLLAPSED, TRIAL_STOPPED_EARLY)
 
 
 class DashboardError(Exception):
@@ -129,7 +133,8 @@ def best_trial(trials: Sequence[Run], metric: str, maximize: bool) -> Run | None
     """As the study selected (tune/selection.py): trials that ran every round first, then the best final value."""
     completed = [r for r in trials if r.data.tags.get(TAG_TRIAL_STATUS) in COMPLETED]
     return best_of(
-        ((r.data.tags.get(TAG_TRIAL_STATUS) == TRIAL_FINISHED, final_value(r, metric), r) for r in completed), maximize
+        ((r.data.tags.get(TAG_TRIAL_STATUS) in RAN_EVERY_ROUND, final_value(r, metric), r) for r in completed),
+        maximize,
     )
 
 

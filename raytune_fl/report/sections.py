@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
+from raytune_fl.ablation.power import table_line
 from raytune_fl.ablation.table import MIN_RUNS_FOR_INTERVAL, noise, summarise, to_html
 from raytune_fl.engine.metric_names import CLIENT_ACC_MEAN, CLIENT_ACC_WORST, ELAPSED_S, ROUND, ROUND_TIME_S, TEST_ACC
 from raytune_fl.report import figures
@@ -25,6 +26,7 @@ from raytune_fl.tracking.schema import (
     CLIENT_ACCURACY_FILE,
     PARTITION_FILE,
     PARTITION_FOLDER,
+    RAN_EVERY_ROUND,
     ROUND_METRICS_FILE,
     SETTING_DEFAULT,
     SPECTRUM_FILE,
@@ -36,7 +38,6 @@ from raytune_fl.tracking.schema import (
     TAG_SETTING,
     TAG_TRIAL_STATUS,
     TAG_VARIANT,
-    TRIAL_FINISHED,
     TRIAL_UNKNOWN,
     TRUE,
     setting_folder,
@@ -101,8 +102,10 @@ def ablation_table_section(store: Store) -> Section:
     over = f"seeds {seeds}" + (f" x partition seeds {splits} (the split varies)" if splits else "")
     section.note(
         f"Final-round test accuracy in %, mean ± sample std over {over}; bold = best of its column; "
-        f"(n/runs) = only n runs finished. Ablation run {run_id}, {len(results)} runs."
+        f"(n/runs) = only n runs finished; k collapsed = k runs ended at chance (not above the chance bound of "
+        f"the validation or test split), left out of the mean. Ablation run {run_id}, {len(results)} runs."
     )
+    section.note(table_line(summary["std"], summary["n"], summary["variant"].nunique(), summary["setting"].nunique()))
     counts = (len(seeds.split(",")) if seeds != "?" else None, len(splits.split(",")) if splits else 1)
     title = f"Final-round test accuracy: mean over {noise(*counts)}"
     _figure(section, figures.final_accuracy_figure(summary, store.colors, title))
@@ -217,8 +220,10 @@ def optuna_section(store: Store) -> Section:
         else:
             _figure(section, figures.importance_figure(found, variant, how))
         section.note(
-            f"Study run {parent}: {len(rows)} trials, {len(frozen)} completed (finished or stopped early, scored by "
-            f"their last {metric})" + (f"; {unusable} outside the logged ranges left out" if unusable else "") + "."
+            f"Study run {parent}: {len(rows)} trials, {len(frozen)} completed (finished, collapsed or stopped early, "
+            f"scored by their last {metric})"
+            + (f"; {unusable} outside the logged ranges left out" if unusable else "")
+            + "."
         )
     if unsearched:
         section.note(f"Nothing searched (one trial each): {', '.join(unsearched)}.")
@@ -340,7 +345,7 @@ def search_landscape_section(store: Store) -> Section:
     for variant, runs in store.tune_trials.items():
         for run in runs:
             if {x, y} <= set(run.data.params) and run.data.tags.get(TAG_TRIAL_STATUS) in COMPLETED:
-                finished = run.data.tags.get(TAG_TRIAL_STATUS) == TRIAL_FINISHED
+                finished = run.data.tags.get(TAG_TRIAL_STATUS) in RAN_EVERY_ROUND  # not cut short by ASHA
                 values = {k: float(run.data.params[k]) for k in (x, y)}
                 trials.append({**values, "value": final_value(run, metric), "study": variant, "finished": finished})
     columns = [x, y, "value", "study", "finished"]

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from raytune_fl.config import ExperimentConfig, SearchSpace, TrialSpec, flatten
 from raytune_fl.data.identity import DataIdentity
-from raytune_fl.engine.metric_names import BEST_PREFIX
+from raytune_fl.engine.metric_names import BEST_PREFIX, COLLAPSED, DIVERGED
 from raytune_fl.tracking.describe import ablation_description, cell_description, trial_description, variant_description
 from raytune_fl.tracking.schema import (
     ABLATION_FOLDER,
@@ -35,6 +35,8 @@ from raytune_fl.tracking.schema import (
     TAG_CELL,
     TAG_CONFIG_SOURCE_PREFIX,
     TAG_DATASET,
+    TAG_EDGE_PREFIX,
+    TAG_EDGES,
     TAG_GRID,
     TAG_METHOD,
     TAG_OPTUNA_STORAGE,
@@ -46,18 +48,39 @@ from raytune_fl.tracking.schema import (
     TAG_ROLE,
     TAG_SEARCHED,
     TAG_SEED,
+    TAG_SEED_RULE,
     TAG_SEEDS,
+    TAG_SEEDS_AUTO,
     TAG_SETTING,
     TAG_STAGE,
     TAG_STUDY_RUN_ID,
     TAG_STUDY_RUN_IDS,
+    TAG_TUNING_SEEDS,
     TAG_VARIANT,
     TAG_VARIANTS,
+    TRIAL_COLLAPSED,
+    TRIAL_DIVERGED,
+    TRIAL_FINISHED,
+    TRIAL_STOPPED_EARLY,
     setting_folder,
     study_key,
 )
 
 WALL_TIME = "wall_time_s"  # every parent: the study's or ablation's wall-clock time
+# how a trial that ended without an error ended, in the order every count of them is shown (an error comes last)
+ENDED_STATUSES = (TRIAL_FINISHED, TRIAL_COLLAPSED, TRIAL_STOPPED_EARLY, TRIAL_DIVERGED)
+
+
+def ended_status(last: Mapping[str, Any], rounds_run: int, rounds: int) -> str:
+    """How a trial that ended without an error ended, from its last report (`last`, a round's flat metrics):
+    diverged (it says so), stopped early (before its last round: ASHA), collapsed (its last round is at chance on
+    an evaluated split: engine/chance.py's rule, the report's `collapsed` flag), else finished. The trial's run tag,
+    the study's counts and the console all decide it here."""
+    if last.get(DIVERGED):
+        return TRIAL_DIVERGED
+    if rounds_run < rounds:
+        return TRIAL_STOPPED_EARLY
+    return TRIAL_COLLAPSED if last.get(COLLAPSED) == 1 else TRIAL_FINISHED  # a flag: 0 or 1, never NaN
 
 
 @dataclass(frozen=True)
@@ -136,6 +159,7 @@ def tune_parent(
             TAG_DATASET: base.dataset,
             TAG_PARTITION: partition_tag(base),
             TAG_SEARCHED: ",".join(variant.search) or "(none)",
+            TAG_TUNING_SEEDS: str(base.seed),  # every trial trains at it: the ablation holds it out
             **extra,
         },
         params={**params, **{f"search.{k}": v.model_dump(exclude_none=True) for k, v in variant.search.items()}},
@@ -174,14 +198,26 @@ class TuneTrials:
         return tune_trial(self.variant, trial, config, index, self.datasets)
 
 
+class RangeEdge(Protocol):
+    """A selected value near a bound of its search range (tune/edges.py's Edge)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def side(self) -> str: ...
+    def describe(self) -> str: ...
+
+
 def tune_parent_end(
     best_params: Mapping[str, Any],
     best_metrics: Mapping[str, float],
     trials: Mapping[str, int],
     seed: int,
+    edges: Sequence[RangeEdge] = (),
 ) -> RunEnd:
     """A finished study's parent: the selected trial's metrics as best_*, the trial counts, the selected values as
-    best.<name> tags; FAILED when no trial gave a score."""
+    best.<name> tags, and the `edges` (values near a bound of their range) as edge.<name> tags with a one-line
+    `edges` summary; FAILED when no trial gave a score."""
     if not best_metrics:
         return RunEnd(RUN_FAILED)
     metrics = {
@@ -191,6 +227,9 @@ def tune_parent_end(
     tags: dict[str, Any] = {f"{TAG_BEST_PREFIX}{k}": v for k, v in best_params.items()}
     # the best is one trial's score at one seed: a ranking of variants needs the ablation's seeds
     tags[TAG_BEST_BASIS] = f"single trial, seed {seed}"
+    tags.update({f"{TAG_EDGE_PREFIX}{edge.name}": edge.side for edge in edges})
+    if edges:
+        tags[TAG_EDGES] = "; ".join(edge.describe() for edge in edges)
     return RunEnd(RUN_FINISHED, metrics, tags)
 
 
@@ -281,6 +320,10 @@ class AblationFacts:
     grid: dict[str, dict[str, Any]]  # axis name -> {"field": base.<field>, "values": [...]}
     settings: list[str]
     sources: Sequence[Source]
+    seed_rule: str = ""  # ablation/seeds.py's rule name; "" for a plan that does not say
+    seeds_note: str = ""  # which seeds were searched and which score (SeedPlan.describe)
+    tuning_seeds: Sequence[int] = ()  # the training seeds the ablated variants' studies used
+    auto: str = ""  # --seeds auto: "half-width <= P points, at most M seeds, against <reference>"
 
 
 def ablation_parent(plan: AblationFacts, datasets: Sequence[DataIdentity] = ()) -> RunRecord:
@@ -288,6 +331,10 @@ def ablation_parent(plan: AblationFacts, datasets: Sequence[DataIdentity] = ()) 
     when the plan varies them: a parent of one split is logged as it always was)."""
     varied = plan.partition_seeds > 1
     text = ablation_description(plan.space, [s.variant for s in plan.sources], plan.seeds, plan.settings)
+    if plan.seeds_note:
+        text += f"\n\nSeeds: {plan.seeds_note}."
+    if plan.auto:
+        text += f"\n\nSeeds added in rounds (--seeds auto) until every comparison's {plan.auto}."
     if varied:
         text += (
             f"\n\nEvery (variant, seed, setting) also runs on partition seeds {', '.join(map(str, plan.split_seeds))}: "
@@ -300,6 +347,12 @@ def ablation_parent(plan: AblationFacts, datasets: Sequence[DataIdentity] = ()) 
             TAG_ROLE: ROLE_PARENT,
             TAG_PLAN: plan.fingerprint,
             TAG_SEEDS: ",".join(map(str, plan.seeds)),
+            **(
+                {TAG_SEED_RULE: plan.seed_rule, TAG_TUNING_SEEDS: ",".join(map(str, plan.tuning_seeds))}
+                if plan.seed_rule
+                else {}
+            ),
+            **({TAG_SEEDS_AUTO: plan.auto} if plan.auto else {}),
             **({TAG_PARTITION_SEEDS: ",".join(map(str, plan.split_seeds))} if varied else {}),
             TAG_GRID: json.dumps({name: axis["values"] for name, axis in plan.grid.items()}, default=str),
             TAG_VARIANTS: ",".join(s.variant for s in plan.sources),
@@ -308,7 +361,7 @@ def ablation_parent(plan: AblationFacts, datasets: Sequence[DataIdentity] = ()) 
         },
         params={
             **experiment_params(plan.space.base),
-            "seeds": len(plan.seeds),
+            "seeds": "auto" if plan.auto else len(plan.seeds),
             **({"partition_seeds": plan.partition_seeds} if varied else {}),
         },
         datasets=tuple(datasets),

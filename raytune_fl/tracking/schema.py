@@ -36,6 +36,10 @@ TAG_OPTUNA_STORAGE = "optuna_storage"  # tune parent: that study's Optuna storag
 TAG_BEST_PREFIX = "best."  # tune parent: best.<hyperparameter> = the selected value (params codec)
 TAG_PLAN = "plan"  # ablation parent: the plan's fingerprint (what --resume matches on)
 TAG_SEEDS = "seeds"
+# tune parent: the training seeds its trials used (comma-separated); ablation parent: the ones every tuned study used
+TAG_TUNING_SEEDS = "tuning_seeds"
+TAG_SEED_RULE = "seed_rule"  # ablation parent: how its seeds were chosen (ablation/seeds.py: held_out, with_tuning)
+TAG_SEEDS_AUTO = "seeds_auto"  # ablation parent of --seeds auto: the target half-width and the seed cap
 TAG_GRID = "grid"
 TAG_VARIANTS = "variants"
 TAG_STUDY_RUN_IDS = "study_run_ids"
@@ -60,6 +64,10 @@ TAG_MODEL_ID = "model_id"  # a run that logged a model: its MLflow model id (loa
 TAG_MODEL_RUN_ID = "model_run_id"  # tune parent: the trial run that logged the variant's best model
 TAG_OBJECTIVES = "objectives"  # tune parent of a multi-objective study: metric:mode, comma-separated
 TAG_PARETO_FRONT = "pareto_front"  # trial run on its variant's Pareto front: "true"
+# tune parent: edge.<hyperparameter> = "lower" or "upper" when the selected value lies within 5 % of that bound of its
+# range (on the range's own scale, tune/edges.py), and `edges` the flagged values in one line; none flagged: no tags
+TAG_EDGE_PREFIX = "edge."
+TAG_EDGES = "edges"
 DATASET_CONTEXT = "mlflow.data.context"  # MLflow's own input tag: what the dataset was used for
 CONTEXT_TRAIN = "train"
 MODEL_NAME = "global_model"  # the name a run's logged model has (MLflow's Models column)
@@ -79,10 +87,14 @@ TRUE = "true"
 TRIAL_RUNNING = "running"
 TRIAL_FINISHED = "finished"  # ran every round
 TRIAL_STOPPED_EARLY = "stopped_early"  # ASHA stopped it: its last value is a truncated score
+# ran every round and ended at chance (engine/chance.py): not averaged into a table, counted beside it
+TRIAL_COLLAPSED = "collapsed"  # not-a-metric: the status; the round's 0/1 flag is metric_names.COLLAPSED
 TRIAL_DIVERGED = "diverged"  # not-a-metric: stopped itself on a non-finite loss; the study went on
 TRIAL_ERROR = "error"
 TRIAL_INTERRUPTED = "interrupted"  # still open when its study was killed or failed
 TRIAL_UNKNOWN = "unknown"  # what a reader says of a run without the tag
+# the statuses of a run that ran every round: its scores are final (collapsed ones at chance), never re-run
+RAN_EVERY_ROUND = (TRIAL_FINISHED, TRIAL_COLLAPSED)
 
 # MLflow run statuses
 RUN_RUNNING = "RUNNING"

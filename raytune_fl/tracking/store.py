@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from mlflow.tracking import MlflowClient
 
 from raytune_fl.engine.metric_names import (
     BEST_PREFIX,
+    CLIENT_ACC_BOTTOM10,
     CLIENT_ACC_P10,
     CLIENT_ACC_VAR,
     CLIENT_ACC_WORST,
@@ -34,12 +36,14 @@ from raytune_fl.engine.metric_names import (
     VAL_LOSS,
 )
 from raytune_fl.tracking.schema import (
+    RAN_EVERY_ROUND,
     ROLE_PARENT,
     RUN_FINISHED,
     RUN_KILLED,
     RUN_RUNNING,
     STAGE_ABLATION,
     STAGE_TUNE,
+    TAG_BEST_BASIS,
     TAG_BEST_PREFIX,
     TAG_CELL,
     TAG_DATASET,
@@ -55,8 +59,8 @@ from raytune_fl.tracking.schema import (
     TAG_STAGE,
     TAG_TRIAL_ID,
     TAG_TRIAL_STATUS,
+    TAG_TUNING_SEEDS,
     TAG_VARIANT,
-    TRIAL_FINISHED,
     TRIAL_UNKNOWN,
     decode_value,
 )
@@ -84,8 +88,18 @@ __all__ = [
 ]
 
 # the final-round metrics an ablation table row keeps
-# an ablation run's final values; the client spread is NaN where diagnostics.client_accuracy was off
-RESULT_METRICS = (TEST_ACC, VAL_ACC, TEST_LOSS, VAL_LOSS, CLIENT_ACC_WORST, CLIENT_ACC_P10, CLIENT_ACC_VAR)
+# an ablation run's final values; the client spread is NaN where diagnostics.client_accuracy was off (and p10 in
+# runs logged before bottom10 replaced it)
+RESULT_METRICS = (
+    TEST_ACC,
+    VAL_ACC,
+    TEST_LOSS,
+    VAL_LOSS,
+    CLIENT_ACC_WORST,
+    CLIENT_ACC_BOTTOM10,
+    CLIENT_ACC_P10,
+    CLIENT_ACC_VAR,
+)
 _PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 T = TypeVar("T")
 
@@ -146,6 +160,17 @@ class StudyRecord:
     # or "running" (still running, or its driver killed), and the command that finishes it where it was recorded
     stopped: str = ""
     resume_command: str = ""
+    tuning_seeds: tuple[int, ...] = ()  # the training seeds its trials used; () for a study that did not record them
+
+
+def recorded_tuning_seeds(tags: dict[str, str]) -> tuple[int, ...]:
+    """A tune parent's tuning seeds: its tuning_seeds tag, else the seed its best_basis names ("single trial, seed
+    0", what older studies recorded), else ()."""
+    text = tags.get(TAG_TUNING_SEEDS)
+    if text is None:
+        found = re.search(r"seed (-?\d+)", tags.get(TAG_BEST_BASIS, ""))
+        return (int(found.group(1)),) if found else ()
+    return tuple(int(s) for s in text.split(",") if s.strip())
 
 
 def experiment_id(client: MlflowClient, name: str) -> str | None:
@@ -212,6 +237,7 @@ def latest_study(client: MlflowClient, experiment: str, variant: str, setting: s
             dict(run.data.metrics),
             run.info.start_time,
             tags.get(TAG_DATASET, ""),
+            tuning_seeds=recorded_tuning_seeds(tags),
         )
     return None
 
@@ -247,7 +273,8 @@ def last_k_mean(client: MlflowClient, run_id: str, key: str, k: int = LAST_K) ->
 
 
 def one_run_per_cell(runs: Sequence[T], cell: Callable[[T], str], status: Callable[[T], str]) -> list[T]:
-    """A cell re-run by `ablate.py --resume` has several runs: keep its newest finished run, else its newest.
+    """A cell re-run by `ablate.py --resume` has several runs: keep its newest run that ran every round (finished,
+    or collapsed at chance), else its newest.
 
     `runs` newest first (as the searches list them), any type (Run, a table's row positions); the kept ones come
     back in that order. The ablation table and the dashboard both keep the runs this chooses.
@@ -255,7 +282,7 @@ def one_run_per_cell(runs: Sequence[T], cell: Callable[[T], str], status: Callab
     kept: dict[str, int] = {}
     for index, run in enumerate(runs):
         key = cell(run)
-        if key not in kept or (status(runs[kept[key]]) != TRIAL_FINISHED and status(run) == TRIAL_FINISHED):
+        if key not in kept or (status(runs[kept[key]]) not in RAN_EVERY_ROUND and status(run) in RAN_EVERY_ROUND):
             kept[key] = index
     chosen = set(kept.values())
     return [run for index, run in enumerate(runs) if index in chosen]
@@ -271,10 +298,11 @@ def find_ablation_parent(client: MlflowClient, experiment: str, fingerprint: str
     if not parents:
         return None, set()
     run_id = parents[0].info.run_id
-    finished = client.search_runs(
-        [experiment], filter_string=_and(_tag(TAG_PARENT_RUN, run_id), _tag(TAG_TRIAL_STATUS, TRIAL_FINISHED))
-    )
-    return run_id, {run.data.tags.get(TAG_CELL, "") for run in finished}
+    children = search_all(client, experiment, _tag(TAG_PARENT_RUN, run_id))
+    # a collapsed cell ran every round: it is a result (at chance), not a cell to run again
+    return run_id, {
+        run.data.tags.get(TAG_CELL, "") for run in children if run.data.tags.get(TAG_TRIAL_STATUS) in RAN_EVERY_ROUND
+    }
 
 
 def has_ablation(tracking_uri: str, experiment_name: str) -> bool:

@@ -25,7 +25,7 @@ from raytune_fl.data.identity import DataIdentity
 from raytune_fl.engine.metric_names import ACTOR_FAILURES_TOTAL, ROUND, SYSTEM_PREFIX
 from raytune_fl.engine.report import CLIENT_ACC_KEY, CLIENT_LOG_KEY, SPECTRUM_KEY, RoundReport
 from raytune_fl.tracking import store
-from raytune_fl.tracking.records import RunRecord
+from raytune_fl.tracking.records import RunRecord, ended_status
 from raytune_fl.tracking.schema import (
     CLIENT_ACCURACY_FILE,
     CLIENT_ROUNDS_FILE,
@@ -49,7 +49,6 @@ from raytune_fl.tracking.schema import (
     TRIAL_FINISHED,
     TRIAL_INTERRUPTED,
     TRIAL_RUNNING,
-    TRIAL_STOPPED_EARLY,
     TRUE,
 )
 
@@ -168,7 +167,8 @@ class TrialTracker:
         return run_id
 
     def log_round(self, trial_id: str, config: dict[str, Any], report: RoundReport) -> None:
-        """A round's report: its metrics (step = round), its per-round lists, whether the trial diverged."""
+        """A round's report: its metrics (step = round), its per-round lists, whether the trial diverged (its last
+        round's metrics also say, at `close`, whether it ended at chance: collapsed)."""
         run_id = self.open(trial_id, config)
         step = report.round
         history = self.history[trial_id]
@@ -208,11 +208,12 @@ class TrialTracker:
         rows = self.history.pop(trial_id, [])
         last_round = rows[-1][ROUND] if rows else 0
         reason = self.diverged.pop(trial_id, None)
+        rounds = self.trial_rounds.pop(trial_id, self.rounds)
         if reason is not None:
             trial_status = TRIAL_DIVERGED  # stopped itself; the study went on
             self.client.set_tag(run_id, TAG_DIVERGENCE, reason[:500])
-        elif trial_status == TRIAL_FINISHED and last_round < self.trial_rounds.pop(trial_id, self.rounds):
-            trial_status = TRIAL_STOPPED_EARLY  # ASHA stopped it: its last value is a truncated score
+        elif trial_status == TRIAL_FINISHED:  # or stopped early by ASHA, or ran every round to a score at chance
+            trial_status = ended_status(rows[-1] if rows else {}, last_round, rounds)
         self.client.set_tag(run_id, TAG_TRIAL_STATUS, trial_status)
         self.client.set_tag(run_id, TAG_ROUNDS_COMPLETED, str(last_round))
         failures = rows[-1].get(ACTOR_FAILURES_TOTAL, 0) if rows else 0

@@ -13,11 +13,10 @@ from ray.tune.result import TRIAL_ID
 
 from raytune_fl.config import Objective
 from raytune_fl.engine.metric_names import (
+    CLIENT_ACC_BOTTOM10,
     CLIENT_ACC_MEAN,
-    CLIENT_ACC_P10,
     CLIENT_ACC_VAR,
     CLIENT_ACC_WORST,
-    DIVERGED,
     PERSONAL_VAL_ACC,
     ROUND,
     SCORES,
@@ -26,7 +25,9 @@ from raytune_fl.engine.metric_names import (
     VAL_ACC_SE,
 )
 from raytune_fl.methods import METHODS
-from raytune_fl.tracking.schema import TRIAL_DIVERGED, TRIAL_ERROR, TRIAL_FINISHED, TRIAL_STOPPED_EARLY
+from raytune_fl.tracking.records import ENDED_STATUSES, ended_status
+from raytune_fl.tracking.schema import TRIAL_DIVERGED, TRIAL_ERROR
+from raytune_fl.tune.edges import Edge
 from raytune_fl.tune.selection import best_of, candidacy, pareto_front
 from raytune_fl.tune.uncertainty import accuracy_se
 
@@ -37,7 +38,7 @@ KEPT_METRICS = (
     ROUND,
     CLIENT_ACC_MEAN,
     CLIENT_ACC_WORST,
-    CLIENT_ACC_P10,
+    CLIENT_ACC_BOTTOM10,
     CLIENT_ACC_VAR,
     SV_EFFECTIVE_RANK,
     PERSONAL_VAL_ACC,
@@ -61,7 +62,7 @@ class VariantOutcome:
     method: str
     best_params: dict[str, Any]  # searched + fixed hyperparameters of the selected trial
     best_metrics: dict[str, float]  # its last reported round: val_acc (selection), test_acc (reported beside)
-    trials: dict[str, int]  # finished / stopped_early / error counts
+    trials: dict[str, int]  # finished / collapsed / stopped_early / diverged / error counts
     parent_run_id: str | None
     storage: str
     wall_time_s: float
@@ -72,6 +73,11 @@ class VariantOutcome:
     val_samples: int | None = None  # the validation images every score is on (all clients' held-out parts)
     front: list[FrontTrial] = field(default_factory=list)  # several objectives: the Pareto front, else empty
     setting: str | None = None  # the grid setting it was tuned at (tune --per-setting), as fields=values
+    edges: list[Edge] = field(default_factory=list)  # selected values near a bound of their range (tune/edges.py)
+
+    def __post_init__(self) -> None:
+        # a study manifest stores the outcome as JSON (dataclasses.asdict): its edges come back as dicts
+        self.edges = [e if isinstance(e, Edge) else Edge(**e) for e in self.edges]
 
 
 def summarise(
@@ -91,7 +97,7 @@ def summarise(
     of the selected trial's val_acc (its parent run logs it as best_val_acc_se). With several `objectives` (the
     first is `metric`) the outcome lists the Pareto front of the trials that ran every round, and the selected trial
     is the front's best on `metric`."""
-    counts = {TRIAL_FINISHED: 0, TRIAL_STOPPED_EARLY: 0, TRIAL_DIVERGED: 0, TRIAL_ERROR: 0}
+    counts = dict.fromkeys((*ENDED_STATUSES, TRIAL_ERROR), 0)  # finished, collapsed, stopped_early, diverged, error
     candidates, errors = [], []
     for result in results:
         if result.error is not None:
@@ -99,10 +105,11 @@ def summarise(
             errors.append(str(result.error).splitlines()[0][:300])
             continue
         metrics = result.metrics or {}
-        if metrics.get(DIVERGED):
-            counts[TRIAL_DIVERGED] += 1  # never a candidate: its score is the worst by construction
-            continue
-        counts[TRIAL_FINISHED if int(metrics.get(ROUND, 0)) >= rounds else TRIAL_STOPPED_EARLY] += 1
+        status = ended_status(metrics, int(metrics.get(ROUND, 0)), rounds)
+        counts[status] += 1
+        if status == TRIAL_DIVERGED:
+            continue  # never a candidate: its score is the worst by construction
+        # a collapsed trial stays one: it ran every round, and a study where every trial is at chance selects one
         chosen = candidacy(metrics, metric, rounds)
         if chosen is not None:
             candidates.append((*chosen, result))

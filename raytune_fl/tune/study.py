@@ -38,6 +38,7 @@ from raytune_fl.tracking.schema import (
 )
 from raytune_fl.tracking.store import trial_run
 from raytune_fl.tune.callbacks import BestSoFar, ForwardInterrupt, MlflowTrialLogger, TrialEventsCallback, print_line
+from raytune_fl.tune.edges import edge_flags
 from raytune_fl.tune.events import Watch, Watcher
 from raytune_fl.tune.interrupt import resume_command
 from raytune_fl.tune.outcome import VariantOutcome, summarise
@@ -201,9 +202,13 @@ def _select(
     rounds: int,
     val_samples: int | None,
 ) -> tuple[VariantOutcome, tune.Result | None]:
-    """The study's outcome by its selection rule, with its Pareto front when it has several objectives."""
+    """The study's outcome by its selection rule, with its Pareto front when it has several objectives, and the
+    selected values that lie at an edge of their range."""
     fixed = dict(variant.fixed)
-    return summarise(results, name, variant.method, fixed, *_rule(settings), rounds, val_samples, settings.objectives)
+    outcome, best = summarise(
+        results, name, variant.method, fixed, *_rule(settings), rounds, val_samples, settings.objectives
+    )
+    return replace(outcome, edges=edge_flags(variant.search, outcome.best_params)), best
 
 
 def _rule(settings: TuneSettings) -> tuple[str, str]:
@@ -235,7 +240,7 @@ def _placed(
 def _end_parent(parent: ParentRun, outcome: VariantOutcome, seed: int, objectives: tuple[Objective, ...]) -> None:
     """The parent's end (its selection's tags and metrics); with several objectives, the objectives tagged on it
     and `pareto_front` on the front's trial runs."""
-    end = tune_parent_end(outcome.best_params, outcome.best_metrics, outcome.trials, seed)
+    end = tune_parent_end(outcome.best_params, outcome.best_metrics, outcome.trials, seed, outcome.edges)
     parent.status = end.status
     parent.metrics.update(end.metrics)
     parent.tags = dict(end.tags)

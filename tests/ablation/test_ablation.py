@@ -181,7 +181,8 @@ def logged(ablation_store):
 def test_every_cell_is_a_run_named_and_tagged_for_filtering(logged):
     client, _, parent, children, study_parent = logged
     names = sorted(r.info.run_name for r in children)
-    assert names == sorted(f"{v}/seed{s}/alpha={a}" for v in ("full", "fedavg") for s in (0, 1) for a in (0.5, 1.0))
+    # the search trained at seed 0 (base.seed): the cells at the next two seeds, held out from it
+    assert names == sorted(f"{v}/seed{s}/alpha={a}" for v in ("full", "fedavg") for s in (1, 2) for a in (0.5, 1.0))
     for run in children:
         tags = run.data.tags
         assert tags["stage"] == "ablation" and tags["role"] == "trial" and tags["trial_status"] == "finished"
@@ -199,11 +200,26 @@ def test_every_cell_is_a_run_named_and_tagged_for_filtering(logged):
     assert study_parent.info.run_id in parent.data.tags["config_source.full"]
 
 
-def test_the_cell_that_repeats_the_tuned_trial_reproduces_its_score(logged):
-    # the study's one trial ran seed 0 at alpha 0.5 (the file's base) for the same rounds: the same run
-    client, _, _, children, study_parent = logged
-    cell = next(r for r in children if r.info.run_name == "full/seed0/alpha=0.5")
-    assert final(client, cell.info.run_id, "test_acc") == study_parent.data.metrics["best_test_acc"]
+def test_no_cell_trains_at_a_seed_any_tuning_trial_used_and_mlflow_records_both(logged):
+    client, experiment, parent, children, study_parent = logged
+    trials = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{study_parent.info.run_id}'")
+    searched = {int(run.data.params["seed"]) for run in trials}
+    scored = {int(run.data.params["seed"]) for run in children}
+    assert len(trials) == 2 and searched == {0} and scored == {1, 2} and not searched & scored
+    assert study_parent.data.tags["tuning_seeds"] == "0"
+    tags = parent.data.tags
+    assert tags["seed_rule"] == "held_out" and tags["tuning_seeds"] == "0" and tags["seeds"] == "1,2"
+    assert "searched (tuning): 0; scored here (held out from the search): 1, 2" in tags["mlflow.note.content"]
+
+
+def test_the_tune_summary_and_the_ablation_say_which_seeds_were_searched_and_which_scored(ablation_store):
+    assert (
+        "seeds: every trial trained at seed 0 (searched); `ablate` scores at seeds held out from the search (1, 2, 3"
+        in (ablation_store.tune_output)
+    )
+    assert "seeds: training seeds searched (tuning): 0; scored here (held out from the search): 1, 2" in (
+        ablation_store.output
+    )
 
 
 def test_the_table_matches_the_logged_metrics(ablation_store, logged):
@@ -221,6 +237,7 @@ def test_the_table_matches_the_logged_metrics(ablation_store, logged):
     table = pd.read_csv(ablation_store.out / "ablation_table.csv", index_col="variant")
     assert list(table.index) == ["full", "fedavg"] and list(table.columns) == ["alpha=0.5", "alpha=1.0"]
     markdown = (ablation_store.out / "ablation_table.md").read_text()
+    assert markdown.startswith("Training seeds searched (tuning): 0; scored here (held out from the search): 1, 2.")
     for setting in ("alpha=0.5", "alpha=1.0"):
         means = {v: statistics.mean(by_cell[(v, setting)]) for v in ("full", "fedavg")}
         best = max(means, key=means.get)
@@ -243,20 +260,20 @@ def test_each_setting_has_its_partition_on_the_parent(logged):
 
 def test_resume_reruns_only_the_cells_that_did_not_finish(ablation_store, logged, capsys):
     client, experiment, parent, children, _ = logged
-    redo = next(r for r in children if r.info.run_name == "fedavg/seed1/alpha=1.0")
+    redo = next(r for r in children if r.info.run_name == "fedavg/seed2/alpha=1.0")
     before = final(client, redo.info.run_id, "test_acc")
     client.set_tag(redo.info.run_id, "trial_status", "error")  # as if that trial had failed
     assert ablate([*ablation_store.argv, "--resume", "--no-dashboard", "--verbose"]) == 0
     out = capsys.readouterr().out
-    assert "7 of 8 runs had finished" in out and "[ablation] cell 1/1 started: cell=fedavg/seed1/alpha=1.0" in out
-    assert "[ablation] cell 1/1 round 2/2 val_acc=" in out  # --verbose: a line per round
+    assert "7 of 8 runs had finished" in out and "[ablation] cell 1/1 started: cell=fedavg/seed2/alpha=1.0" in out
+    assert "[ablation] cell 1/1 round 3/3 val_acc=" in out  # --verbose: a line per round
     assert "[ablation] done: 1/1 cells ended (1 finished) | " in out
     rerun = client.search_runs(
-        [experiment], f"tags.mlflow.parentRunId = '{parent.info.run_id}' and tags.cell = 'fedavg/seed1/alpha=1.0'"
+        [experiment], f"tags.mlflow.parentRunId = '{parent.info.run_id}' and tags.cell = 'fedavg/seed2/alpha=1.0'"
     )
     assert len(rerun) == 2  # the old run is kept, the table uses the finished one: seeded, so the same score
     results = pd.read_parquet(ablation_store.out / "ablation_results.parquet")
-    row = results[results["cell"] == "fedavg/seed1/alpha=1.0"].iloc[0]
+    row = results[results["cell"] == "fedavg/seed2/alpha=1.0"].iloc[0]
     assert row["status"] == "finished" and row["run_id"] != redo.info.run_id and row["test_acc"] == before
     assert len(results) == 8
 

@@ -169,6 +169,7 @@ def test_the_parent_logs_mean_sd_n_and_the_interval_per_variant_and_setting(tmp_
         "std",
         "n",
         "runs",
+        "collapsed",
         "ci_low",
         "ci_high",
         "partition_seeds",

@@ -49,3 +49,35 @@ def test_clip_interval_keeps_nan_and_respects_other_bounds():
     assert math.isnan(low) and math.isnan(high)
     assert clip_interval(5.0, 150.0, (0.0, 100.0)) == (5.0, 100.0)
     assert MIN_RUNS_FOR_INTERVAL == 3
+
+
+def test_collapsed_runs_are_out_of_the_mean_and_every_format_says_how_many():
+    from raytune_fl.ablation.table import format_cell, to_csv, to_html, to_markdown
+
+    results = pd.DataFrame(
+        {
+            "variant": ["full"] * 3 + ["frozen"] * 2 + ["fedavg"] * 2,
+            "setting": "a",
+            "status": ["finished", "finished", "collapsed", "collapsed", "collapsed", "finished", "error"],
+            "test_acc": [0.70, 0.74, 0.10, 0.11, 0.10, 0.60, 0.0],
+        }
+    )
+    summary = summarise(results).set_index("variant")
+    # full: 0.70 and 0.74 counted (mean 0.72, sd 0.028284), the run at chance made but not averaged in
+    assert summary.loc["full", "mean"] == pytest.approx(0.72) and summary.loc["full", "std"] == pytest.approx(
+        0.028284, abs=1e-6
+    )
+    assert summary.loc["full", ["n", "runs", "collapsed"]].tolist() == [2, 3, 1]
+    assert summary.loc["frozen", ["n", "runs", "collapsed"]].tolist() == [0, 2, 2]
+    assert math.isnan(summary.loc["frozen", "mean"]) and math.isnan(summary.loc["frozen", "ci_low"])
+    assert summary.loc["fedavg", "collapsed"] == 0  # a failed run is missing, not collapsed
+    markdown = to_markdown(summary.reset_index(), seeds=3)
+    assert "| full | **72.00 ± 2.83 (2/3, 1 collapsed)** |" in markdown
+    assert "| frozen | – (0/2, 2 collapsed) |" in markdown
+    assert "| fedavg | 60.00 (1/2) |" in markdown  # the unfinished mark as before
+    assert "k collapsed = k runs ran every round to a final accuracy at chance" in markdown
+    assert "b + 2 sqrt(b (1 - b) / size)" in markdown and "left out of the mean and the statistics" in markdown
+    csv = to_csv(summary.reset_index())
+    assert '"72.00 ± 2.83 (2/3, 1 collapsed) *"' in csv and '"– (0/2, 2 collapsed)"' in csv
+    assert "<td>– (0/2, 2 collapsed)</td>" in to_html(summary.reset_index())
+    assert format_cell(0.72, 0.02, 3, 3, collapsed=0) == "72.00 ± 2.00"  # all counted: no mark

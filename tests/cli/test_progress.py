@@ -123,6 +123,26 @@ def test_every_way_a_trial_ends_and_the_final_line():
     )
 
 
+def test_a_trial_that_ran_every_round_at_chance_is_counted_and_said_collapsed():
+    clock = Clock()
+    state = _state(clock, total=3)
+    for name in ("a", "b", "c"):
+        state.started(name, {"mu": 0.1})
+    clock.at(4)
+    learned = state.completed("a", _result(3, 0.8, 0.75, collapsed=0.0))
+    stuck = state.completed("b", _result(3, 0.1, 0.11, collapsed=1.0))
+    cut = state.completed("c", _result(1, 0.1, 0.11, collapsed=1.0))  # ASHA's cut, not a collapse
+    assert (learned.outcome, stuck.outcome, cut.outcome) == ("finished", "collapsed", "stopped_early")
+    assert ended_line(state, stuck) == (
+        "[full] trial 2/3 collapsed (at chance): val_acc=0.1000 test_acc=0.1100 [mu=0.1] (3 rounds, 4s)"
+    )
+    assert list(state.counts()) == ["finished", "collapsed", "stopped_early", "diverged", "error"]
+    assert status_line(state, final=True) == (
+        "[full] done: 3/3 trials ended (1 finished, 1 collapsed, 1 stopped early) | max val_acc=0.8000 (trial 1 "
+        "round 3: mu=0.1) | 4s"
+    )
+
+
 def test_min_mode_no_params_and_no_asha():
     clock = Clock()
     state = ProgressState("fedavg", 1, 4, "val_loss", "min", clock=clock)  # FIFO: the time left is an estimate
@@ -614,7 +634,7 @@ def test_the_ablation_prints_a_line_per_cell_and_its_final_counts(ablation_store
     printed = ablation_store.output  # ablate.py without --verbose, captured (conftest.py)
     cells = re.findall(r"^\[ablation\] cell (\d)/8 finished: val_acc=\S+ test_acc=\S+ \[cell=(\S+)\]", printed, re.M)
     assert sorted(n for n, _ in cells) == [str(n) for n in range(1, 9)] and len({c for _, c in cells}) == 8
-    assert " round 1/2 " not in printed and "started:" not in printed and "\r" not in printed
+    assert " round 1/3 " not in printed and "started:" not in printed and "\r" not in printed
     final = [line for line in printed.splitlines() if line.startswith("[ablation] done: ")]
     assert len(final) == 1 and final[0].startswith("[ablation] done: 8/8 cells ended (8 finished) | ")
     assert "max val_acc" not in final[0]  # no best across cells of different settings and seeds

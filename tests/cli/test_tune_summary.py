@@ -118,3 +118,12 @@ def test_without_the_validation_sets_size_no_standard_error_is_shown(capsys):
     lines = _summary(capsys, [unknown])
     assert lines[0].endswith("no standard error (the validation set's size is unknown)")
     assert lines[1].startswith("          fedavg: val_acc=0.5300  test_acc=0.5400 (round 4)")
+
+
+def test_the_trial_counts_show_collapsed_in_their_order_even_for_a_study_recorded_before_it(capsys):
+    counts = {"finished": 2, "collapsed": 1, "stopped_early": 0, "diverged": 0, "error": 0}
+    now = dataclasses.replace(_outcome("fedavg", 0.6), trials=counts)
+    before = dataclasses.replace(_outcome("feduv", 0.7), trials={"error": 1, "finished": 3})  # an older manifest's
+    lines = _summary(capsys, [now, before])
+    assert "trials {'finished': 2, 'collapsed': 1, 'stopped_early': 0, 'diverged': 0, 'error': 0} 8s" in lines[1]
+    assert "trials {'finished': 3, 'collapsed': 0, 'stopped_early': 0, 'diverged': 0, 'error': 1} 8s" in lines[2]

@@ -7,6 +7,7 @@ import pytest
 
 from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.diagnostics import (
+    bottom_decile_mean,
     classifier_spectrum,
     loss_decomposition,
     per_client_accuracy,
@@ -42,8 +43,27 @@ def test_per_client_accuracy_by_hand():
     assert stats["client_acc_worst"] == 0.0
     assert stats["client_acc_std"] == pytest.approx(np.sqrt(0.5 / 3))
     assert stats["client_acc_var"] == pytest.approx(0.5 / 3)
-    # sorted 0, 0.5, 1: the 10th percentile sits a fifth of the way from 0 to 0.5 (position 0.1 * 2 = 0.2)
-    assert stats["client_acc_p10"] == pytest.approx(0.1)
+    # 3 clients: the worst ceil(3/10) = 1 of them, client 3's 0; the 10th percentile is no longer reported
+    assert stats["client_acc_bottom10"] == 0.0
+    assert "client_acc_p10" not in stats
+
+
+def test_the_bottom_decile_is_the_mean_of_the_worst_tenth_of_clients():
+    ten = [0.9, 0.1, 0.5, 0.8, 0.7, 0.6, 0.95, 0.85, 0.75, 0.65]
+    # K = 10: ceil(10/10) = 1 client, the worst alone (np.percentile(ten, 10) would give 0.1*0.1 + 0.9*0.5 = 0.46)
+    assert bottom_decile_mean(np.array(ten)) == pytest.approx(0.1)
+    # K = 11..20: ceil(K/10) = 2 clients, the mean of the worst two: (0.1 + 0.2) / 2
+    for k in range(11, 21):
+        acc = np.array([*ten, 0.2, *([0.99] * (k - 11))])
+        assert bottom_decile_mean(acc) == pytest.approx(0.15), k
+    # K = 21: 3 clients, order does not matter
+    acc = np.array([0.3, *([0.99] * 18), 0.0, 0.6])
+    assert bottom_decile_mean(acc) == pytest.approx(0.3)
+    # through per_client_accuracy: 11 clients, one sample each, clients 0 and 1 wrong, the rest right -> (0 + 0) / 2;
+    # with client 1 right instead it is (0 + 1) / 2
+    owner = np.arange(11)
+    assert per_client_accuracy(np.arange(11) >= 2, owner, 11)["client_acc_bottom10"] == 0.0
+    assert per_client_accuracy(np.arange(11) != 0, owner, 11)["client_acc_bottom10"] == pytest.approx(0.5)
 
 
 def test_loss_decomposition_by_hand_and_it_adds_up():

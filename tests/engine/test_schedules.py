@@ -19,7 +19,7 @@ import torch
 
 from raytune_fl.engine.checkpoint import load_state, save_state
 from raytune_fl.engine.federation import CLIENT_LOG_KEY, Federation
-from raytune_fl.engine.metric_names import UPLOAD_BYTES, UPLOAD_BYTES_PER_CLIENT
+from raytune_fl.engine.metric_names import COLLAPSED, TEST_CHANCE, UPLOAD_BYTES, UPLOAD_BYTES_PER_CLIENT, VAL_CHANCE
 from raytune_fl.engine.pool import ClientLost, InProcessPool, Outcome, TrainJob, WorkerFailure
 from raytune_fl.engine.worker import ClientWorker, WorkerSpec
 from tests.support import REPO
@@ -39,7 +39,8 @@ def _one_thread():
 
 
 def _untimed(rows: Sequence[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if not k.endswith("_s") and k not in ADDED_TRAFFIC} for row in rows]
+    added = ADDED_TRAFFIC | ADDED_CHANCE
+    return [{k: v for k, v in row.items() if not k.endswith("_s") and k not in added} for row in rows]
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -172,6 +173,8 @@ ADDED_TIMINGS = {"evaluate_s"}  # round metrics the engine reports beyond the fr
 # the upload counts (engine/traffic.py) came after the driver was frozen: these comparisons leave them out (and only
 # them); tests/engine/test_traffic.py checks their values by hand
 ADDED_TRAFFIC = {UPLOAD_BYTES, UPLOAD_BYTES_PER_CLIENT}
+# so did the chance bounds and the collapse flag of an evaluated round (tests/engine/test_chance.py checks them)
+ADDED_CHANCE = {VAL_CHANCE, TEST_CHANCE, COLLAPSED}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -185,7 +188,8 @@ def test_the_engine_matches_the_frozen_driver(case):
     assert _untimed(got) == _untimed(expected)
     # the same keys besides the timings added since the driver was frozen (a RoundReport files its lists after
     # its scalars: the order of keys is not part of a report)
-    assert [{k for k in row if k not in ADDED_TIMINGS | ADDED_TRAFFIC} for row in got] == [set(row) for row in expected]
+    added = ADDED_TIMINGS | ADDED_TRAFFIC | ADDED_CHANCE
+    assert [{k for k in row if k not in added} for row in got] == [set(row) for row in expected]
     assert all(ADDED_TIMINGS | {UPLOAD_BYTES} <= set(row) for row in got if "round_time_s" in row)
     assert _same(after.state_dict(), before.state_dict())
 

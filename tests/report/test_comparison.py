@@ -1,5 +1,6 @@
 """Variants against a reference, with a seed-noise verdict: paired differences (same seed, same split) and the
-unpaired Welch fallback, their p-values and 95 % intervals computed by hand."""
+unpaired Welch fallback, their p-values, the sign-flip p, the family-level intervals and the minimum detectable
+difference computed by hand."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from raytune_fl.report import comparison
 from raytune_fl.report.comparison import differences
@@ -64,8 +66,10 @@ def test_paired_differences_of_one_two_and_three_points_are_inside_seed_noise_wi
     assert found.wilcoxon_p == pytest.approx(0.25)
     assert not found.significant
     assert found.describe() == (
-        "+2.00 points [-0.48, +4.48], inside seed noise (paired t p = 0.074, Holm p = 0.074, Wilcoxon p = 0.25, n = 3)"
+        "+2.00 points, not resolved: interval [-0.48, +4.48] (paired t p = 0.074, Holm p = 0.074, sign-flip p = 0.25, "
+        "n = 3)"
     )
+    assert found.permutation_p == pytest.approx(0.25)  # the same 2 of 8 sign vectors reach |mean| = 2
     assert found.correction == "holm" and found.family == 1 and found.p_adjusted == found.p_value  # a family of one
 
 
@@ -90,7 +94,7 @@ def test_a_large_common_seed_effect_hides_the_gain_from_welch_but_not_from_the_p
     assert found.p_value == pytest.approx(0.013072, abs=1e-6)
     assert (found.ci_low, found.ci_high) == pytest.approx((0.0125793, 0.0374207), abs=1e-7)
     assert found.describe() == (
-        "+2.50 points [+1.26, +3.74] (paired t p = 0.013, Holm p = 0.013, Wilcoxon p = 0.25, n = 3)"
+        "+2.50 points [+1.26, +3.74] (paired t p = 0.013, Holm p = 0.013, sign-flip p = 0.25, n = 3)"
     )
 
 
@@ -162,7 +166,8 @@ def test_one_pair_between_sides_of_two_runs_falls_back_to_welch():
     assert (found.ci_low, found.ci_high) == pytest.approx((-0.021697, 0.221697), abs=1e-6)
     assert (
         found.describe()
-        == "+10.00 points [-2.17, +22.17], inside seed noise (unpaired, Welch p = 0.072, Holm p = 0.072, n = 2 vs 2)"
+        == "+10.00 points, not resolved: interval [-2.17, +22.17] (unpaired, Welch p = 0.072, Holm p = 0.072, "
+        "n = 2 vs 2)"
     )
 
 
@@ -175,8 +180,8 @@ def test_a_gain_smaller_than_the_seeds_spread_is_called_inside_seed_noise():
     assert found.delta == pytest.approx(0.01)
     assert 0.7 < found.p_value < 0.8
     assert not found.significant
-    assert found.describe().startswith("+1.00 points [")
-    assert ", inside seed noise (unpaired, Welch p = 0.7" in found.describe()
+    assert found.describe().startswith("+1.00 points, not resolved: interval [")
+    assert "] (unpaired, Welch p = 0.7" in found.describe()
 
 
 def test_one_seed_cannot_be_judged_and_no_spread_at_all_is_judged_by_the_means():
@@ -186,7 +191,7 @@ def test_one_seed_cannot_be_judged_and_no_spread_at_all_is_judged_by_the_means()
     same = differences(_results({("fedavg", "a"): [0.7, 0.7], ("full", "a"): [0.7, 0.7]}), "fedavg")[0]
     assert same.paired and same.p_value == 1.0
     assert same.describe() == (
-        "+0.00 points [+0.00, +0.00], inside seed noise (paired t p = 1, Holm p = 1, Wilcoxon p = 1, n = 2)"
+        "+0.00 points, not resolved: interval [+0.00, +0.00] (paired t p = 1, Holm p = 1, sign-flip p = 1, n = 2)"
     )
     apart = differences(_results({("fedavg", "a"): [0.7, 0.7], ("full", "a"): [0.8, 0.8]}), "fedavg")[0]
     assert apart.p_value == 0.0 and apart.significant and (apart.ci_low, apart.ci_high) == pytest.approx((0.1, 0.1))
@@ -212,21 +217,35 @@ def test_every_variant_in_every_setting_in_order_and_the_markdown_has_a_column_p
     assert lines[1] == "|---|:---:|:---:|"
     # the family: raw p 0.074180, 1, 0.013072, 1 (m = 4). Holm, smallest first: 4 x 0.013072 = 0.052288,
     # max(0.052288, 3 x 0.074180 = 0.22254) = 0.22254, then 1 and 1. The alpha=0.5 gain (raw p 0.013) is no
-    # longer called once the page's 4 comparisons are accounted for (adjusted 0.052 ≥ 0.05)
+    # longer called once the page's 4 comparisons are accounted for (adjusted 0.052 ≥ 0.05). Nothing is called,
+    # so the intervals are at Holm's first step, 1 - 0.05/4 = 98.75 %: t_{0.99375, 2} = 8.860, half-widths
+    # 8.860 x 1 / sqrt 3 = 5.12 and 8.860 x 0.5 / sqrt 3 = 2.56 points: both contain 0, as the verdicts say
+    t = stats.t.ppf(1 - 0.05 / 8, 2)
+    assert t == pytest.approx(8.860, abs=1e-3)
+    assert found[0].ci_high * 100 == pytest.approx(2 + t / math.sqrt(3), abs=1e-9) and found[0].level == 0.9875
     assert lines[2] == (
-        "| full | +2.00 points [-0.48, +4.48], inside seed noise (paired t p = 0.074, Holm p = 0.22, Wilcoxon "
-        "p = 0.25, n = 3) | +2.50 points [+1.26, +3.74], inside seed noise (paired t p = 0.013, Holm p = 0.052, "
-        "Wilcoxon p = 0.25, n = 3) |"
+        "| full | +2.00 points, not resolved: interval [-3.12, +7.12] (paired t p = 0.074, Holm p = 0.22, sign-flip "
+        "p = 0.25, n = 3) | +2.50 points, not resolved: interval [-0.06, +5.06] (paired t p = 0.013, Holm p = 0.052, "
+        "sign-flip p = 0.25, n = 3) |"
     )
     assert lines[3] == (
-        "| freeze | +0.00 points [+0.00, +0.00], inside seed noise (paired t p = 1, Holm p = 1, Wilcoxon p = 1, n = 3) "
-        "| +0.00 points [+0.00, +0.00], inside seed noise (paired t p = 1, Holm p = 1, Wilcoxon p = 1, n = 3) |"
+        "| freeze | +0.00 points, not resolved: interval [+0.00, +0.00] (paired t p = 1, Holm p = 1, sign-flip p = 1, "
+        "n = 3) | +0.00 points, not resolved: interval [+0.00, +0.00] (paired t p = 1, Holm p = 1, sign-flip p = 1, "
+        "n = 3) |"
     )
     assert lines[4] == ""
-    assert lines[5].startswith("Differences of mean final-round accuracy in points, 95 % interval in brackets; paired")
-    assert "0.25 with 3 pairs; it cannot reach 0.05 under 6 pairs" in lines[5] and "Welch" not in lines[5]
+    assert lines[5].startswith(
+        "Differences of mean final-round accuracy in points; in brackets the family's 98.75 % interval (1 − 0.05/4: "
+        "the level of the step at which Holm's procedure stopped), which excludes 0 exactly where a difference is "
+        "called; paired"
+    )
+    assert "its smallest p is 2 / 2^n: 0.25 with 3 pairs, 0.03125 with 6" in lines[5] and "Welch" not in lines[5]
     assert "p-values adjusted for 4 comparisons by Holm's step-down method" in lines[5]
-    assert "adjusted p ≥ 0.05 is called inside seed noise" in lines[5]
+    assert "adjusted p ≥ 0.05 is called not resolved." in lines[5]
+    # the MDD: pooled sd of the 4 cells' pair differences sqrt((1 + 0 + 0.25 + 0) / 4) = 0.5590 points,
+    # d_z* = 8.860 / sqrt 3 = 5.115, 5.115 x 0.5590 = 2.86 points
+    assert "Minimum detectable difference at 3 pairs and a family of 4: 2.86 points (d_z >= 5.12)." in lines[5]
+    assert "inside" not in lines[5] and "Collapsed" not in lines[5]
     assert lines[5].endswith("The noise: training seeds only (one split).")
 
 
@@ -346,9 +365,11 @@ def test_differences_applies_holm_over_the_whole_page_and_a_raw_call_flips():
     assert not gain.significant and gain.p_adjusted == pytest.approx(4 * 0.013072, abs=4e-6)
     assert gain.p_value == gain_raw.p_value and gain.correction == "holm" and gain.family == 4
     assert gain.describe() == (
-        "+2.50 points [+1.26, +3.74], inside seed noise (paired t p = 0.013, Holm p = 0.052, Wilcoxon p = 0.25, n = 3)"
+        "+2.50 points, not resolved: interval [-0.06, +5.06] (paired t p = 0.013, Holm p = 0.052, sign-flip p = 0.25, "
+        "n = 3)"
     )
-    assert gain_raw.describe() == "+2.50 points [+1.26, +3.74] (paired t p = 0.013, Wilcoxon p = 0.25, n = 3)"
+    # uncorrected, the 95 % interval is the verdict's level: it excludes 0 and the cell is called
+    assert gain_raw.describe() == "+2.50 points [+1.26, +3.74] (paired t p = 0.013, sign-flip p = 0.25, n = 3)"
     # BH over the same 4: sorted 0.013072, 0.074180, 1, 1 -> 4 x 0.013072 / 1 = 0.052288, 4 x 0.07418 / 2 = 0.14836
     bh = differences(_page(), "fedavg", correction="bh")
     assert bh[2].p_adjusted == pytest.approx(0.052288, abs=4e-6) and bh[0].p_adjusted == pytest.approx(
@@ -374,15 +395,18 @@ def test_a_difference_built_by_hand_is_judged_on_its_raw_p():
     by_hand = comparison.Difference("full", "a", 0.02, 0.01, 3, 3, 0.005, 0.035, True, 3, 0.25)
     assert by_hand.correction == "none" and by_hand.family == 0 and math.isnan(by_hand.p_adjusted)
     assert by_hand.significant
-    assert by_hand.describe() == "+2.00 points [+0.50, +3.50] (paired t p = 0.01, Wilcoxon p = 0.25, n = 3)"
+    assert by_hand.describe() == "+2.00 points [+0.50, +3.50] (paired t p = 0.01, sign-flip p = –, n = 3)"
     adjusted = comparison.corrected([by_hand, by_hand], "holm")[0]  # 2 x 0.01
     assert adjusted.p_adjusted == pytest.approx(0.02) and adjusted.significant
-    unpaired = comparison.Difference("full", "a", 0.1, 0.04, 3, 3, 0.01, 0.19)
+    unpaired = comparison.Difference("full", "a", 0.1, 0.04, 3, 3, 0.01, 0.19, se=0.04, dof=4)
     (held,) = comparison.corrected([unpaired, comparison.Difference("x", "a", 0.0, 0.5, 3, 3, -0.1, 0.1)], "bh")[:1]
-    # BH over 0.04 and 0.5: 2 x 0.04 / 1 = 0.08, 0.5: the 0.04 is no longer a call
+    # BH over 0.04 and 0.5: 2 x 0.04 / 1 = 0.08, 0.5: the 0.04 is no longer a call. None called: the interval is
+    # redrawn at BH's strictest level 1 - 0.05/2 = 97.5 %: 0.10 ± t_{0.9875, 4} x 0.04 = 0.10 ± 3.4954 x 0.04
+    half = stats.t.ppf(0.9875, 4) * 0.04
+    assert half == pytest.approx(0.139816, abs=1e-6) and held.level == 0.975
     assert (
         held.describe()
-        == "+10.00 points [+1.00, +19.00], inside seed noise (unpaired, Welch p = 0.04, BH p = 0.08, n = 3 vs 3)"
+        == "+10.00 points, not resolved: interval [-3.98, +23.98] (unpaired, Welch p = 0.04, BH p = 0.08, n = 3 vs 3)"
     )
 
 
@@ -391,8 +415,8 @@ def test_the_footnote_names_the_correction_its_family_and_the_metric():
     assert (
         "p-values adjusted for 4 comparisons by Holm's step-down method (bounds the chance of any false call among "
         "them): the verdict is on the adjusted p (Holm p), the raw p is shown beside it; adjusted p ≥ 0.05 is called "
-        "inside seed noise. The noise: training seeds only (one split)."
-    ) in holm
+        "not resolved. Minimum detectable difference"
+    ) in holm and holm.endswith("The noise: training seeds only (one split).")
     bh = comparison.footnote(differences(_page(), "fedavg", correction="bh"))
     assert "by the Benjamini–Hochberg method (bounds the expected share of false calls, the false discovery rate)" in bh
     none = comparison.footnote(differences(_page(), "fedavg", correction="none"))
@@ -401,6 +425,77 @@ def test_the_footnote_names_the_correction_its_family_and_the_metric():
         differences(_page(), "fedavg"), "fedavg", metric_label="mean test accuracy of the last 5 rounds"
     )
     assert last5.splitlines()[-1].startswith(
-        "Differences of mean test accuracy of the last 5 rounds (averaged over runs) in points, 95 % interval"
+        "Differences of mean test accuracy of the last 5 rounds (averaged over runs) in points; in brackets"
     )
     assert comparison.footnote([]).startswith("Differences of mean final-round accuracy in points")
+
+
+# ---------------------------------------------------------------- intervals that agree with the corrected verdict
+
+
+def _hand(variant: str, p: float, delta: float = 0.05, se: float = 0.01, dof: float = 5) -> comparison.Difference:
+    return comparison.Difference(variant, "a", delta, p, 6, 6, math.nan, math.nan, True, 6, se=se, dof=dof)
+
+
+def test_holm_intervals_are_at_the_level_where_holm_stopped_and_exclude_0_exactly_where_it_calls():
+    # m = 4, raw p 0.001, 0.015, 0.02, 0.3. Holm: 4 x 0.001 = 0.004 < 0.05 called; 3 x 0.015 = 0.045 < 0.05 called;
+    # 2 x 0.02 = 0.04 < 0.05 called; 0.3 not. k = 3: the intervals are at 1 - 0.05 / (4 - 3) = 95 %. Bonferroni's
+    # 98.75 % would have printed an interval around 0 for the called p = 0.02 cell (0.02 > 0.0125)
+    cells = [_hand("a", 0.001), _hand("b", 0.015), _hand("c", 0.02), _hand("d", 0.3)]
+    found = comparison.corrected(cells, "holm")
+    assert [d.significant for d in found] == [True, True, True, False]
+    assert comparison.family_alpha(found) == pytest.approx(0.05) and {d.level for d in found} == {0.95}
+    half = stats.t.ppf(0.975, 5) * 0.01
+    assert (found[0].ci_low, found[0].ci_high) == pytest.approx((0.05 - half, 0.05 + half))
+    # nothing called (2 x 0.03 = 0.06): Bonferroni's level 1 - 0.05 / 2; two called of 4 (0.001, 0.01, 0.3, 0.4):
+    # 1 - 0.05 / (4 - 2)
+    none_called = comparison.corrected([_hand("a", 0.03), _hand("b", 0.3)], "holm")
+    assert comparison.family_alpha(none_called) == pytest.approx(0.025)
+    two = comparison.corrected([_hand("a", 0.001), _hand("b", 0.01), _hand("c", 0.3), _hand("d", 0.4)], "holm")
+    assert [d.significant for d in two] == [True, True, False, False]
+    assert comparison.family_alpha(two) == pytest.approx(0.025)
+    assert "97.5 % interval (1 − 0.05/2: the level of the step at which Holm's procedure stopped)" in (
+        comparison.footnote(two)
+    )
+
+
+def test_bh_intervals_are_at_the_false_coverage_level_of_the_called():
+    # BH over 0.001, 0.02, 0.03, 0.3 (m = 4): 4 x 0.03 / 3 = 0.04 < 0.05, so the first 3 are called (k = 3);
+    # the level is 1 - 3 x 0.05 / 4 = 96.25 %; with none called, 1 - 0.05 / 4
+    found = comparison.corrected([_hand("a", 0.001), _hand("b", 0.02), _hand("c", 0.03), _hand("d", 0.3)], "bh")
+    assert [d.significant for d in found] == [True, True, True, False]
+    assert comparison.family_alpha(found) == pytest.approx(3 * 0.05 / 4)
+    assert comparison.family_alpha(comparison.corrected([_hand("a", 0.2), _hand("b", 0.3)], "bh")) == 0.025
+    assert comparison.family_alpha(comparison.corrected([_hand("a", 0.2)], "none")) == 0.05
+
+
+def test_on_every_committed_page_an_interval_excludes_0_exactly_where_the_cell_is_called():
+    from raytune_fl.report import results_page
+    from tests.support import REPO
+
+    checked = 0
+    for folder in results_page.page_folders(REPO / "docs" / "results"):
+        record, runs, _ = results_page.read(folder)
+        runs = results_page.classify(record, runs)
+        for metric in results_page.metrics_present(record, runs):
+            for d in results_page.family(record, runs, metric):
+                if not math.isnan(d.p_value):
+                    assert d.significant == (d.ci_low > 0 or d.ci_high < 0), (folder.name, metric, d)
+                    checked += 1
+    assert checked >= 80
+
+
+def test_the_sign_flip_p_sits_on_the_paired_difference_and_collapsed_runs_are_counted_out():
+    # differences +3, -1, +2 points: of the 8 sign vectors, |sum| >= 4 for (+3, -1, +2) = 4, (+3, +1, +2) = 6 and
+    # their negations: p = 4 / 8 = 0.5
+    results = _results({("fedavg", "a"): [0.70, 0.75, 0.80], ("full", "a"): [0.73, 0.74, 0.82]})
+    (found,) = differences(results, "fedavg")
+    assert found.permutation_p == pytest.approx(0.5)
+    assert found.sd_pairs == pytest.approx(np.std([0.03, -0.01, 0.02], ddof=1))
+    results.loc[results.index[-1], "status"] = "collapsed"
+    assert comparison.collapsed_runs(results) == (1, 6)
+    (without,) = differences(results, "fedavg")  # the collapsed run's pair leaves
+    assert without.n_pairs == 2 and without.n == 2
+    assert "Collapsed runs are out of the statistics (1 of 6)." in comparison.to_markdown(
+        [without], "fedavg", collapsed=comparison.collapsed_runs(results)
+    )

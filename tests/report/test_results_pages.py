@@ -9,7 +9,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from raytune_fl.engine.metric_names import TEST_ACC
+from raytune_fl.engine.metric_names import CLIENT_ACC_P10, CLIENT_ACC_VAR, CLIENT_ACC_WORST, TEST_ACC
 from raytune_fl.report import results_page
 from raytune_fl.report.results_page import PageRecord
 from tests.support import REPO
@@ -77,9 +77,11 @@ def test_a_page_states_the_verdict_its_runs_give_worked_by_hand():
     # freedom, two-sided p = 0.01307; the 95 % interval 0.05 ± 4.3027 * 0.01 / sqrt 3 = [0.02516, 0.07484]. One
     # comparison: Holm's adjusted p is the raw p.
     page = results_page.render(_record(), _runs([0.50, 0.60, 0.70], [0.55, 0.66, 0.74]))
+    # the MDD of a family of 1 at 3 pairs: t_{0.975, 2} / sqrt 3 = 2.484 standard deviations of 1 point
     sentence = (
-        "- Final-round test accuracy, 1 comparison with fedavg (Holm-corrected): 1 significant: x at alpha=0.1 above "
-        "fedavg, +5.00 points [+2.52, +7.48], adjusted p = 0.013."
+        "- **Primary**: Final-round test accuracy, 1 comparison with fedavg (Holm-corrected): 1 resolved: x at "
+        "alpha=0.1 above fedavg, +5.00 points, 95 % interval [+2.52, +7.48], adjusted p = 0.013. Minimum detectable "
+        "difference at 3 pairs and a family of 1: 2.48 points (d_z >= 2.48)."
     )
     assert sentence in page
     assert "| x | **65.00 ± 9.54** |" in page  # mean and sample std of 0.55, 0.66, 0.74 in %
@@ -91,8 +93,10 @@ def test_a_difference_inside_the_noise_is_called_so_with_the_closest_call():
     # differences +0.10, -0.08, +0.01: mean 0.01, inside any interval
     page = results_page.render(_record(), _runs([0.50, 0.60, 0.70], [0.60, 0.52, 0.71]))
     assert (
-        "1 comparison with fedavg (Holm-corrected): none is significant; the closest is x at alpha=0.1, +1.00" in page
+        "1 comparison with fedavg (Holm-corrected): no difference is resolved; the closest is x at alpha=0.1, +1.00 "
+        "points, not resolved: 95 % interval [" in page
     )
+    assert "inside" not in page
 
 
 def test_a_metric_the_runs_lack_is_named_not_judged():
@@ -123,3 +127,55 @@ def test_each_record_names_a_space_file_and_commands_that_exist(folder):
     assert (REPO / record.space_file).is_file()
     assert record.commands[0] == f"python scripts/reproduce.py {record.name}"
     assert record.generated[:4] == "2026" and record.commit
+
+
+def _fair_runs() -> pd.DataFrame:
+    """x is 2 points below fedavg on test accuracy in every seed, y 2 above; both have a smaller client variance."""
+    rows = []
+    for seed in range(3):
+        base = 0.70 + 0.05 * seed
+        for variant, acc, var in (
+            ("fedavg", base, 0.02 + 0.001 * seed),
+            ("x", base - 0.02, 0.01),
+            ("y", base + 0.02, 0.01),
+        ):
+            rows.append(
+                {"variant": variant, "method": "fedavg", "setting": "alpha=0.1", "seed": seed, "partition_seed": 0,
+                 "status": "finished", "rounds_completed": 10, TEST_ACC: acc, CLIENT_ACC_VAR: var,
+                 CLIENT_ACC_P10: acc - 0.1, CLIENT_ACC_WORST: acc - 0.2}
+            )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_a_smaller_spread_is_called_fairer_only_where_test_accuracy_is_not_below_the_reference():
+    record = _record(
+        metrics=[TEST_ACC, CLIENT_ACC_P10, CLIENT_ACC_VAR],
+        held_out={"train_images": 1437, "val_fraction": 0.2, "clients": 10},
+    )
+    page = results_page.render(record, _fair_runs())
+    # variance: fedavg 0.020, 0.021, 0.022 against 0.01: -1.1 points² on average for both x and y, zero spread in the
+    # pairs' differences (-0.010, -0.011, -0.012 have sd 0.001) so both are called
+    assert "y at alpha=0.1 below fedavg, -110.0 points²" in page and "(fairer)" in page
+    assert "x at alpha=0.1 below fedavg, -110.0 points²" in page
+    assert "(a smaller spread, not called fairer, at -2.00 points of test accuracy)" in page
+    assert page.count("(fairer)") == 1
+    # the 10th percentile's honest label; secondary, after the primary
+    assert "Secondary: 10th percentile of client accuracy (numpy interpolation, final round)" in page
+    assert page.index("- **Primary**: Final-round") < page.index("- Secondary: 10th percentile")
+    assert "Primary endpoint: final-round test accuracy against fedavg." in page
+    # 1,437 x 20 % / 10 = 28.74 images per client on average; one image is 100 / 28.74 = 3.5 points
+    assert "on average 29 images (1,437 training images x 20% / 10 clients). That is an average" in page
+    assert "one image is 3.5 points" in page
+
+
+def test_runs_at_chance_are_collapsed_out_of_the_statistics_and_counted_in_their_cell():
+    # bound 0.20: fedavg's seed-2 run at 0.15 is at chance; its pair leaves, 2 pairs remain
+    runs = _runs([0.50, 0.60, 0.15], [0.55, 0.66, 0.74])
+    page = results_page.render(_record(chance_bound=0.20), runs)
+    assert "| fedavg | 55.00 ± 7.07 (3 runs, 1 collapsed) |" in page  # mean and sd of 0.50, 0.60
+    assert "Collapsed runs: 1 of 6 ended at chance, a final test accuracy at or under 20.00 %" in page
+    assert "Collapsed runs are out of the statistics (1 of 6)." in page
+    assert "n = 2)" in page  # the comparison over the 2 remaining pairs
+    classified = results_page.classify(_record(chance_bound=0.20), runs)
+    assert list(classified["status"]).count("collapsed") == 1
+    assert results_page.classify(_record(), runs) is runs  # no bound: the status alone

@@ -21,8 +21,9 @@ def test_a_seeded_study_logs_what_it_logged_before_the_record_builder(tmp_path):
     git_output("cat-file", "-t", BEFORE_RECORDS)  # skipped where git or the commit (a shallow clone) is missing
     command = [sys.executable, "tools/frozen_compare.py", "--base", BEFORE_RECORDS, "--with-tune", "--cases", "tune"]
     command += ["--parent-params-from-trials", "--out", str(tmp_path / "out")]
-    added = "client_acc_p10,client_acc_var,best_client_acc_p10,best_client_acc_var,eval_every,precision"
+    added = "client_acc_bottom10,client_acc_var,best_client_acc_bottom10,best_client_acc_var,eval_every,precision"
     added += ",resources.partial_sums"
+    added += ",val_chance,test_chance,collapsed,trials_collapsed"  # the chance bounds and the collapsed count
     command += ["--allow-added-keys", added]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

@@ -28,7 +28,7 @@ def test_ablation_cells_log_their_final_models_behind_a_switch(records_study, tm
     (parent,) = [r for r in cells if TAG_PARENT_RUN not in r.data.tags]
     (cell,) = [r for r in cells if TAG_PARENT_RUN in r.data.tags]
     assert parent.data.tags[TAG_DESCRIPTION].startswith("**Ablation** of study `records`: variants `fedavg`")
-    assert cell.data.tags[TAG_DESCRIPTION].startswith("Ablation cell: variant `fedavg` (method `fedavg`), seed 0")
+    assert cell.data.tags[TAG_DESCRIPTION].startswith("Ablation cell: variant `fedavg` (method `fedavg`), seed 1")
     for run in (parent, cell):
         assert run.inputs.dataset_inputs[0].dataset.name == "digits/dirichlet-0.5/3-clients"
     data = prepare_data(base)
@@ -39,6 +39,6 @@ def test_ablation_cells_log_their_final_models_behind_a_switch(records_study, tm
     assert accuracy(model, data.dataset.x_test, data.dataset.y_test) == final.value
     # without the switch, no model
     assert ablate([*argv, "--variants", "fedavg", "--set", "base.rounds=2"]) == 0
-    again = client.search_runs([experiment], filter_string="attributes.run_name = 'fedavg/seed0/default'")
+    again = client.search_runs([experiment], filter_string="attributes.run_name = 'fedavg/seed1/default'")
     newest = max(again, key=lambda r: r.info.start_time)
     assert TAG_MODEL_ID not in newest.data.tags and not newest.outputs.model_outputs

@@ -48,6 +48,7 @@ def test_a_parent_logs_its_trials_params_minus_the_searched_names_and_the_ranges
         "dataset": "digits",
         "partition": "dirichlet(alpha=0.5)",
         "searched": "mu",
+        "tuning_seeds": "0",  # every trial's training seed: the ablation holds it out
         "optuna_study": "s-full",
         "optuna_storage": "sqlite:///o.db",
     }

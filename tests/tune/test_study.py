@@ -119,3 +119,14 @@ def test_parent_records_the_validation_selected_best(study):
     assert parent.data.metrics["val_samples"] == n
     assert parent.data.metrics["best_val_acc_se"] == pytest.approx(math.sqrt(p * (1 - p) / n))
     assert parent.data.tags["best_basis"] == "single trial, seed 0"
+    # a selected value within 5 % of a bound of its range is tagged edge.<name> (tiny_space: mu log-uniform on
+    # [0.01, 1], 5 % = 0.1 decades; lambda uniform on [0.5, 3], 5 % = 0.125)
+    mu, lam = float(parent.data.tags["best.mu"]), float(parent.data.tags["best.lambda"])
+    expected = {}
+    if math.log10(mu / 0.01) <= 0.1 or math.log10(1.0 / mu) <= 0.1:
+        expected["edge.mu"] = "lower" if math.log10(mu / 0.01) <= 0.1 else "upper"
+    if lam - 0.5 <= 0.125 or 3.0 - lam <= 0.125:
+        expected["edge.lambda"] = "lower" if lam - 0.5 <= 0.125 else "upper"
+    assert {k: v for k, v in parent.data.tags.items() if k.startswith("edge.")} == expected
+    assert ("edges" in parent.data.tags) == bool(expected)
+    assert study[3].count(" edge: ") == len(expected)  # and the summary says so, a line per edge
