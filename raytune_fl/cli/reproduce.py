@@ -4,7 +4,8 @@ It runs the two commands a researcher would: `tune.py` on the searched variants 
 the file's alpha), then `ablate.py` on every variant at its tuned values over seeds x Dirichlet alphas (scored on the
 test set), both in this process on one Ray cluster and one MLflow store. Then it writes the results page
 `<out>/<NAME>.md`: the protocol (the space file's header), the tuned values, the table, each variant against the
-paper's reference with a seed-noise verdict, a screenshot of the dashboard, the commands, the date and the machine.
+paper's reference (and the paper's method against its other baselines) with a corrected paired verdict, a screenshot
+of the dashboard, the commands, the date and the machine.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ class PaperTable:
     seeds: int = 5
     partition_seeds: int = 1  # splits per cell (1: the file's partition seed) unless --partition-seeds is given
     fairness: bool = False  # the page also compares the client spread (worst, 10th percentile, variance)
+    # every baseline the paper compares its method with, `reference` first (page.yaml's `references`): the page
+    # compares `contenders` (the paper's method) with each further one on the primary endpoint; () = reference alone
+    references: tuple[str, ...] = ()
+    contenders: tuple[str, ...] = ()
 
     def space_file(self, name: str) -> Path:
         """The table's space as the commands name it: the clone's `search_spaces/papers/<name>.yaml` when run from a
@@ -56,8 +61,8 @@ PAPERS: dict[str, PaperTable] = {
     "feduv_table4": PaperTable(
         "FedUV (CVPR 2024), Table 4's shape: each of FedUV's two terms alone and both",
         reference="fedavg",
-        shape="FedAvg, a never-trained classifier (freeze), the variance hinge alone, the uniformity term alone, "
-        "and both (the official code's form of each term).",
+        shape="FedAvg, Freeze (the table's never-trained classifier row), the variance hinge alone, the uniformity "
+        "term alone, and both (the official code's form of each term).",
     ),
     "univarfl_comparison": PaperTable(
         "UniVarFL's comparison under FedUV's training protocol: the paper's baselines at its alpha grid",
@@ -65,6 +70,8 @@ PAPERS: dict[str, PaperTable] = {
         shape="FedAvg, FedProx, MOON and Freeze (the baselines UniVarFL's paper compares with), UniVarFL at the "
         "paper's defaults and tuned, and FedUV (official code) as the project's addition, on MNIST-5k.",
         alphas="0.01,1",
+        references=("fedavg", "fedprox", "moon", "freeze"),
+        contenders=("univarfl_default", "univarfl_tuned"),
     ),
     "univarfl_paper": PaperTable(
         "UniVarFL under its own protocol's shape: E = 10, all clients, alpha 0.01 and 1.0",
@@ -73,6 +80,8 @@ PAPERS: dict[str, PaperTable] = {
         "tuned, and FedUV (official code) as the project's addition, at 10 local epochs per round on digits.",
         alphas="0.01,1",
         partition_seeds=2,
+        references=("fedavg", "fedprox", "moon", "freeze"),
+        contenders=("univarfl_default", "univarfl_tuned"),
     ),
     "qffl_forms": PaperTable(
         "q-FFL's two Lipschitz estimates: the paper's and the per-step default, on fairness",
@@ -111,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="partition seeds per cell, crossed with --seeds (default: the table's, 1 = the file's split)",
     )
     parser.add_argument(
-        "--alphas", help=f"Dirichlet alphas of the ablation (default: the table's, {DEFAULT_ALPHAS} or 0.01,0.1)"
+        "--alphas", help=f"Dirichlet alphas of the ablation (default: the table's, {DEFAULT_ALPHAS} or 0.01,1)"
     )
     parser.add_argument("--num-samples", type=int, help="trials per searched variant (default: the file's)")
     parser.add_argument("--rounds", type=int, help="override base.rounds in both stages (default: the file's)")
@@ -404,6 +413,8 @@ def export(
         notes=list(notes),
         dashboard=shot.name if shot is not None else None,
         held_out=held_out_facts(space),
+        references=list(paper.references),
+        contenders=list(paper.contenders),
     )
     record.dump(assets)
     return record

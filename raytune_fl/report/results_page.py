@@ -6,8 +6,11 @@
 - `gradients.csv` (optional): the gradient-norm probe's rounds.
 
 One endpoint is primary (`PageRecord.primary`: final-round test accuracy against the page's reference); every other
-metric is secondary. Runs that ended at chance (engine/chance.py) are *collapsed* and out of every statistic: runs
-committed before that status existed are classified on the page against `PageRecord.chance_bound`.
+metric is secondary. A page whose paper compares its method with several baselines names them all
+(`PageRecord.references`, the primary reference first): each further reference is compared with the page's
+`contenders` on the primary endpoint, one corrected family per reference, and every such comparison gets its sentence.
+Runs that ended at chance (engine/chance.py) are *collapsed* and out of every statistic: runs committed before that
+status existed are classified on the page against `PageRecord.chance_bound`.
 
 `render` turns them into the page, every table and every sentence that states a verdict included, so a page is
 never edited by hand: `python -m tools.results_pages --write` regenerates all of them and `--check` (run by the
@@ -102,6 +105,23 @@ class PageRecord:
     chance_bound: float | None = None
     # training images, validation fraction and clients: how many held-out images a client is scored on on average
     held_out: dict[str, float] | None = None
+    # every reference the paper compares with, the primary (`reference`) first; [] = `reference` alone. Each further
+    # one is compared with `contenders` only (default: every variant that is no reference), on `primary`
+    references: list[str] = field(default_factory=list)
+    contenders: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.references and self.references[0] != self.reference:
+            raise ValueError(
+                f"references: the first must be the primary reference {self.reference!r} (got {self.references!r})"
+            )
+        if set(self.contenders) & set(self.references):
+            raise ValueError(f"contenders: a reference cannot be a contender (got {self.contenders!r})")
+
+    @property
+    def further_references(self) -> list[str]:
+        """The references after the primary one, each compared with the contenders in a family of its own."""
+        return list(dict.fromkeys(r for r in self.references[1:] if r != self.reference))
 
     @classmethod
     def load(cls, folder: Path) -> PageRecord:
@@ -140,6 +160,55 @@ def classify(record: PageRecord, runs: pd.DataFrame) -> pd.DataFrame:
 def family(record: PageRecord, runs: pd.DataFrame, metric: str) -> list[comparison.Difference]:
     """Every variant x setting against the reference on one metric: one family, corrected together."""
     return comparison.differences(runs, record.reference, metric=metric, correction=record.correction)
+
+
+def reference_families(record: PageRecord, runs: pd.DataFrame) -> dict[str, list[comparison.Difference]]:
+    """Each further reference against the contenders (`PageRecord.contenders`, default every variant that is no
+    reference) on the primary metric, in every setting: one family per reference, corrected within it."""
+    if record.primary not in runs or not runs[record.primary].notna().any():
+        return {}
+    families = {}
+    for reference in record.further_references:
+        contenders = record.contenders or [v for v in dict.fromkeys(runs["variant"]) if v not in record.references]
+        compared = runs[runs["variant"].isin([reference, *contenders])]
+        families[reference] = comparison.differences(
+            compared, reference, metric=record.primary, correction=record.correction
+        )
+    return families
+
+
+def comparison_sentence(d: comparison.Difference, reference: str, metric: Metric) -> str:
+    """One comparison with a further reference, said whichever way it falls: 'univarfl_tuned at alpha=0.01:
+    resolved below freeze, -4.13 points, 98.75 % interval [-5.75, -2.52], adjusted p = 0.0021, sign-flip p =
+    0.031', or 'not resolved against freeze, ...' with the interval that contains 0."""
+    if math.isnan(d.delta):
+        return f"{d.variant} at {d.setting}: no finished run to compare with {reference}"
+    f = f"+.{metric.digits}f"
+    effect = f"{d.delta * metric.scale:{f}} {metric.unit}"
+    if math.isnan(d.p_value):
+        return f"{d.variant} at {d.setting}: {effect} against {reference}, too few runs to judge"
+    if d.significant:
+        verdict = f"resolved {'above' if d.delta > 0 else 'below'} {reference}"
+    else:
+        verdict = f"not resolved against {reference}"
+    interval = f"{100 * d.level:.4g} % interval [{d.ci_low * metric.scale:{f}}, {d.ci_high * metric.scale:{f}}]"
+    flips = "" if math.isnan(d.permutation_p) else f", sign-flip p = {d.permutation_p:.2g}"
+    return f"{d.variant} at {d.setting}: {verdict}, {effect}, {interval}, adjusted p = {d.verdict_p:.2g}{flips}"
+
+
+def reference_sentence(found: list[comparison.Difference], metric_name: str, reference: str) -> str:
+    """The bullet of one further reference's family: its size and correction, every comparison's sentence, and the
+    smallest difference the family could have called."""
+    metric = METRICS[metric_name]
+    judged = [d for d in found if not math.isnan(d.p_value)]
+    if not found:
+        return f"{metric.label.capitalize()} against {reference}: no contender has runs to compare."
+    head = f"{metric.label.capitalize()} against {reference}, {len(judged)} comparison{'s' if len(judged) != 1 else ''}"
+    if judged and judged[0].correction != "none":
+        head += f" ({comparison.CORRECTION_NAMES.get(judged[0].correction, judged[0].correction)}-corrected)"
+    mdd = comparison.detectable(found, metric.scale, metric.unit)
+    tail = f" {mdd[0].upper()}{mdd[1:]}." if mdd else ""
+    return f"{head}: " + "; ".join(comparison_sentence(d, reference, metric) for d in found) + f".{tail}"
 
 
 def _direction(d: comparison.Difference, metric: Metric, primary: dict[tuple[str, str], comparison.Difference]) -> str:
@@ -235,12 +304,27 @@ def table_markdown(runs: pd.DataFrame, metric_name: str, seeds: int, splits: int
     return "\n".join(lines) + "\n"
 
 
-def primary_text(record: PageRecord) -> str:
-    """What the page's one primary endpoint is, and that everything else is secondary."""
-    return (
-        f"Primary endpoint: {METRICS[record.primary].label} against {record.reference}. Every other metric is "
-        "secondary: reported with the same statistics, each its own corrected family, but no claim rests on it."
+def primary_text(record: PageRecord, runs: pd.DataFrame | None = None) -> str:
+    """What the page's one primary endpoint is, against which references, and that everything else is secondary."""
+    text = f"Primary endpoint: {METRICS[record.primary].label} against {record.reference}."
+    further = record.further_references
+    if further:
+        contenders = record.contenders or (
+            [] if runs is None else [v for v in dict.fromkeys(runs["variant"]) if v not in record.references]
+        )
+        text += (
+            f" The paper's other baselines, {_listed(further)}, are compared on the same endpoint with "
+            f"{_listed(contenders) or 'every other variant'} only: each reference its own corrected family."
+        )
+    return text + (
+        " Every other metric is secondary: reported with the same statistics, each its own corrected family, but no "
+        "claim rests on it."
     )
+
+
+def _listed(names: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}" if names else ""
 
 
 def held_out_text(record: PageRecord, runs: pd.DataFrame) -> str:
@@ -302,8 +386,9 @@ def render(record: PageRecord, runs: pd.DataFrame, grads: pd.DataFrame | None = 
     ]
     present = metrics_present(record, runs)
     families = {m: family(record, runs, m) for m in present}
-    lines += ["## Verdicts", "", primary_text(record), ""]
-    lines += verdict_lines(record, runs, families)
+    further = reference_families(record, runs)
+    lines += ["## Verdicts", "", primary_text(record, runs), ""]
+    lines += verdict_lines(record, runs, families, further)
     missing = [m for m in _metrics(record, runs) if m not in present]
     if missing:
         names = ", ".join(METRICS[m].label for m in missing)
@@ -335,6 +420,14 @@ def render(record: PageRecord, runs: pd.DataFrame, grads: pd.DataFrame | None = 
             ).rstrip(),
             "",
         ]
+        for reference, against in further.items() if metric_name == record.primary else ():
+            lines += [f"### Against {reference} (the contenders only)", ""]
+            lines += [
+                comparison.to_markdown(
+                    against, reference, metric.label, metric.scale, metric.unit, metric.digits, collapsed
+                ).rstrip(),
+                "",
+            ]
     if grads is not None and not grads.empty:
         lines += gradient_section(grads, runs)
     if record.dashboard:
@@ -344,18 +437,31 @@ def render(record: PageRecord, runs: pd.DataFrame, grads: pd.DataFrame | None = 
 
 
 def verdict_lines(
-    record: PageRecord, runs: pd.DataFrame, families: dict[str, list[comparison.Difference]] | None = None
+    record: PageRecord,
+    runs: pd.DataFrame,
+    families: dict[str, list[comparison.Difference]] | None = None,
+    further: dict[str, list[comparison.Difference]] | None = None,
 ) -> list[str]:
-    """One bullet per metric: the primary endpoint's first, then the secondary ones."""
+    """One bullet per metric: the primary endpoint's first, then one per further reference (the primary endpoint
+    against each of the paper's other baselines), then the secondary metrics."""
     if families is None:
         families = {m: family(record, runs, m) for m in metrics_present(record, runs)}
+    if further is None:
+        further = reference_families(record, runs)
     primary = {(d.variant, d.setting): d for d in families.get(record.primary, [])}
     ordered = sorted(families, key=lambda m: m != record.primary)  # stable: the primary first, the rest in order
-    return [
-        f"- {'**Primary**' if m == record.primary else 'Secondary'}: "
-        f"{verdict_sentence(families[m], m, record.reference, primary)}"
-        for m in ordered
-    ]
+    lines = []
+    for m in ordered:
+        lines.append(
+            f"- {'**Primary**' if m == record.primary else 'Secondary'}: "
+            f"{verdict_sentence(families[m], m, record.reference, primary)}"
+        )
+        if m == record.primary:
+            lines += [
+                f"- **Primary**, a further reference: {reference_sentence(found, m, reference)}"
+                for reference, found in further.items()
+            ]
+    return lines
 
 
 def protocol_section(record: PageRecord) -> list[str]:
@@ -369,6 +475,8 @@ def protocol_section(record: PageRecord) -> list[str]:
         f"| | {paper.paper} | this run |",
         "|---|---|---|",
         *(f"| {aspect} | {paper.fact(aspect)} | {record.run.get(aspect, '–')} |" for aspect in ASPECTS),
+        "",
+        paper.stand_in(record.run),
         "",
         "This run can test:",
         "",
@@ -461,7 +569,9 @@ def render_index(records: list[tuple[PageRecord, pd.DataFrame]]) -> str:
         "",
         "Computed from the committed runs by the same code as the pages. Each page has one primary endpoint, "
         "final-round test accuracy against its reference; the other metrics are secondary (reported, but no claim "
-        "rests on them). Each metric's comparisons with the page's reference are one family, Holm-corrected; a "
+        "rests on them). Each metric's comparisons with the page's reference are one family, Holm-corrected, and so "
+        "are the primary endpoint's comparisons with each further reference a page names (the paper's other "
+        "baselines, against the paper's method only); a "
         'difference the corrected test does not call is "not resolved", with the interval at the family\'s level, '
         "and each family states the smallest difference it could have called (its minimum detectable difference). "
         "Runs that ended at chance (collapsed) are out of the statistics.",

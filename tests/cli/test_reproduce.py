@@ -33,6 +33,23 @@ def test_every_paper_table_names_a_space_file_that_loads_and_holds_its_reference
     # a paper table tunes something, unless it compares fixed forms (qffl_forms: both forms at the same q)
     assert [v for v in space.variants.values() if v.search] or name == "qffl_forms", "nothing to tune"
     assert reproduce._alphas(paper.alphas) and paper.seeds >= 1 and paper.partition_seeds >= 1
+    # every baseline the page compares with is a fixed variant of the space, the primary reference first, and the
+    # contenders compared with the further ones are variants that are no reference
+    if paper.references:
+        assert paper.references[0] == paper.reference
+        assert all(r in space.variants and not space.variants[r].search for r in paper.references)
+        assert all(c in space.variants and c not in paper.references for c in paper.contenders)
+    else:
+        assert not paper.contenders
+
+
+def test_the_univarfl_pages_compare_univarfl_with_every_baseline_the_paper_names():
+    for name in ("univarfl_paper", "univarfl_comparison"):
+        paper = reproduce.PAPERS[name]
+        assert paper.references == ("fedavg", "fedprox", "moon", "freeze")
+        assert paper.contenders == ("univarfl_default", "univarfl_tuned")
+        assert paper.seeds == 5  # held out from the search: 5 pairs per comparison
+    assert "the project" not in reproduce.PAPERS["feduv_table4"].shape  # Freeze is a row of the paper's Table 4
 
 
 FIND_FROM_ELSEWHERE = """

@@ -179,3 +179,96 @@ def test_runs_at_chance_are_collapsed_out_of_the_statistics_and_counted_in_their
     classified = results_page.classify(_record(chance_bound=0.20), runs)
     assert list(classified["status"]).count("collapsed") == 1
     assert results_page.classify(_record(), runs) is runs  # no bound: the status alone
+
+
+def _reference_runs() -> pd.DataFrame:
+    """fedavg is the primary reference, b a further one; against b, x is +5 points in every seed pair (+0.05, +0.06,
+    +0.04), w -5 (-0.05, -0.06, -0.04), z +1 (+0.10, -0.08, +0.01); y is no contender."""
+    values = {
+        "fedavg": [0.40, 0.45, 0.50],
+        "b": [0.50, 0.60, 0.70],
+        "x": [0.55, 0.66, 0.74],
+        "w": [0.45, 0.54, 0.66],
+        "z": [0.60, 0.52, 0.71],
+        "y": [0.90, 0.90, 0.90],
+    }
+    rows = [
+        {"variant": v, "method": "fedavg", "setting": "alpha=0.1", "seed": seed, "partition_seed": 0,
+         "status": "finished", "rounds_completed": 10, TEST_ACC: value}
+        for v, seeds in values.items()
+        for seed, value in enumerate(seeds)
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_each_further_reference_is_one_family_of_the_contenders_with_a_sentence_per_comparison():
+    record = _record(references=["fedavg", "b"], contenders=["x", "w", "z"])
+    page = results_page.render(record, _reference_runs())
+    # x and w: t = 0.05 / (0.01 / sqrt 3) = 8.660 on 2 degrees of freedom, raw p = 0.01307 each; z: mean 0.01, sd
+    # 0.09, t = 0.1925, p = 1 - t / sqrt(2 + t²) = 0.8652. Holm over the 3: 3 x 0.01307 = 0.039 for both (the
+    # second's 2 x 0.01307 is raised to the first's), z 0.8652 stays. 2 called of 3: the intervals at
+    # 1 - 0.05 / (3 - 2) = 95 %: 0.05 ± 4.3027 x 0.01 / sqrt 3 = [2.52, 7.48] points; z 0.01 ± 4.3027 x 0.09 / sqrt 3
+    # = [-21.36, +23.36]. Sign-flip p: x and w 2 / 8 = 0.25 (every difference one sign); z: |sum| >= 0.03 for 6 of
+    # the 8 sign vectors, 0.75. The minimum detectable difference of 3 pairs in a family of 3.
+    bullet = (
+        "- **Primary**, a further reference: Final-round test accuracy against b, 3 comparisons (Holm-corrected): "
+        "x at alpha=0.1: resolved above b, +5.00 points, 95 % interval [+2.52, +7.48], adjusted p = 0.039, "
+        "sign-flip p = 0.25; w at alpha=0.1: resolved below b, -5.00 points, 95 % interval [-7.48, -2.52], "
+        "adjusted p = 0.039, sign-flip p = 0.25; z at alpha=0.1: not resolved against b, +1.00 points, 95 % "
+        "interval [-21.36, +23.36], adjusted p = 0.87, sign-flip p = 0.75. Minimum detectable difference at 3 pairs "
+        "and a family of 3:"
+    )
+    assert bullet in page
+    assert "y at alpha=0.1: " not in page  # not a contender: compared with the primary reference only
+    assert "| variant − b | alpha=0.1 |" in page and "### Against b (the contenders only)" in page
+    assert "p-values adjusted for 3 comparisons by Holm's" in page  # the table's footnote: its own family
+    # the primary family is unchanged: every variant but fedavg against fedavg, 5 comparisons
+    assert "- **Primary**: Final-round test accuracy, 5 comparisons with fedavg (Holm-corrected)" in page
+    assert "The paper's other baselines, b, are compared on the same endpoint with x, w and z only" in page
+    # the primary bullet first, then the further reference's, as in the index
+    assert page.index("- **Primary**: Final") < page.index("- **Primary**, a further reference")
+    index = results_page.render_index([(record, _reference_runs())])
+    assert bullet in index
+
+
+def test_without_contenders_every_variant_that_is_no_reference_is_compared_with_a_further_reference():
+    record = _record(references=["fedavg", "b"])
+    page = results_page.render(record, _reference_runs())
+    assert "Final-round test accuracy against b, 4 comparisons (Holm-corrected)" in page  # x, w, z and y
+    assert "y at alpha=0.1: " in page
+    assert "fedavg at alpha=0.1: " not in page  # a reference is no contender
+
+
+def test_a_page_with_one_reference_has_no_further_reference():
+    page = results_page.render(_record(), _reference_runs())
+    assert "a further reference" not in page and "The paper's other baselines" not in page
+    assert "### Against fedavg" in page and "(the contenders only)" not in page
+
+
+def test_the_references_start_with_the_primary_one_and_hold_no_contender():
+    with pytest.raises(ValueError, match="references: the first must be the primary reference 'fedavg'"):
+        _record(references=["b", "fedavg"]).__post_init__()
+    with pytest.raises(ValueError, match="contenders: a reference cannot be a contender"):
+        _record(references=["fedavg", "b"], contenders=["b"]).__post_init__()
+    assert _record(references=["fedavg", "b", "b"]).further_references == ["b"]
+
+
+def test_the_protocol_table_states_the_papers_facts_and_what_the_run_stands_in_for():
+    run = {"model": "simple_cnn", "clients": "10", "rounds": "20", "local epochs": "E = 1"}  # not-a-metric: rows
+    page = results_page.render(_record(name="feduv_table4", run=run), _reference_runs())
+    assert "| rounds | 100 (official code's default) | 20 |" in page
+    assert "| local epochs | E = 10 (official code's default) | E = 1 |" in page
+    assert "| label skew | Dirichlet α (0.01 the official code's default) | – |" in page  # the run did not say
+    # Freeze is a row of the paper's Table 4, not something the project adds
+    assert "| compared | FedAvg, Freeze (a never-trained classifier: 23.7 on STL-10)" in page
+    assert "the project adds" not in page
+    assert (
+        "This run's model, clients and rounds stand in for the paper's, scaled to the project's small data: "
+        "simple_cnn here (the paper: simple-cnn (official code's default, with ResNet-18 and ResNet-50 as options)); "
+        "10 clients here against the paper's 10 (official code's default); 20 rounds here against the paper's 100 "
+        "(official code's default)."
+    ) in page
+    univarfl = results_page.render(_record(name="univarfl_paper", run=run), _reference_runs())
+    assert "| model | not checked here | simple_cnn |" in univarfl
+    assert "20 rounds here (the paper: not checked here)." in univarfl
+    assert "the paper's adverse cell on STL-10 (UniVarFL below FedAvg at α = 1.0; on CIFAR-100 it is above" in univarfl

@@ -338,7 +338,7 @@ def _broken(text: str, old: str, new: str) -> str:
     ("old", "new", "expected"),
     [
         ("--storage /shared", "--storge /shared", "unrecognized arguments: --storge"),
-        ("--seeds 3", "--seeds three", "--seeds: invalid int value"),
+        ("--seeds 3", "--seeds three", "--seeds: a whole number of seeds or 'auto'"),
         ("search_spaces/univarfl.yaml", "search_spaces/univarfl2.yaml", "is no file of the repository"),
         ("raytune-fl ablate", "raytune-fl ablation", "no command 'ablation'"),
         ("resources.gpus_per_actor=0.2", "resources.gpu_per_actor=0.2", "base.resources.gpu_per_actor"),
