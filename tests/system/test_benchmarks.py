@@ -50,3 +50,20 @@ def test_a_tiny_search_benchmark_runs_end_to_end_and_draws_the_landscape(tmp_pat
     assert study["trials"] == 2 and study["client_epochs"] > 0 and not math.isnan(study["rescored_val_acc"])
     assert "ASHA's bet" in out and [r["round"] for r in result["rung_fidelity"]] == [1]
     assert all(len(run["val_curve"]) == 2 for run in result["grid_runs"])
+
+
+# benchmarks/client_time.py on a tiny protocol, its figures hanging together: the kinds of a step's kernels share out
+# its whole time, the bare steps are part of a client round, both loads are timed (timings are the benchmark's
+# business, never a test's): ~25 s
+def test_the_client_time_benchmark_reports_every_figure(tmp_path, capsys):
+    from benchmarks import client_time
+
+    out = tmp_path / "figures.json"
+    assert client_time.main(["--clients", "2", "--image", "8", "--samples", "20", "--json", str(out)]) == 0
+    found = json.loads(out.read_text())
+    shares = [found["kernels"][kind] for kind in [*client_time.KINDS, "other"]]
+    assert sum(shares) == pytest.approx(1.0) and found["kernels"]["convolution"] > 0
+    assert 0 < found["client"]["bare_steps_ms"] and found["client"]["engine_share"] < 1
+    assert found["client"]["load_weights_ms"] > 0 and found["client"]["load_state_dict_ms"] > 0
+    assert found["pair"]["alone_ms"] > 0 and found["pair"]["together_ms"] > 0
+    assert "the engine's own share" in capsys.readouterr().out

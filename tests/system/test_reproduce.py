@@ -11,7 +11,8 @@ from raytune_fl.config import load_space
 from raytune_fl.report import results_page
 from tools.dashboard_png import screenshot as dashboard_png
 
-SHRUNKEN = ["--rounds=1", "--num-samples=1", "--alphas=0.1,0.5", "--set=base.resources.actors=0"]
+# 3 rounds: at 1 most runs end at chance (collapsed), and a page of collapsed runs judges nothing
+SHRUNKEN = ["--rounds=3", "--num-samples=1", "--alphas=0.1,0.5", "--set=base.resources.actors=0"]
 # 2 runs per cell: 2 training seeds on one split, or (univarfl_paper) 1 seed on 2 splits with its gradient norms
 RUNS_PER_CELL = {"univarfl_paper": ["--seeds=1", "--partition-seeds=2"]}
 # univarfl_comparison runs the same methods through the same code as univarfl_paper, and qffl_forms only fixed
@@ -32,7 +33,9 @@ def test_each_table_reproduces_end_to_end_with_a_shrunken_round_count(name, ray_
     runs = pd.read_csv(out / name / "runs.csv")
     assert len(runs) == len(space.variants) * 2 * 2  # variants x (seeds x splits) x alphas
     assert runs.groupby(["seed", "partition_seed"]).ngroups == 2
-    assert (runs["status"] == "finished").all() and (runs["rounds_completed"] == 1).all()
+    # a short run may end at chance: collapsed (it ran every round), never unfinished
+    assert runs["status"].isin(["finished", "collapsed"]).all() and (runs["rounds_completed"] == 3).all()
+    assert (runs["status"] == "finished").any()  # something to judge: the verdicts below
     assert set(runs["setting"]) == {"alpha=0.1", "alpha=0.5"}
     page = (out / f"{name}.md").read_text()
     assert "| variant | alpha=0.1 | alpha=0.5 |" in page
