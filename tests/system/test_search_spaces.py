@@ -7,6 +7,7 @@ from mlflow.tracking import MlflowClient
 
 from raytune_fl.cli import main
 from raytune_fl.config import load_space
+from raytune_fl.tracking.schema import RAN_EVERY_ROUND
 from tests.support import REPO
 
 SMOKE = [
@@ -53,7 +54,8 @@ def test_search_space_runs_through_tune_py(name, ray_cluster, tmp_path, capsys):
         assert parent.info.status == "FINISHED", variant
         assert 0.0 <= parent.data.metrics["best_val_acc"] <= 1.0, variant
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert all(r.data.tags["trial_status"] == "finished" for r in children)
+    # every trial ran every round; a smoke run's may end at chance (collapsed), still not stopped or failed
+    assert all(r.data.tags["trial_status"] in RAN_EVERY_ROUND for r in children)
     assert {r.data.tags["variant"] for r in children} == set(variants)
     for child in children:  # the costly diagnostic ran (every=1) and adds up to the validation loss
         m = child.data.metrics
