@@ -440,6 +440,10 @@ def run_facts(space, results) -> dict[str, str]:
     opt = base.optimizer
     schedule = getattr(getattr(opt, "schedule", None), "kind", None) or "constant"
     seeds = results["seed"].nunique()
+    scored = sorted(int(seed) for seed in results["seed"].unique())
+    # which seeds scored, beside the one the search trained at (ablation/seeds.py holds it out by default)
+    tuning = "including" if base.seed in scored else "held out from"
+    held_out = f" ({', '.join(map(str, scored))}; {tuning} the tuning seed {base.seed})"
     splits = results["partition_seed"].nunique() if "partition_seed" in results else 1
     alphas = ", ".join(s.removeprefix("alpha=") for s in dict.fromkeys(results["setting"]))
     searched = [v for v, spec in space.variants.items() if spec.search]
@@ -459,5 +463,5 @@ def run_facts(space, results) -> dict[str, str]:
         "hyperparameters": "fixed as in the space file"
         + (f"; tuned: {', '.join(searched)} (values below)" if searched else ""),
         "compared": ", ".join(space.variants),
-        "seeds": f"{seeds} training seeds" + (f" x {splits} partition seeds" if splits > 1 else ""),
+        "seeds": f"{seeds} training seeds" + (f" x {splits} partition seeds" if splits > 1 else "") + held_out,
     }
