@@ -35,7 +35,7 @@ def test_each_table_reproduces_end_to_end_with_a_shrunken_round_count(name, ray_
     assert runs.groupby(["seed", "partition_seed"]).ngroups == 2
     # a short run may end at chance: collapsed (it ran every round), never unfinished
     assert runs["status"].isin(["finished", "collapsed"]).all() and (runs["rounds_completed"] == 3).all()
-    assert (runs["status"] == "finished").any()  # something to judge: the verdicts below
+    assert (runs["status"] == "finished").any()
     assert set(runs["setting"]) == {"alpha=0.1", "alpha=0.5"}
     page = (out / f"{name}.md").read_text()
     assert "| variant | alpha=0.1 | alpha=0.5 |" in page
@@ -52,7 +52,11 @@ def test_each_table_reproduces_end_to_end_with_a_shrunken_round_count(name, ray_
     record, written, grads = results_page.read(out / name)
     assert page == results_page.render(record, written, grads)
     assert f"({name}.md)" in (out / "README.md").read_text()
-    assert "(Holm-corrected)" in page and "## The paper's protocol and this run's" in page
+    # a shrunken run's collapsed runs leave some comparisons (or all) with too few pairs to judge: the page says so
+    assert "(Holm-corrected)" in page or "too few runs to compare any variant with" in page
+    assert "## The paper's protocol and this run's" in page
+    if (runs["status"] == "collapsed").any():
+        assert "collapsed" in page
     if name == "univarfl_paper":  # the splits vary, the comparison pairs them, and the gradient norms are read back
         assert "1 training seeds x 2 partition seeds (the split varies) per cell" in page
         assert "## Gradient norms" in page and "| univarfl_default | variance |" in page
