@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from mlflow.tracking import MlflowClient
 
@@ -20,6 +19,7 @@ from raytune_fl.tracking.records import (
 )
 from raytune_fl.tracking.schema import TAG_TRIAL_STATUS
 from raytune_fl.tracking.trials import TrialTracker
+from tests.support.run_writer import RunWriter
 
 
 def test_ended_status_reads_the_last_reports_flag_only_for_a_run_that_ran_every_round():
@@ -39,21 +39,6 @@ def test_the_parents_count_collapsed_runs():
     assert ablation_parent_metrics(3.0, {"finished": 1, "collapsed": 2})["runs_collapsed"] == 2.0
 
 
-class _Writer:  # the RunWriter a TrialTracker needs, on a real MLflow store
-    def __init__(self, client: MlflowClient) -> None:
-        self.client = client
-        self.experiment_id = client.create_experiment("collapse")
-
-    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
-        pass
-
-    def log_datasets(self, run_id: str, identities: list) -> None:
-        pass
-
-    def describe(self, run_id: str, text: str) -> None:
-        pass
-
-
 def _round(step: int, acc: float, at_chance: bool) -> RoundReport:
     return RoundReport(step, {VAL_ACC: acc, VAL_LOSS: 2.0, COLLAPSED: float(at_chance)})
 
@@ -61,7 +46,7 @@ def _round(step: int, acc: float, at_chance: bool) -> RoundReport:
 def test_a_trial_run_is_tagged_collapsed_when_its_last_round_is_at_chance(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'm.db'}")
     cells = {key: RunRecord(key, {}, {}) for key in ("recovered", "stuck", "cut", "nan", "broken")}
-    tracker = TrialTracker(_Writer(client), "parent", 2, CellTrials(cells))
+    tracker = TrialTracker(RunWriter(client, "collapse"), "parent", 2, CellTrials(cells))
     # at chance after round 1, above it at the end: the last round decides
     tracker.log_round("recovered", {"cell": "recovered"}, _round(1, 0.1, True))
     tracker.log_round("recovered", {"cell": "recovered"}, _round(2, 0.6, False))

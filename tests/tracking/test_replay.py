@@ -3,29 +3,13 @@ differ (a GPU without deterministic kernels) are logged again and the run says w
 
 from __future__ import annotations
 
-from typing import Any
-
 from mlflow.tracking import MlflowClient
 
 from raytune_fl.engine.report import RoundReport
 from raytune_fl.tracking.records import CellTrials, RunRecord
 from raytune_fl.tracking.schema import TAG_REPLAY_DIFFERED
 from raytune_fl.tracking.trials import TrialTracker, replay_differs
-
-
-class _Writer:  # the RunWriter a TrialTracker needs, on a real MLflow store
-    def __init__(self, client: MlflowClient) -> None:
-        self.client = client
-        self.experiment_id = client.create_experiment("replay")
-
-    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
-        pass
-
-    def log_datasets(self, run_id: str, identities: list) -> None:
-        pass
-
-    def describe(self, run_id: str, text: str) -> None:
-        pass
+from tests.support.run_writer import RunWriter
 
 
 def _round(step: int, acc: float) -> RoundReport:
@@ -41,7 +25,7 @@ def test_replay_differs_compares_learning_metrics_only():
 
 def test_a_replayed_round_is_logged_again_only_when_its_values_differ(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'm.db'}")
-    tracker = TrialTracker(_Writer(client), "parent", 4, CellTrials({"t": RunRecord("t", {}, {})}))
+    tracker = TrialTracker(RunWriter(client, "replay"), "parent", 4, CellTrials({"t": RunRecord("t", {}, {})}))
     for step, acc in ((1, 0.1), (2, 0.2), (3, 0.3)):
         tracker.log_round("trial", {"cell": "t"}, _round(step, acc))
     run_id = tracker.run_ids["trial"]

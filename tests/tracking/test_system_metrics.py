@@ -5,7 +5,6 @@ A whole study with the switch on and off is tests/system/test_system_metrics.py.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import psutil
 import pytest
@@ -15,6 +14,7 @@ from raytune_fl.engine.report import RoundReport
 from raytune_fl.tracking.records import CellTrials, RunRecord
 from raytune_fl.tracking.system_metrics import SystemSampler, system_metrics_on
 from raytune_fl.tracking.trials import TrialTracker
+from tests.support.run_writer import RunWriter
 
 SWITCH = "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING"
 CPU = "system/cpu_utilization_percentage"
@@ -56,24 +56,9 @@ def test_the_samples_travel_apart_from_the_learning_metrics():
     assert report.to_result() == flat and RoundReport.from_result({"round": 1}).system is None
 
 
-class _Writer:  # the RunWriter a TrialTracker needs, on a real MLflow store
-    def __init__(self, client: MlflowClient) -> None:
-        self.client = client
-        self.experiment_id = client.create_experiment("system")
-
-    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
-        pass
-
-    def log_datasets(self, run_id: str, identities: list) -> None:
-        pass
-
-    def describe(self, run_id: str, text: str) -> None:
-        pass
-
-
 def test_the_tracker_logs_them_at_the_round_and_keeps_them_out_of_the_round_table(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'm.db'}")
-    tracker = TrialTracker(_Writer(client), "parent", 2, CellTrials({"t": RunRecord("t", {}, {})}))
+    tracker = TrialTracker(RunWriter(client, "system"), "parent", 2, CellTrials({"t": RunRecord("t", {}, {})}))
     for step, cpu in ((1, 30.0), (2, 50.0)):
         tracker.log_round("trial", {"cell": "t"}, RoundReport(step, {"val_acc": 0.1 * step}, system={CPU: cpu}))
     run_id = tracker.run_ids["trial"]
