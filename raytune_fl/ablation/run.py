@@ -69,6 +69,13 @@ class AblationOutcome:
             return 0
         return int((~self.results["status"].isin(RAN_EVERY_ROUND)).sum())
 
+    @property
+    def done_cells(self) -> set[str]:
+        """The cells whose run ran every round (finished, or collapsed at chance): never run again."""
+        if not len(self.results):
+            return set()
+        return set(self.results.loc[self.results["status"].isin(RAN_EVERY_ROUND), "cell"])
+
 
 def parent_record(plan: AblationPlan, data: dict[str, FederatedData]) -> RunRecord:
     """The ablation's parent run: the plan, where each variant's configuration came from, each setting's partition

@@ -13,7 +13,6 @@ from raytune_fl.ablation.seeds import AUTO_START, HELD_OUT, seed_plan
 from raytune_fl.cli import common, progress, stopping
 from raytune_fl.config import ConfigError
 from raytune_fl.registry import UnknownNameError
-from raytune_fl.tracking.schema import RAN_EVERY_ROUND
 
 if TYPE_CHECKING:  # the command's --help and its checks load none of them
     import pandas as pd
@@ -254,7 +253,7 @@ def _main(args: argparse.Namespace) -> int:
         if more is None or outcome.unfinished:
             break
         plan = plan.with_seeds(seed_plan(space.base.seed, more, seeding.searched, args.include_tuning_seed))
-        outcome = run(plan, (outcome.parent_run_id, set(outcome.results.loc[_done(outcome.results), "cell"])))
+        outcome = run(plan, (outcome.parent_run_id, outcome.done_cells))
     seeds = plan.seeds
     files = outcome.files
     splits_text = f" x {args.partition_seeds} partition seeds" if args.partition_seeds > 1 else ""
@@ -377,11 +376,6 @@ def auto_line(widths: dict[str, float], seeds: int, auto: AutoSeeds, more: int |
     if widest <= auto.target_halfwidth:
         return f"{state}: reached"
     return f"{state}: not reached at --max-seeds {auto.max_seeds}; the table states the widths it got"
-
-
-def _done(results: pd.DataFrame) -> pd.Series:
-    """Rows of cells that ran every round (finished, or collapsed at chance): not run again."""
-    return results["status"].isin(RAN_EVERY_ROUND)
 
 
 def _all_cells(plan: AblationPlan, auto: AutoSeeds) -> list:
