@@ -68,7 +68,7 @@ START = time.perf_counter()  # before the heavy imports: the child's own log
 import numpy as np  # noqa: E402
 
 from benchmarks.proc import MiB, measure, print_result  # noqa: E402
-from raytune_fl.engine.metric_names import EVALUATE_S, ROUND, TEST_ACC  # noqa: E402
+from raytune_fl.metrics import EVALUATE_S, ROUND, TEST_ACC  # noqa: E402
 
 WAYS = ("plain", "plain_cl", "inprocess", "actors", "actors_sums", "batched", "bf16", "pfl")
 # the engine's ways: (actors, precision, resources.partial_sums)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from raytune_fl.engine.metric_names import EVALUATE_S, TEST_ACC
+from raytune_fl.metrics import EVALUATE_S, TEST_ACC
 
 if TYPE_CHECKING:
     from benchmarks.cross_device import Protocol

@@ -29,7 +29,7 @@ from pydantic import (
 
 # the synthetic dataset's settings live beside its builder (the data package never imports this module)
 from raytune_fl.data.synthetic import SyntheticConfig
-from raytune_fl.engine.metric_names import (
+from raytune_fl.metrics import (
     CLIENT_ACC_BOTTOM10,
     CLIENT_ACC_MEAN,
     CLIENT_ACC_STD,

@@ -16,8 +16,8 @@ from raytune_fl.ablation.plan import AblationCell, AblationPlan, ablation_trial
 from raytune_fl.ablation.table import LEVEL, summarise, to_csv, to_markdown
 from raytune_fl.data.identity import DataIdentity
 from raytune_fl.engine.data import FederatedData, data_identity_of
-from raytune_fl.engine.metric_names import TEST_ACC
 from raytune_fl.export.trial_model import log_trial_model
+from raytune_fl.metrics import TEST_ACC
 from raytune_fl.runtime.storage import Storage
 from raytune_fl.tracking import ParentRun, StudyTracker, TrialTracker
 from raytune_fl.tracking.records import (

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from raytune_fl.ablation.power import table_line
-from raytune_fl.engine.metric_names import TEST_ACC
+from raytune_fl.metrics import TEST_ACC
 from raytune_fl.tracking.schema import TRIAL_COLLAPSED
 
 # Only runs that trained every round count towards a cell: a diverged or failed seed is shown as missing

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from raytune_fl.engine.metric_names import DIVERGED, DIVERGENCE_KEY, ROUND, ROUND_TIME_S, TEST_ACC, TRAIN_LOSS, VAL_ACC
+from raytune_fl.metrics import DIVERGED, DIVERGENCE_KEY, ROUND, ROUND_TIME_S, TEST_ACC, TRAIN_LOSS, VAL_ACC
 from raytune_fl.tracking.records import ENDED_STATUSES, ended_status
 from raytune_fl.tracking.schema import (
     TRIAL_COLLAPSED,

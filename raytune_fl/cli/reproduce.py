@@ -23,7 +23,7 @@ from pathlib import Path
 
 from raytune_fl.cli import common, progress, stopping
 from raytune_fl.config import ConfigError, load_space
-from raytune_fl.engine.metric_names import BEST_PREFIX, TEST_ACC, VAL_ACC
+from raytune_fl.metrics import BEST_PREFIX, TEST_ACC, VAL_ACC
 from raytune_fl.registry import UnknownNameError
 
 # the paper spaces are package data (pyproject.toml), so an installed wheel finds them from any folder; a wheel
@@ -362,7 +362,7 @@ def export(
     import pandas as pd
 
     from raytune_fl.ablation.table import summarise, to_csv
-    from raytune_fl.engine.metric_names import CLIENT_ACC_BOTTOM10, CLIENT_ACC_VAR, CLIENT_ACC_WORST, TEST_ACC_LAST_K
+    from raytune_fl.metrics import CLIENT_ACC_BOTTOM10, CLIENT_ACC_VAR, CLIENT_ACC_WORST, TEST_ACC_LAST_K
     from raytune_fl.report import gradients, results_page
     from raytune_fl.tracking import StudyTracker
     from raytune_fl.tracking.store import latest_study, prefixed_rounds

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from raytune_fl.cli import common, progress, stopping
 from raytune_fl.config import ConfigError, Objective, SearchSpace
-from raytune_fl.engine.metric_names import ROUND, TEST_ACC, VAL_ACC
+from raytune_fl.metrics import ROUND, TEST_ACC, VAL_ACC
 from raytune_fl.registry import UnknownNameError
 from raytune_fl.tracking.records import ENDED_STATUSES
 from raytune_fl.tracking.schema import TRIAL_ERROR, study_key

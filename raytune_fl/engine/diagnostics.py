@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from raytune_fl.engine.metric_names import (
+from raytune_fl.metrics import (
     CLIENT_ACC_BOTTOM10,
     CLIENT_ACC_MEAN,
     CLIENT_ACC_STD,

@@ -21,7 +21,9 @@ from raytune_fl.engine.diagnostics import (
     per_client_accuracy,
     spectrum_summary,
 )
-from raytune_fl.engine.metric_names import (
+from raytune_fl.engine.precision import Precision, check_precision, mixed_forward
+from raytune_fl.engine.report import CLIENT_ACC_KEY, SPECTRUM_KEY
+from raytune_fl.metrics import (
     COLLAPSED,
     PERSONAL_PREFIX,
     PERSONAL_VAL_ACC,
@@ -33,8 +35,6 @@ from raytune_fl.engine.metric_names import (
     VAL_CHANCE,
     VAL_LOSS,
 )
-from raytune_fl.engine.precision import Precision, check_precision, mixed_forward
-from raytune_fl.engine.report import CLIENT_ACC_KEY, SPECTRUM_KEY
 from raytune_fl.types import ClientUpdate, Weights
 from raytune_fl.weights import load_weights
 

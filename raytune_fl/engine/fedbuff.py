@@ -19,10 +19,10 @@ import numpy as np
 
 from raytune_fl.aggregators.fedavg import is_running_statistic
 from raytune_fl.config import ExperimentConfig, clients_per_round
-from raytune_fl.engine.metric_names import SIM_TIME, STALENESS_MAX, STALENESS_MEAN
 from raytune_fl.engine.pool import ClientLost, ClientPool, TrainJob
 from raytune_fl.engine.schedules import RoundHost
 from raytune_fl.engine.system import ClientPlan, ClientRecord, placed
+from raytune_fl.metrics import SIM_TIME, STALENESS_MAX, STALENESS_MEAN
 from raytune_fl.types import ClientUpdate, Weights
 
 

@@ -32,7 +32,16 @@ from raytune_fl.engine.evaluation import (
 from raytune_fl.engine.fedbuff import BufferedAsync
 from raytune_fl.engine.local import LocalSettings, NonFiniteLossError
 from raytune_fl.engine.lr_schedule import LrSchedule
-from raytune_fl.engine.metric_names import (
+from raytune_fl.engine.pool import ClientPool, InProcessPool, WorkerFailure
+from raytune_fl.engine.report import CLIENT_LOG_KEY, RoundReport
+from raytune_fl.engine.schedules import Schedule
+from raytune_fl.engine.synchronous import SynchronousRounds
+from raytune_fl.engine.system import ClientRecord, SystemModel
+from raytune_fl.engine.traffic import upload_metrics
+from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
+from raytune_fl.methods import METHODS, Method, build_method
+from raytune_fl.methods.base import Stateless
+from raytune_fl.metrics import (
     ACTOR_FAILURES,
     ACTOR_FAILURES_TOTAL,
     AGGREGATE_S,
@@ -52,15 +61,6 @@ from raytune_fl.engine.metric_names import (
     VAL_ACC,
     VAL_LOSS,
 )
-from raytune_fl.engine.pool import ClientPool, InProcessPool, WorkerFailure
-from raytune_fl.engine.report import CLIENT_LOG_KEY, RoundReport
-from raytune_fl.engine.schedules import Schedule
-from raytune_fl.engine.synchronous import SynchronousRounds
-from raytune_fl.engine.system import ClientRecord, SystemModel
-from raytune_fl.engine.traffic import upload_metrics
-from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
-from raytune_fl.methods import METHODS, Method, build_method
-from raytune_fl.methods.base import Stateless
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
 from raytune_fl.weights import read_weights
 

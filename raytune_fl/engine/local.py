@@ -13,7 +13,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from raytune_fl.engine.metric_names import GRAD_COS_PREFIX, GRAD_NORM_CE, GRAD_NORM_PREFIX, GRAD_NORM_TOTAL
 from raytune_fl.engine.precision import LossScaler, loss_scaler, mixed_forward
 from raytune_fl.engine.sgd import PlainSGD
 from raytune_fl.engine.steps import (
@@ -30,6 +29,7 @@ from raytune_fl.engine.steps import (
     start_round,
 )
 from raytune_fl.methods.base import Batch, ClientContext, Method, Phase
+from raytune_fl.metrics import GRAD_COS_PREFIX, GRAD_NORM_CE, GRAD_NORM_PREFIX, GRAD_NORM_TOTAL
 
 # the settings, result and error are defined in engine/steps.py (both loops use them) and imported from here
 __all__ = [

@@ -38,11 +38,11 @@ from raytune_fl.engine.checkpoint import STATE_FILE, load_state, save_state
 from raytune_fl.engine.data import FederatedData
 from raytune_fl.engine.federation import Federation
 from raytune_fl.engine.local import LocalSettings
-from raytune_fl.engine.metric_names import ROUND
 from raytune_fl.engine.pool import ClientPool, InProcessPool, TrainJob
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import METHODS, Method, MethodSpec
 from raytune_fl.methods.base import MethodContext
+from raytune_fl.metrics import ROUND
 from raytune_fl.plugins import error_location
 from raytune_fl.testing import MethodCheckError
 from raytune_fl.types import ClientUpdate, Weights

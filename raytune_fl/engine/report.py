@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # the keys beside the scalars, declared with every metric name; their users import them from here too
-from raytune_fl.engine.metric_names import (
+from raytune_fl.metrics import (
     CARRIED_KEY,
     CLIENT_ACC_KEY,
     CLIENT_LOG_KEY,

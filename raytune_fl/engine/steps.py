@@ -21,9 +21,9 @@ from torch import Tensor, nn
 
 from raytune_fl.engine.augment import AugmentDraws, AugmentSpec
 from raytune_fl.engine.lr_schedule import LrSchedule
-from raytune_fl.engine.metric_names import LOCAL_CE, LOCAL_LOSS, TERM_PREFIX
 from raytune_fl.engine.precision import Precision
 from raytune_fl.methods.base import ClientContext, LocalTerm, Method, Phase
+from raytune_fl.metrics import LOCAL_CE, LOCAL_LOSS, TERM_PREFIX
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from raytune_fl.config import clients_per_round
-from raytune_fl.engine.metric_names import SIM_TIME
 from raytune_fl.engine.pool import ClientLost, ClientPool, TrainJob
 from raytune_fl.engine.schedules import RoundHost
 from raytune_fl.engine.system import ClientPlan, ClientRecord, placed
+from raytune_fl.metrics import SIM_TIME
 from raytune_fl.types import ClientUpdate
 
 

@@ -1,6 +1,6 @@
 """What the clients upload each round, in bytes, counted exactly from the arrays their updates carry.
 
-The rule (metric_names.UPLOAD_BYTES says it too): a client sends its update's `delta` (the float entries of its
+The rule (metrics.UPLOAD_BYTES says it too): a client sends its update's `delta` (the float entries of its
 model minus the global model), its `buffers` (the non-float entries, BatchNorm's counters) and its method's
 `extras` (SCAFFOLD's control-variate change, FedPAC's class statistics, q-FFL's loss). Its `state` is not counted:
 the simulation hands it to the server only so that any worker can train any client; a real client keeps it.
@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raytune_fl.engine.metric_names import UPLOAD_BYTES, UPLOAD_BYTES_PER_CLIENT
+from raytune_fl.metrics import UPLOAD_BYTES, UPLOAD_BYTES_PER_CLIENT
 from raytune_fl.types import ClientUpdate
 
 _NUMBER_BYTES = {bool: 1, int: 8, float: 8, complex: 16}  # a Python number travels as numpy's default dtype

@@ -39,7 +39,7 @@ from scipy import stats
 
 from raytune_fl.ablation import power
 from raytune_fl.ablation.table import COUNTED, LEVEL, mean_interval
-from raytune_fl.engine.metric_names import TEST_ACC
+from raytune_fl.metrics import TEST_ACC
 from raytune_fl.tracking.schema import TRIAL_COLLAPSED
 
 ALPHA_LEVEL = 0.05  # the usual two-sided 5 % level; a reader can re-judge from the printed p-values

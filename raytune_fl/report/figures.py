@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from raytune_fl.ablation.table import MIN_RUNS_FOR_INTERVAL, mean_interval
-from raytune_fl.engine.metric_names import (
+from raytune_fl.metrics import (
     CLIENT_ACC_MEAN,
     CLIENT_ACC_STD,
     CLIENT_ACC_WORST,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from raytune_fl.engine.metric_names import GRAD_COS_PREFIX, GRAD_NORM_CE, GRAD_NORM_PREFIX, GRAD_NORM_TOTAL, ROUND
+from raytune_fl.metrics import GRAD_COS_PREFIX, GRAD_NORM_CE, GRAD_NORM_PREFIX, GRAD_NORM_TOTAL, ROUND
 
 PREFIXES = (GRAD_NORM_PREFIX, GRAD_COS_PREFIX)
 # the order columns are shown in: the sum, cross-entropy, then the terms as named by the methods

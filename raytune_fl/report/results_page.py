@@ -28,10 +28,10 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from raytune_fl import metrics
 from raytune_fl.ablation.table import COUNTED, markdown_rows, noise, summarise
-from raytune_fl.engine import metric_names
 from raytune_fl.engine.chance import at_chance
-from raytune_fl.engine.metric_names import (
+from raytune_fl.metrics import (
     CLIENT_ACC_P10,
     CLIENT_ACC_VAR,
     CLIENT_ACC_WORST,
@@ -71,7 +71,7 @@ METRICS: dict[str, Metric] = {
 }
 # the bottom decile (the mean of the worst ceil(K/10) clients, q-FFL's "worst 10 %"): runs that have its column
 # show it in place of the 10th percentile older runs recorded
-BOTTOM10 = metric_names.CLIENT_ACC_BOTTOM10
+BOTTOM10 = metrics.CLIENT_ACC_BOTTOM10
 METRICS[BOTTOM10] = Metric("mean accuracy of the worst 10 % of clients (the worst ceil(K/10), final round)")
 CLIENT_METRICS = (CLIENT_ACC_WORST, CLIENT_ACC_P10, BOTTOM10, CLIENT_ACC_VAR)
 # what a page compares unless its page.yaml says otherwise: final round, then the last rounds where the runs have them

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from raytune_fl.ablation.power import table_line
 from raytune_fl.ablation.table import MIN_RUNS_FOR_INTERVAL, noise, summarise, to_html
-from raytune_fl.engine.metric_names import CLIENT_ACC_MEAN, CLIENT_ACC_WORST, ELAPSED_S, ROUND, ROUND_TIME_S, TEST_ACC
+from raytune_fl.metrics import CLIENT_ACC_MEAN, CLIENT_ACC_WORST, ELAPSED_S, ROUND, ROUND_TIME_S, TEST_ACC
 from raytune_fl.report import figures
 from raytune_fl.report.page import figure_div
 from raytune_fl.report.runs import COMPLETED, Store, final_value, representatives, run_label, tune_metric

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from raytune_fl.config import ExperimentConfig, SearchSpace, TrialSpec, flatten
 from raytune_fl.data.identity import DataIdentity
-from raytune_fl.engine.metric_names import BEST_PREFIX, COLLAPSED, DIVERGED
+from raytune_fl.metrics import BEST_PREFIX, COLLAPSED, DIVERGED
 from raytune_fl.tracking.describe import ablation_description, cell_description, trial_description, variant_description
 from raytune_fl.tracking.schema import (
     ABLATION_FOLDER,

@@ -88,7 +88,7 @@ TRIAL_RUNNING = "running"
 TRIAL_FINISHED = "finished"  # ran every round
 TRIAL_STOPPED_EARLY = "stopped_early"  # ASHA stopped it: its last value is a truncated score
 # ran every round and ended at chance (engine/chance.py): not averaged into a table, counted beside it
-TRIAL_COLLAPSED = "collapsed"  # not-a-metric: the status; the round's 0/1 flag is metric_names.COLLAPSED
+TRIAL_COLLAPSED = "collapsed"  # not-a-metric: the status; the round's 0/1 flag is metrics.COLLAPSED
 TRIAL_DIVERGED = "diverged"  # not-a-metric: stopped itself on a non-finite loss; the study went on
 TRIAL_ERROR = "error"
 TRIAL_INTERRUPTED = "interrupted"  # still open when its study was killed or failed

@@ -21,7 +21,7 @@ import yaml
 from mlflow.entities import Metric, Run
 from mlflow.tracking import MlflowClient
 
-from raytune_fl.engine.metric_names import (
+from raytune_fl.metrics import (
     BEST_PREFIX,
     CLIENT_ACC_BOTTOM10,
     CLIENT_ACC_P10,

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from raytune_fl.engine.metric_names import SYSTEM_PREFIX
+from raytune_fl.metrics import SYSTEM_PREFIX
 
 _log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from raytune_fl.data.identity import DataIdentity
-from raytune_fl.engine.metric_names import ACTOR_FAILURES_TOTAL, ROUND, SYSTEM_PREFIX
 from raytune_fl.engine.report import CLIENT_ACC_KEY, CLIENT_LOG_KEY, SPECTRUM_KEY, RoundReport
+from raytune_fl.metrics import ACTOR_FAILURES_TOTAL, ROUND, SYSTEM_PREFIX
 from raytune_fl.tracking import store
 from raytune_fl.tracking.records import RunRecord, ended_status
 from raytune_fl.tracking.schema import (

@@ -9,8 +9,8 @@ from typing import Any
 
 from ray import tune
 
-from raytune_fl.engine.metric_names import ROUND
 from raytune_fl.engine.report import RoundReport, evaluated_only
+from raytune_fl.metrics import ROUND
 from raytune_fl.tracking import TrialTracker
 from raytune_fl.tracking.background import SerialWriter
 from raytune_fl.tune import interrupt

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from raytune_fl.engine.metric_names import VAL_ACC
+from raytune_fl.metrics import VAL_ACC
 
 
 @dataclass(frozen=True)

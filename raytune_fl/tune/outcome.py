@@ -12,7 +12,8 @@ from ray import tune
 from ray.tune.result import TRIAL_ID
 
 from raytune_fl.config import Objective
-from raytune_fl.engine.metric_names import (
+from raytune_fl.methods import METHODS
+from raytune_fl.metrics import (
     CLIENT_ACC_BOTTOM10,
     CLIENT_ACC_MEAN,
     CLIENT_ACC_VAR,
@@ -24,7 +25,6 @@ from raytune_fl.engine.metric_names import (
     VAL_ACC,
     VAL_ACC_SE,
 )
-from raytune_fl.methods import METHODS
 from raytune_fl.tracking.records import ENDED_STATUSES, ended_status
 from raytune_fl.tracking.schema import TRIAL_DIVERGED, TRIAL_ERROR
 from raytune_fl.tune.edges import Edge

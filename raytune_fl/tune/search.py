@@ -12,7 +12,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 from ray.tune.search.optuna import OptunaSearch
 
 from raytune_fl.config import AshaConfig, SearchSpace, TuneSettings
-from raytune_fl.engine.metric_names import ROUND
+from raytune_fl.metrics import ROUND
 from raytune_fl.runtime import optuna_storage as optuna_db
 from raytune_fl.tune.space import optuna_space
 

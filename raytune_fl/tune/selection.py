@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-from raytune_fl.engine.metric_names import DIVERGED, ROUND
+from raytune_fl.metrics import DIVERGED, ROUND
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from raytune_fl.engine.metric_names import VAL_ACC
+from raytune_fl.metrics import VAL_ACC
 
 # two standard errors of a difference: about a 95 % interval, the usual threshold for "not noise"
 NOISE_Z = 2.0

@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 from raytune_fl.ablation.run import AblationOutcome
 from raytune_fl.cli import main as tune
 from raytune_fl.cli.ablate import main as ablate
-from raytune_fl.engine.metric_names import COLLAPSED, TEST_ACC, TEST_CHANCE, VAL_ACC, VAL_CHANCE
+from raytune_fl.metrics import COLLAPSED, TEST_ACC, TEST_CHANCE, VAL_ACC, VAL_CHANCE
 from tests.support import tiny_space
 
 

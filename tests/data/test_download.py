@@ -23,7 +23,7 @@ from raytune_fl.data import load_dataset
 from raytune_fl.data.download import ChecksumError, DownloadError, Plan, Progress, mirror_url
 from raytune_fl.data.files import torchvision_files
 from raytune_fl.data.vision import _archive
-from raytune_fl.engine.metric_names import ROUND, TRAIN_LOSS
+from raytune_fl.metrics import ROUND, TRAIN_LOSS
 from tests.support.data_files import cifar10_archive, gzipped_idx, write_usps
 
 CIFAR = "cifar-10-python.tar.gz"

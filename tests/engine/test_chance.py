@@ -15,7 +15,7 @@ from raytune_fl.engine.chance import at_chance, chance_bound, collapsed, split_b
 from raytune_fl.engine.data import FederatedData
 from raytune_fl.engine.evaluation import Evaluator
 from raytune_fl.engine.federation import Federation
-from raytune_fl.engine.metric_names import COLLAPSED, TEST_ACC, TEST_CHANCE, VAL_ACC, VAL_CHANCE
+from raytune_fl.metrics import COLLAPSED, TEST_ACC, TEST_CHANCE, VAL_ACC, VAL_CHANCE
 from raytune_fl.weights import read_weights
 from tests.support import tiny_space
 

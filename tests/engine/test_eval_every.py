@@ -7,8 +7,8 @@ import numpy as np
 
 from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.federation import Federation
-from raytune_fl.engine.metric_names import CARRIED_KEY, ROUND, TEST_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
 from raytune_fl.engine.report import RoundReport, carry_evaluation, evaluated_only
+from raytune_fl.metrics import CARRIED_KEY, ROUND, TEST_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
 from tests.support import run_study, tiny_space
 
 

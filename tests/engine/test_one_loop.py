@@ -11,10 +11,10 @@ import torch
 from raytune_fl.engine.augment import AugmentSpec
 from raytune_fl.engine.batched import train_local_batched
 from raytune_fl.engine.local import LocalSettings, NonFiniteLossError, train_local
-from raytune_fl.engine.metric_names import LOCAL_CE, LOCAL_LOSS, TERM_PREFIX
 from raytune_fl.engine.steps import LossTotals, StepGroup, pass_batches, phase_plan
 from raytune_fl.methods import build_method
 from raytune_fl.methods.base import Batch, ClientContext, LocalTerm, Method, MethodContext, Phase
+from raytune_fl.metrics import LOCAL_CE, LOCAL_LOSS, TERM_PREFIX
 from raytune_fl.models import build_model
 
 SIZES = (13, 7, 10)  # batches of 4: 3 steps a pass (the last sample alone is skipped), 2 steps, 3 steps

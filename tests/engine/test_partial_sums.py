@@ -10,8 +10,8 @@ import pytest
 from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.data import prepare_data
 from raytune_fl.engine.federation import EngineNotice, Federation, in_process_pool
-from raytune_fl.engine.metric_names import CLIENTS, LOSS_LOCAL, TRAIN_LOSS, UPLOAD_BYTES, VAL_ACC
 from raytune_fl.engine.report import RoundReport
+from raytune_fl.metrics import CLIENTS, LOSS_LOCAL, TRAIN_LOSS, UPLOAD_BYTES, VAL_ACC
 
 
 def _experiment(sums: bool, **changes) -> ExperimentConfig:

@@ -19,9 +19,9 @@ import torch
 
 from raytune_fl.engine.checkpoint import load_state, save_state
 from raytune_fl.engine.federation import CLIENT_LOG_KEY, Federation
-from raytune_fl.engine.metric_names import COLLAPSED, TEST_CHANCE, UPLOAD_BYTES, UPLOAD_BYTES_PER_CLIENT, VAL_CHANCE
 from raytune_fl.engine.pool import ClientLost, InProcessPool, Outcome, TrainJob, WorkerFailure
 from raytune_fl.engine.worker import ClientWorker, WorkerSpec
+from raytune_fl.metrics import COLLAPSED, TEST_CHANCE, UPLOAD_BYTES, UPLOAD_BYTES_PER_CLIENT, VAL_CHANCE
 from tests.support import REPO
 from tests.support.frozen_engine import federation as frozen
 from tests.support.resume_check import resumable_experiment as _experiment  # the same tiny 4-client digits run

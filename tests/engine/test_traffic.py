@@ -17,8 +17,8 @@ from torch import nn
 
 from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.federation import Federation
-from raytune_fl.engine.metric_names import CLIENTS, UPLOAD_BYTES, UPLOAD_BYTES_PER_CLIENT
 from raytune_fl.engine.traffic import payload_bytes, upload_bytes, upload_metrics
+from raytune_fl.metrics import CLIENTS, UPLOAD_BYTES, UPLOAD_BYTES_PER_CLIENT
 from raytune_fl.types import ClientUpdate
 
 MODEL = "plug_traffic_net"

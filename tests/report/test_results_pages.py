@@ -9,7 +9,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from raytune_fl.engine.metric_names import CLIENT_ACC_P10, CLIENT_ACC_VAR, CLIENT_ACC_WORST, TEST_ACC
+from raytune_fl.metrics import CLIENT_ACC_P10, CLIENT_ACC_VAR, CLIENT_ACC_WORST, TEST_ACC
 from raytune_fl.report import results_page
 from raytune_fl.report.results_page import PageRecord
 from tests.support import REPO

@@ -69,7 +69,7 @@ MLFLOW_READERS = {
 RANKS: list[tuple[str, ...]] = [
     # registry, types, weights, devices: plain Python and numpy; the metric names (standard library only: config.py
     # names its default tune.metric with them)
-    ("raytune_fl", "raytune_fl.engine.metric_names"),
+    ("raytune_fl", "raytune_fl.metrics"),
     ("raytune_fl.aggregators", "raytune_fl.models", "raytune_fl.data"),  # the math, the networks, the data sets
     ("raytune_fl.methods",),  # specs, terms and hooks over aggregators and models
     ("raytune_fl.register",),  # the public registration functions plugins call (into the three registries above)
@@ -398,7 +398,7 @@ def test_the_ranks_cover_every_package_once_and_nothing_else():
     assert len(listed) == len(set(listed))
     packages = {f"raytune_fl.{p.name}" for p in (REPO / "raytune_fl").iterdir() if any(p.glob("*.py"))}
     modules = {"raytune_fl", "raytune_fl.config", "raytune_fl.devices", "raytune_fl.register"}
-    assert packages | modules | {"raytune_fl.engine.metric_names"} == set(listed)
+    assert packages | modules | {"raytune_fl.metrics"} == set(listed)
 
 
 def test_the_package_never_imports_the_tooling_beside_it():

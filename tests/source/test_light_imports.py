@@ -20,7 +20,7 @@ HEAVY = ("torch", "raytune_fl.engine.federation", "raytune_fl.models")
         "raytune_fl.config",
         "raytune_fl.tune.trainable",
         "raytune_fl.actors.client",
-        "raytune_fl.engine.metric_names",  # the driver, the console and the dashboard name metrics with it
+        "raytune_fl.metrics",  # the driver, the console and the dashboard name metrics with it
         "raytune_fl.engine.report",  # the driver's MLflow logging reads RoundReports and never trains
     ],
 )

@@ -1,4 +1,4 @@
-"""The names of what a round reports are declared once, in raytune_fl/engine/metric_names.py, and imported from there.
+"""The names of what a round reports are declared once, in raytune_fl/metrics/, and imported from there.
 
 Every module under raytune_fl/, dashboards/ and scripts/ is parsed with `ast`; a string constant equal to one of
 the declared names (a dict key, a default, an f-string's literal part or an expression inside it) fails, naming
@@ -15,11 +15,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from raytune_fl.engine import metric_names
+from raytune_fl import metrics
 from tests.support import REPO
 
 SCANNED = ("raytune_fl", "dashboards", "scripts")
-HOME = "raytune_fl/engine/metric_names.py"
+HOME = "raytune_fl/metrics/"
 PRAGMA = "# not-a-metric"
 
 
@@ -62,7 +62,7 @@ def test_no_module_restates_a_metric_name():
         if path != HOME:
             found += restated(path, file.read_text(encoding="utf-8"), names)
     assert not found, (
-        f"{len(found)} metric names written as literals: import the constant from raytune_fl.engine.metric_names "
+        f"{len(found)} metric names written as literals: import the constant from raytune_fl.metrics "
         f"(or mark a homonym that is no metric with {PRAGMA!r}):\n" + "\n".join(map(str, found))
     )
 
@@ -79,7 +79,7 @@ def f(result, name, metric="val_acc"):
 '''
     found = [(r.line, r.literal) for r in restated("x.py", source, set(declared()))]
     assert found == [(2, "val_acc"), (4, "round"), (5, "test_acc"), (6, "sv_max"), (8, "clients_sampled")]
-    assert str(restated("x.py", source, {"round"})[0]) == "x.py:4: 'round' (metric_names.ROUND)"
+    assert str(restated("x.py", source, {"round"})[0]) == "x.py:4: 'round' (metrics.ROUND)"
 
 
 def test_the_scan_reads_the_package():
@@ -93,22 +93,22 @@ def test_the_scan_reads_the_package():
 def test_every_name_is_declared_once_with_a_meaning():
     constants = [key for key, value in vars(metric_names).items() if key.isupper() and isinstance(value, str)]
     assert len(constants) == len(declared()), "two constants hold the same name"
-    assert set(metric_names.MEANINGS) == set(declared()), "a name without a meaning, or a meaning of no name"
-    in_groups = [name for group in metric_names.GROUPS.values() for name in group]
+    assert set(metrics.MEANINGS) == set(declared()), "a name without a meaning, or a meaning of no name"
+    in_groups = [name for group in metrics.GROUPS.values() for name in group]
     assert len(in_groups) == len(set(in_groups)), "a name in two groups"
-    assert all(meaning.strip() for meaning in metric_names.MEANINGS.values())
+    assert all(meaning.strip() for meaning in metrics.MEANINGS.values())
 
 
 def test_the_vocabulary_imports_the_standard_library_only():
     code = (
-        "import json, sys; before = set(sys.modules); import raytune_fl.engine.metric_names; "
+        "import json, sys; before = set(sys.modules); import raytune_fl.metrics; "
         "print(json.dumps(sorted(m for m in set(sys.modules) - before if m.split('.')[0] not in "
         "sys.stdlib_module_names)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
-    assert loaded == ["raytune_fl", "raytune_fl.engine", "raytune_fl.engine.metric_names"], loaded
+    assert loaded == ["raytune_fl", "raytune_fl.engine", "raytune_fl.metrics"], loaded
 
 
 def test_the_late_rounds_score_names_its_round_count():
-    assert metric_names.TEST_ACC_LAST_K == f"{metric_names.TEST_ACC}_last{metric_names.LAST_K}"
+    assert metrics.TEST_ACC_LAST_K == f"{metrics.TEST_ACC}_last{metrics.LAST_K}"

@@ -7,8 +7,8 @@ import math
 
 from mlflow.tracking import MlflowClient
 
-from raytune_fl.engine.metric_names import COLLAPSED, DIVERGED, DIVERGENCE_KEY, ROUND, VAL_ACC, VAL_LOSS
 from raytune_fl.engine.report import RoundReport
+from raytune_fl.metrics import COLLAPSED, DIVERGED, DIVERGENCE_KEY, ROUND, VAL_ACC, VAL_LOSS
 from raytune_fl.tracking.records import (
     ENDED_STATUSES,
     CellTrials,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from raytune_fl.engine.metric_names import COLLAPSED, DIVERGED, ROUND, TEST_ACC, VAL_ACC
+from raytune_fl.metrics import COLLAPSED, DIVERGED, ROUND, TEST_ACC, VAL_ACC
 from raytune_fl.tune.outcome import summarise
 
 

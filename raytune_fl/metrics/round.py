@@ -1,11 +1,6 @@
-"""The names of what a federated round reports, declared once: the engine writes them (engine/federation.py,
-evaluation.py, diagnostics.py, the schedules) and every reader (tracking, tune, the console, the dashboard, the
-ablation table) imports them from here. `GROUPS` says what each one means, group by group (for the docs).
-
-Standard library only, and no other module of the package: config.py (below the engine in
-tests/source/test_layering.py's RANKS) and torch-free processes import it. tests/source/test_metric_names.py fails on
-a string literal equal to one of these names anywhere else; a homonym that is not a metric (a checkpoint key, a tag,
-a word shown to the user) carries `# not-a-metric` on its line.
+"""What a federated round reports, name by name: the engine writes these (engine/federation.py, evaluation.py,
+diagnostics.py, the schedules) into each round's report, and every reader (tracking, tune, the console, the
+dashboard, the ablation table) takes them from here. `GROUPS` says what each one means, group by group.
 
 Not declared here: a method's own scalars (`Aggregator.metrics()`, e.g. FedOpt's server_step_median) are named by
 the method, and a server's other models (`Aggregator.extra_models()`) are scored as `<name>_val_acc`,
@@ -103,13 +98,6 @@ CLIENT_LOG_KEY: Final = "client_log"
 
 # a round between evaluations (eval_every > 1): the names its Tune result carries from the last evaluated round
 CARRIED_KEY: Final = "carried"
-
-# derived by the readers
-VAL_ACC_SE: Final = "val_acc_se"
-BEST_PREFIX: Final = "best_"
-ELAPSED_S: Final = "elapsed_s"
-LAST_K: Final = 5  # rounds the ablation's late-training score averages: less round-to-round jitter, still the end
-TEST_ACC_LAST_K: Final = "test_acc_last5"  # the name says its LAST_K
 
 SCORES: Final = (VAL_ACC, VAL_LOSS, TEST_ACC, TEST_LOSS)
 TRAIN_NAMES: Final[Mapping[str, str]] = {LOCAL_LOSS: TRAIN_LOSS, LOCAL_CE: TRAIN_CE}  # the rest keep their names
@@ -214,12 +202,4 @@ GROUPS: Final[Mapping[str, Mapping[str, str]]] = {
         CARRIED_KEY: "the names a round between evaluations carries from the last evaluated round, in its Tune "
         "result only (Tune's scheduler and searcher need the tuned metric in every result); never logged",
     },
-    "derived by the readers": {
-        VAL_ACC_SE: "a study's summary: binomial standard error of the selected trial's val_acc (tune/uncertainty.py)",
-        BEST_PREFIX: "best_<metric>: a tune parent run's copy of its selected trial's final metrics",
-        ELAPSED_S: "the dashboard's: wall seconds from a trial's start to the end of the round (setup included)",
-        TEST_ACC_LAST_K: f"the ablation table's: the mean of a run's test_acc over its last {LAST_K} evaluated rounds "
-        "(the results pages report it beside the final round's)",
-    },
 }
-MEANINGS: Final[Mapping[str, str]] = {name: meaning for group in GROUPS.values() for name, meaning in group.items()}
