@@ -5,10 +5,10 @@ NNTrainHyperParams, a PyTorchModel whose central optimiser is SGD at rate 1 (the
 
 Imported only by the pfl way's child, in an interpreter where pfl imports: nothing else in the repository needs pfl.
 
-The same as the other ways: the images and users (cross_device.protocol_data), the users of each round (the user
-sampler hands out cross_device.cohorts), the model (the project's simple_cnn with the same initial weights; pfl calls
-the `loss` and `metrics` attached to it, as its benchmark models have), plain local SGD at the same rate and batch,
-one local epoch, the test set evaluated after the same rounds at the same batch size.
+The same as the other ways: the images and users (cross_device_protocol.protocol_data), the users of each round
+(the user sampler hands out cross_device_protocol.cohorts), the model (the project's simple_cnn with the same
+initial weights; pfl calls the `loss` and `metrics` attached to it, as its benchmark models have), plain local SGD
+at the same rate and batch, one local epoch, the test set evaluated after the same rounds at the same batch size.
 
 Where pfl differs, by its design (kept):
 - only parameters travel: PyTorchModel sends and averages `named_parameters`, not buffers, so BatchNorm's running
@@ -33,7 +33,7 @@ import numpy as np
 from raytune_fl.metrics import EVALUATE_S, TEST_ACC
 
 if TYPE_CHECKING:
-    from benchmarks.cross_device import Protocol
+    from benchmarks.cross_device_protocol import Protocol
 
 
 def run_pfl(protocol: Protocol, threads: int, started: float) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def run_pfl(protocol: Protocol, threads: int, started: float) -> dict[str, Any]:
     from pfl.metrics import Metrics, Weighted
     from pfl.model.pytorch import PyTorchModel
 
-    from benchmarks.cross_device import cohorts, protocol_data
+    from benchmarks.cross_device_protocol import cohorts, protocol_data
     from raytune_fl.models import build_model
 
     torch.set_num_threads(threads)

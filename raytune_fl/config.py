@@ -29,6 +29,7 @@ from pydantic import (
 
 # the synthetic dataset's settings live beside its builder (the data package never imports this module)
 from raytune_fl.data.synthetic import SyntheticConfig
+from raytune_fl.errors import RaytuneFLError
 from raytune_fl.metrics import (
     CLIENT_ACC_BOTTOM10,
     CLIENT_ACC_MEAN,
@@ -41,7 +42,7 @@ from raytune_fl.metrics import (
 )
 
 
-class ConfigError(ValueError):
+class ConfigError(ValueError, RaytuneFLError):
     """A search-space file or command-line value that cannot be used; the message names the field."""
 
 
@@ -985,7 +986,7 @@ def parse_space(
         raise ConfigError(format_validation_error(error, source)) from None
 
 
-class DuplicateKeyError(ValueError):
+class DuplicateKeyError(ValueError, RaytuneFLError):
     """A YAML mapping gives a key twice: `path` is the key's dotted path, `lines` the (1-based) lines of its first
     and second occurrence."""
 
@@ -994,7 +995,7 @@ class DuplicateKeyError(ValueError):
         self.path, self.lines = path, lines
 
 
-class OctalNumberError(ValueError):
+class OctalNumberError(ValueError, RaytuneFLError):
     """A number written with a leading zero (`rounds: 010`): YAML 1.1 reads it as octal (8), which nobody means."""
 
     def __init__(self, path: str, line: int, text: str, value: int) -> None:

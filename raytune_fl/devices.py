@@ -16,11 +16,13 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from raytune_fl.errors import RaytuneFLError
+
 if TYPE_CHECKING:
     from raytune_fl.config import ResourcesConfig
 
 
-class DeviceError(RuntimeError):
+class DeviceError(RuntimeError, RaytuneFLError):
     pass
 
 

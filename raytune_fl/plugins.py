@@ -37,13 +37,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from raytune_fl.errors import RaytuneFLError
+
 ENTRY_POINT_GROUP = "raytune_fl.plugins"
 ENV_VAR = "RAYTUNE_FL_PLUGINS"  # the plugin modules a worker imports (comma-separated), set in the runtime_env
 SETUP_HOOK = "raytune_fl.plugins.setup_worker"
 _MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
-class PluginError(ValueError):
+class PluginError(ValueError, RaytuneFLError):
     """A plugin that cannot be imported, or whose import failed (a clash with a built-in name, a bad factory)."""
 
 

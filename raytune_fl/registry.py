@@ -7,10 +7,12 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
+from raytune_fl.errors import RaytuneFLError
+
 T = TypeVar("T")
 
 
-class UnknownNameError(ValueError):
+class UnknownNameError(ValueError, RaytuneFLError):
     """A name that no factory is registered under; the message lists the known names."""
 
 

@@ -151,7 +151,7 @@ def test_an_import_error_points_at_the_plugins_own_line(plugin_dir, code, where)
     assert "frozen" not in first and "os.py" not in first and "decoder.py" not in first
 
 
-# ---- a plugin method tried before Ray starts (raytune_fl/engine/method_check.py) ---------------------------------
+# ---- a plugin method tried before Ray starts (raytune_fl/testing/method_check.py) ---------------------------------
 
 METHOD_BUILD_RAISES = """
     from raytune_fl import MethodSpec, register_method
@@ -212,7 +212,7 @@ def test_a_plugin_method_that_loses_its_state_on_a_resume_is_refused_before_ray(
 
 
 def test_the_same_method_with_its_state_in_state_dict_passes_the_check(plugin_dir):
-    from raytune_fl.engine.method_check import check_plugin_methods
+    from raytune_fl.testing.method_check import check_plugin_methods
 
     write(plugin_dir, "plug_mom_kept", momentum_plugin("plug_mom", keeps_state=True))
     space = parse_space(method_space("plug_mom_kept", "plug_mom"))

@@ -1,4 +1,4 @@
-"""raytune_fl.testing.check_method (engine/method_check.py): a method run as trials run it, its state through a
+"""raytune_fl.testing.check_method (testing/method_check.py): a method run as trials run it, its state through a
 checkpoint, its clients stacked. It fails on the ways a plugin method loses state on a resume (server state in an
 attribute, a hook counting rounds, a module global, a tensor in state_dict), and passes once the method follows the
 contract; every example in examples/ passes it. The command-line refusal is in tests/test_plugins.py."""
@@ -14,16 +14,16 @@ import textwrap
 import numpy as np
 import pytest
 
-from raytune_fl.engine.method_check import (
+from raytune_fl.methods import METHODS
+from raytune_fl.models import MODELS
+from raytune_fl.testing import MethodCheckError, check_method
+from raytune_fl.testing.method_check import (
     changed_attributes,
     check_resumed_federation,
     close,
     fingerprint,
     tiny_data,
 )
-from raytune_fl.methods import METHODS
-from raytune_fl.models import MODELS
-from raytune_fl.testing import MethodCheckError, check_method
 from tests.support import REPO
 from tests.support.plugin_sources import momentum_plugin
 

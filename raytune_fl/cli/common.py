@@ -275,7 +275,7 @@ def resolve_space(args: argparse.Namespace, warnings: bool = True) -> tuple[Sear
 
         check_outside_job_dir(args.storage.path, "--storage")
     if any(space.variants[v].method in METHODS.user_names() for v in variants):  # issue 46: a plugin's method
-        from raytune_fl.engine.method_check import check_plugin_methods  # torch: only where there is one
+        from raytune_fl.testing.method_check import check_plugin_methods  # torch: only where there is one
 
         check_plugin_methods(space, variants)  # built and run two tiny rounds, its state through a checkpoint
     return space, variants

@@ -33,6 +33,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from raytune_fl.errors import RaytuneFLError
+
 TIMEOUT_S = 60.0  # per socket operation: a stalled server fails the download instead of hanging a trial
 CHUNK = 1 << 20
 URL_SCHEMES = ("http", "https", "ftp", "file")
@@ -114,11 +116,11 @@ class Plan:
     unpack: Unpack = "none"
 
 
-class DownloadError(OSError):
+class DownloadError(OSError, RaytuneFLError):
     """No URL served the file (offline, refused, not found, cut short)."""
 
 
-class ChecksumError(ValueError):
+class ChecksumError(ValueError, RaytuneFLError):
     """A fetched file's md5 is not the expected one."""
 
 
@@ -333,7 +335,7 @@ def _fetch(
     )
 
 
-class _Failed(Exception):
+class _Failed(RaytuneFLError):
     """Why one URL did not serve its file."""
 
 

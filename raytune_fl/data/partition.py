@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from raytune_fl.errors import RaytuneFLError
 from raytune_fl.registry import Registry
 
 
-class PartitionError(ValueError):
+class PartitionError(ValueError, RaytuneFLError):
     """A partition request that is invalid or cannot be met; the message says which field and why."""
 
 

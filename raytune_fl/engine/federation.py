@@ -39,6 +39,7 @@ from raytune_fl.engine.synchronous import SynchronousRounds
 from raytune_fl.engine.system import ClientRecord, SystemModel
 from raytune_fl.engine.traffic import upload_metrics
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
+from raytune_fl.errors import RaytuneFLError
 from raytune_fl.methods import METHODS, Method, build_method
 from raytune_fl.methods.base import Stateless
 from raytune_fl.metrics import (
@@ -68,7 +69,7 @@ RoundCallback = Callable[[RoundReport], None]
 PoolFactory = Callable[[FederatedData, WorkerSpec], ClientPool]
 
 
-class NoLocalStepError(RuntimeError):
+class NoLocalStepError(RuntimeError, RaytuneFLError):
     """A round whose reporting clients all took no optimiser step: nothing trained, and its train_loss would read
     0.0 as if it had. engine/data.py's check_steps refuses such partitions before Ray; this catches the rest."""
 

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from raytune_fl.engine.augment import AugmentDraws, AugmentSpec
 from raytune_fl.engine.lr_schedule import LrSchedule
 from raytune_fl.engine.precision import Precision
+from raytune_fl.errors import RaytuneFLError
 from raytune_fl.methods.base import ClientContext, LocalTerm, Method, Phase
 from raytune_fl.metrics import LOCAL_CE, LOCAL_LOSS, TERM_PREFIX
 
@@ -54,7 +55,7 @@ class LocalResult:
     extras: dict[str, Any]  # what the hooks wrote for the aggregator, by hook name
 
 
-class NonFiniteLossError(FloatingPointError):
+class NonFiniteLossError(FloatingPointError, RaytuneFLError):
     """Local training produced a NaN/Inf loss: the trial has diverged."""
 
 

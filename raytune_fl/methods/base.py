@@ -15,7 +15,7 @@ strings, lists and dicts (engine/checkpoint.py). So server state (FedAvgM's velo
 lives in `state_dict()`, client state in `ctx.new_state`, and a hook's attributes are set afresh in every
 `on_round_start`. An attribute that carries nothing into the next round (the last aggregation's diagnostics) is
 named in `transient`. The commands refuse a plugin method that breaks this before Ray starts, and
-`raytune_fl.testing.check_method` checks it in a test (engine/method_check.py does both).
+`raytune_fl.testing.check_method` checks it in a test (testing/method_check.py does both).
 
 Light to import (torch only for type hints): `MethodSpec` and `Param` are read by the config checks, which run
 before any trial and never import torch (each method's module declares its spec, see raytune_fl.methods).

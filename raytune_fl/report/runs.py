@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from raytune_fl.config import SearchSpace, TuneSettings
+from raytune_fl.errors import RaytuneFLError
 from raytune_fl.report.figures import variant_colors
 from raytune_fl.tracking.schema import (
     CONFIG_FILE,
@@ -49,7 +50,7 @@ from raytune_fl.tune.selection import best_of
 COMPLETED = (TRIAL_FINISHED, TRIAL_COLLAPSED, TRIAL_STOPPED_EARLY)
 
 
-class DashboardError(Exception):
+class DashboardError(RaytuneFLError):
     """The store cannot give the dashboard anything: no store, or no experiment of that name."""
 
 

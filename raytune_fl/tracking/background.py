@@ -17,8 +17,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from raytune_fl.errors import RaytuneFLError
 
-class TrackingWriteError(RuntimeError):
+
+class TrackingWriteError(RuntimeError, RaytuneFLError):
     """A tracking write that ran in the background failed; the cause is chained."""
 
 

@@ -1,4 +1,4 @@
-"""The names of what a round reports are declared once, in raytune_fl/metrics/, and imported from there.
+"""The names of what a run reports are declared once, in raytune_fl/metrics/, and imported from there.
 
 Every module under raytune_fl/, dashboards/ and scripts/ is parsed with `ast`; a string constant equal to one of
 the declared names (a dict key, a default, an f-string's literal part or an expression inside it) fails, naming
@@ -16,16 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from raytune_fl import metrics
+from raytune_fl.metrics import round as round_module
+from raytune_fl.metrics import study as study_module
 from tests.support import REPO
 
 SCANNED = ("raytune_fl", "dashboards", "scripts")
-HOME = "raytune_fl/metrics/"
+HOME = "raytune_fl/metrics/"  # the vocabulary's package: every module of it declares names
 PRAGMA = "# not-a-metric"
 
 
 def declared() -> dict[str, str]:
     """Every declared name -> the constant that holds it."""
-    return {value: key for key, value in vars(metric_names).items() if key.isupper() and isinstance(value, str)}
+    return {value: key for key, value in vars(metrics).items() if key.isupper() and isinstance(value, str)}
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class Restated:
     literal: str
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.literal!r} (metric_names.{declared()[self.literal]})"
+        return f"{self.path}:{self.line}: {self.literal!r} (metrics.{declared()[self.literal]})"
 
 
 def restated(path: str, source: str, names: set[str]) -> list[Restated]:
@@ -59,7 +61,7 @@ def test_no_module_restates_a_metric_name():
     found = []
     for file in scanned_files():
         path = file.relative_to(REPO).as_posix()
-        if path != HOME:
+        if not path.startswith(HOME):
             found += restated(path, file.read_text(encoding="utf-8"), names)
     assert not found, (
         f"{len(found)} metric names written as literals: import the constant from raytune_fl.metrics "
@@ -85,13 +87,17 @@ def f(result, name, metric="val_acc"):
 def test_the_scan_reads_the_package():
     """Guards against a scan that passes because it reads nothing: the vocabulary's own module holds every name."""
     paths = {f.relative_to(REPO).as_posix() for f in scanned_files()}
-    assert {HOME, "raytune_fl/engine/federation.py", "dashboards/build.py", "scripts/tune.py"} <= paths
-    home = restated(HOME, (REPO / HOME).read_text(encoding="utf-8"), set(declared()))
+    assert {HOME + "round.py", "raytune_fl/engine/federation.py", "dashboards/build.py", "scripts/tune.py"} <= paths
+    home = [
+        r
+        for p in sorted((REPO / HOME).glob("*.py"))
+        for r in restated(HOME, p.read_text(encoding="utf-8"), set(declared()))
+    ]
     assert {r.literal for r in home} == set(declared())
 
 
 def test_every_name_is_declared_once_with_a_meaning():
-    constants = [key for key, value in vars(metric_names).items() if key.isupper() and isinstance(value, str)]
+    constants = [key for key, value in vars(metrics).items() if key.isupper() and isinstance(value, str)]
     assert len(constants) == len(declared()), "two constants hold the same name"
     assert set(metrics.MEANINGS) == set(declared()), "a name without a meaning, or a meaning of no name"
     in_groups = [name for group in metrics.GROUPS.values() for name in group]
@@ -107,8 +113,23 @@ def test_the_vocabulary_imports_the_standard_library_only():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
-    assert loaded == ["raytune_fl", "raytune_fl.engine", "raytune_fl.metrics"], loaded
+    assert loaded == ["raytune_fl", "raytune_fl.metrics", "raytune_fl.metrics.round", "raytune_fl.metrics.study"], (
+        loaded
+    )
 
 
 def test_the_late_rounds_score_names_its_round_count():
     assert metrics.TEST_ACC_LAST_K == f"{metrics.TEST_ACC}_last{metrics.LAST_K}"
+
+
+def test_round_names_and_study_names_are_apart():
+    """A round's report carries the round names; the names the readers derive (a study's, an ablation's, the
+    dashboard's) are never in it: the two modules share no name, and together they are the whole vocabulary."""
+    round_names = {v for k, v in vars(round_module).items() if k.isupper() and isinstance(v, str)}
+    study_names = {v for k, v in vars(study_module).items() if k.isupper() and isinstance(v, str)}
+    assert round_names and study_names and not round_names & study_names
+    assert round_names | study_names == set(declared())
+    assert set(round_module.GROUPS).isdisjoint(study_module.GROUPS)
+    assert {name for group in study_module.GROUPS.values() for name in group} == study_names
+    assert metrics.TEST_ACC_LAST_K in study_names and metrics.BEST_PREFIX in study_names
+    assert metrics.VAL_ACC in round_names and metrics.ROUND in round_names

@@ -128,10 +128,8 @@ def two_rounds(spec: WorkerSpec, data: ClientData, checkpoint: Path | None = Non
     `checkpoint`: a folder; round 2 then runs as a resumed trial does, on a freshly built method and fresh workers,
     from the weights, client states and aggregator state written after round 1 by the checkpoint code."""
     x, y, parts = data
-    sizes = [len(p) for p in parts]
-    context = spec.method_context(len(parts), float(np.mean(sizes)))
-    method_name = spec.method
-    server = build_method_for(method_name, spec.method_params, context)
+    context = spec.method_context(len(parts), float(np.mean([len(p) for p in parts])))
+    server = build_method_for(spec.method, spec.method_params, context)
     torch.manual_seed(0)
     weights: Weights = read_weights(spec.model.build())
     worker = ClientWorker(spec, x, y, parts)
@@ -140,19 +138,7 @@ def two_rounds(spec: WorkerSpec, data: ClientData, checkpoint: Path | None = Non
     trace = Trace()
     for round_index in (1, 2):
         if checkpoint is not None and round_index == 2:
-            state = {"aggregator": server.aggregator.state_dict(), "states": states, "weights": weights}
-            try:
-                save_state(state, checkpoint)
-            except TypeError as error:  # engine/checkpoint.py: what it cannot store
-                raise MethodCheckError(
-                    f"{_named(METHODS.get(method_name))}: its state cannot go into a trial checkpoint: {error} "
-                    "(aggregator.state_dict() and ctx.new_state hold numpy arrays, numbers, strings, lists and "
-                    f"dicts; {CONTRACT})"
-                ) from None
-            saved = load_state(checkpoint)
-            server = build_method_for(method_name, spec.method_params, context)
-            server.aggregator.load_state_dict(saved["aggregator"])
-            states, weights = dict(saved["states"]), dict(saved["weights"])
+            server, states, weights = _through_checkpoint(spec, context, server, states, weights, checkpoint)
             worker = ClientWorker(spec, x, y, parts)
             pool = InProcessPool(worker)
         payload = server.aggregator.payload()
@@ -167,30 +153,60 @@ def two_rounds(spec: WorkerSpec, data: ClientData, checkpoint: Path | None = Non
         server_states = server.aggregator.client_states()
         for client_id, state in server_states.items():  # as the round driver merges them (FedPAC's classifiers)
             states[client_id] = {**(states.get(client_id) or {}), **state}
-        trace.rounds.append(
-            {
-                "aggregator's payload()": payload,
-                "updates": [
-                    {
-                        "client": u.client_id,
-                        "steps": u.num_steps,
-                        "metrics": u.metrics,
-                        "delta": u.delta,
-                        "buffers": u.buffers,
-                        "state": u.state,
-                        "extras": u.extras,
-                    }
-                    for u in updates
-                ],
-                "weights": weights,
-                "aggregator's metrics()": server.aggregator.metrics(),
-                "aggregator's client_states()": server_states,
-                "aggregator's extra_models()": server.aggregator.extra_models(),
-            }
-        )
+        trace.rounds.append(_round_record(server, payload, updates, weights, server_states))
     trace.aggregator = server.aggregator
     trace.hooks = worker.method.all_hooks
     return trace
+
+
+def _through_checkpoint(
+    spec: WorkerSpec,
+    context: MethodContext,
+    server: Method,
+    states: dict[int, Any],
+    weights: Weights,
+    checkpoint: Path,
+) -> tuple[Method, dict[int, Any], Weights]:
+    """What a resumed trial starts round 2 from: the state after round 1 written and read back by the checkpoint
+    code, and a freshly built method that loads its aggregator's part."""
+    state = {"aggregator": server.aggregator.state_dict(), "states": states, "weights": weights}
+    try:
+        save_state(state, checkpoint)
+    except TypeError as error:  # engine/checkpoint.py: what it cannot store
+        raise MethodCheckError(
+            f"{_named(METHODS.get(spec.method))}: its state cannot go into a trial checkpoint: {error} "
+            "(aggregator.state_dict() and ctx.new_state hold numpy arrays, numbers, strings, lists and "
+            f"dicts; {CONTRACT})"
+        ) from None
+    saved = load_state(checkpoint)
+    server = build_method_for(spec.method, spec.method_params, context)
+    server.aggregator.load_state_dict(saved["aggregator"])
+    return server, dict(saved["states"]), dict(saved["weights"])
+
+
+def _round_record(
+    server: Method, payload: Any, updates: list[ClientUpdate], weights: Weights, server_states: Any
+) -> dict[str, Any]:
+    """Everything a round produced that a later round, or a resume, could depend on: compared bit for bit."""
+    return {
+        "aggregator's payload()": payload,
+        "updates": [
+            {
+                "client": u.client_id,
+                "steps": u.num_steps,
+                "metrics": u.metrics,
+                "delta": u.delta,
+                "buffers": u.buffers,
+                "state": u.state,
+                "extras": u.extras,
+            }
+            for u in updates
+        ],
+        "weights": weights,
+        "aggregator's metrics()": server.aggregator.metrics(),
+        "aggregator's client_states()": server_states,
+        "aggregator's extra_models()": server.aggregator.extra_models(),
+    }
 
 
 def build_method_for(name: str, params: Mapping[str, Any], context: MethodContext) -> Method:
@@ -496,15 +512,17 @@ def check_resumed_federation(
     from the checkpoint written after round 1: round 2's metrics equal (wall times aside)."""
     synthetic = {"shape": dataset.x_train.shape[1:], "classes": dataset.num_classes, "samples": len(dataset.y_train),
                  "test_samples": len(dataset.y_test)}  # fmt: skip
-    experiment = ExperimentConfig(
-        dataset="synthetic",
-        synthetic=synthetic,
-        model=model,
-        rounds=2,
-        batch_size=SETTINGS.batch_size,
-        optimizer={"lr": SETTINGS.lr, "momentum": SETTINGS.momentum, "weight_decay": SETTINGS.weight_decay},
-        resources={"actors": 0},
-        diagnostics={"every": 0},
+    experiment = ExperimentConfig.model_validate(
+        {
+            "dataset": "synthetic",
+            "synthetic": synthetic,
+            "model": model,
+            "rounds": 2,
+            "batch_size": SETTINGS.batch_size,
+            "optimizer": {"lr": SETTINGS.lr, "momentum": SETTINGS.momentum, "weight_decay": SETTINGS.weight_decay},
+            "resources": {"actors": 0},
+            "diagnostics": {"every": 0},
+        }
     )
     with tempfile.TemporaryDirectory(prefix="method-check-") as folder:
         straight, rest, _ = straight_and_resumed(experiment, spec.name, params, Path(folder), data=data)

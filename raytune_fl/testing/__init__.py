@@ -1,27 +1,25 @@
 """Checks for your own code's tests: `check_method` runs a method the way trials will (docs/how-to/own-method.md).
 
-Light to import (no torch): the check's code lives in the engine (raytune_fl/engine/method_check.py) and is loaded
-when a check runs. This module is a facade, like the package's own `raytune_fl` namespace: it names the public
-entry points, and the engine does the work.
+Light to import (no torch): the harness (method_check.py, on top of the engine) is loaded when a check runs. This
+module names the public entry points; method_check does the work.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import Any
 
+from raytune_fl.errors import RaytuneFLError
+
 __all__ = ["MethodCheckError", "check_method"]
 
-_ENGINE = "raytune_fl.engine.method_check"  # loaded on first use (torch)
 
-
-class MethodCheckError(AssertionError):
+class MethodCheckError(AssertionError, RaytuneFLError):
     """A method that breaks the contract; the message names it, where it is defined, and what to add."""
 
 
 def check_method(
-    method: Any,  # a registered name, or a MethodSpec (not imported here: this module stays below the methods)
+    method: Any,  # a registered name, or a MethodSpec (not imported here: this module stays torch-free)
     params: Mapping[str, Any] | None = None,
     *,
     model: str = "simple_cnn",
@@ -48,5 +46,6 @@ def check_method(
     `model`: a registered model name (your own, for a method that needs it) built for `shape` and `classes`.
     A few seconds on a CPU with the default tiny model.
     """
-    engine = importlib.import_module(_ENGINE)
-    engine.check_method(method, params, model=model, shape=shape, classes=classes, client_batch=client_batch)
+    from raytune_fl.testing import method_check  # torch: loaded when a check runs
+
+    method_check.check_method(method, params, model=model, shape=shape, classes=classes, client_batch=client_batch)
