@@ -12,6 +12,7 @@ built. Nothing generated is committed. The sections:
     models         the registered models, by their modules' docstrings
     partitioners   the registered partitioners (partition.kind)
     python-api     the public API (raytune_fl.__all__), each object's first docstring line
+    metrics        every metric name a run reports, group by group, with its meaning (raytune_fl/metrics/'s GROUPS)
 
 `python -m tools.docs_reference [NAME ...]` prints sections, to look at one without building the site. Torch is
 never imported: the registries declare their names ahead, and the models are described from their modules' source.
@@ -570,6 +571,36 @@ def python_api_reference() -> str:
     return "\n".join(parts)
 
 
+# ---------------------------------------------------------------------------------------------------- metrics
+
+# a name that ends so is a prefix: the meaning says what follows it (term_<name>, system/<name>)
+_PREFIX_ENDS = ("_", "/")
+
+
+def metric_label(name: str) -> str:
+    return code(f"{name}*" if name.endswith(_PREFIX_ENDS) else name)
+
+
+def metrics_reference() -> str:
+    """Every declared metric name, by group, with its meaning: first what a round reports (raytune_fl.metrics.round),
+    then what the readers derive from the rounds (raytune_fl.metrics.study)."""
+    from raytune_fl.metrics import round as round_names
+    from raytune_fl.metrics import study as study_names
+
+    parts = []
+    for title, groups in (
+        ("What a round reports", round_names.GROUPS),
+        ("What the readers derive", study_names.GROUPS),
+    ):
+        parts.append(f"## {title}\n")
+        for group, meanings in groups.items():
+            parts.append(f"### {cell(group[:1].upper() + group[1:])}\n")
+            rows = [[metric_label(name), cell(meaning)] for name, meaning in meanings.items()]
+            parts.append(table(["metric", "meaning"], rows))
+            parts.append("")
+    return "\n".join(parts)
+
+
 # ------------------------------------------------------------------------------------------------- the markers
 
 SECTIONS: dict[str, Callable[[], str]] = {
@@ -580,6 +611,7 @@ SECTIONS: dict[str, Callable[[], str]] = {
     "models": models_reference,
     "partitioners": partitioners_reference,
     "python-api": python_api_reference,
+    "metrics": metrics_reference,
 }
 
 

@@ -133,3 +133,18 @@ def test_round_names_and_study_names_are_apart():
     assert {name for group in study_module.GROUPS.values() for name in group} == study_names
     assert metrics.TEST_ACC_LAST_K in study_names and metrics.BEST_PREFIX in study_names
     assert metrics.VAL_ACC in round_names and metrics.ROUND in round_names
+
+
+def test_the_docs_metric_table_is_generated_from_the_meanings():
+    """The docs' Metrics page (tools/docs_reference.py's `metrics` section) shows every declared name with its
+    meaning, under its group, and the tutorial keeps no hand copy of the table."""
+    from tools.docs_reference import cell, metric_label, metrics_reference
+
+    page = metrics_reference()
+    for group in metrics.GROUPS.values():
+        for name, meaning in group.items():
+            assert f"| {metric_label(name)} | {cell(meaning)} |" in page, name
+    assert page.index("## What a round reports") < page.index("### Divergence") < page.index("## What the readers")
+    assert "<!-- generated: metrics -->" in (REPO / "docs/reference/metrics.md").read_text(encoding="utf-8")
+    tutorial = (REPO / "docs/tutorial/reading-results.md").read_text(encoding="utf-8")
+    assert "| `val_acc`" not in tutorial and "../reference/metrics.md" in tutorial
