@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 TUNE_SCRIPT = REPO / "scripts" / "tune.py"
 EXPERIMENT = "bench-search"
 VARIANT = "full"  # univarfl.yaml's
-STRATEGIES: dict[str, dict[str, Any]] = {  # the tune settings each strategy runs with; {}: config.py's defaults
+STRATEGIES: dict[str, dict[str, Any]] = {  # the tune settings each strategy runs with; {}: config's defaults
     "tpe_asha": {"sampler": "tpe", "scheduler": {"asha": {}}},
     "tpe": {"sampler": "tpe", "scheduler": {"asha": None}},
     "random_asha": {"sampler": "random", "scheduler": {"asha": {}}},

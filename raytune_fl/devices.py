@@ -52,7 +52,7 @@ def choose_device(setting: str, has_gpu: bool, where: str = "") -> str:
 
     auto: CUDA where Ray assigned a GPU and torch can use it, else CPU; cuda: the same, but a clear error where torch
     sees no CUDA device; cpu: CPU. A process without a GPU share computes on the CPU under every setting: on a GPU
-    node it still sees the GPUs, and would share them unreserved (config.py makes `cuda` reserve GPUs).
+    node it still sees the GPUs, and would share them unreserved (config makes `cuda` reserve GPUs).
     """
     if setting == "cpu":
         return "cpu"

@@ -4,7 +4,7 @@ Each hand-written page under docs/ may hold markers, a line `<!-- generated: NAM
 (tools/mkdocs_hooks.py, named in mkdocs.yml's `hooks:`) replaces each by `SECTIONS[NAME]()` while the site is
 built. Nothing generated is committed. The sections:
 
-    search-space   every field of a search-space file (raytune_fl/config.py's models): type, default, constraints,
+    search-space   every field of a search-space file (raytune_fl/config/'s models): type, default, constraints,
                    description (pydantic's Field(description=...))
     cli            every option of every command (the commands' argparse parsers), with its help
     methods        every registered method's hyperparameters (their Params: type, default, bounds, meaning)
@@ -87,7 +87,7 @@ def first_line(doc: str | None) -> str:
 
 def _source_comments(obj: Any) -> dict[str, str]:
     """A class's `# comments` per field: the comment on the field's own lines, else the comment block right above
-    it. The fallback where a field declares no description (models outside raytune_fl/config.py)."""
+    it. The fallback where a field declares no description (models outside raytune_fl/config/)."""
     try:
         source = _dedent(inspect.getsource(obj))
     except (OSError, TypeError):

@@ -111,7 +111,7 @@ def _line(name: str, sentence: str) -> list[str]:
 
 def _entries(layer: str, names: list[str], found: dict[str, Path]) -> Iterator[tuple[str | None, str]]:
     """(module, label) for a layer's modules. A package layer as a tree (_tree); a module layer (one module ranked on
-    its own, config.py, devices.py or register.py, or the package's top-level modules) by each module's path."""
+    its own, devices.py or register.py, or the package's top-level modules) by each module's path."""
     if layer == PACKAGE or (layer in found and found[layer].name != "__init__.py"):
         for name in names:
             yield name, "  " + "/".join(name.split(".")[1:]) + ".py"

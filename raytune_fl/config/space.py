@@ -1,0 +1,393 @@
+"""The search space: the variants (a method, its fixed values, its searched distributions), the tune settings
+(objectives, scheduler, trials) and the file's whole model, SearchSpace, checked across its sections."""
+
+from __future__ import annotations
+
+import builtins
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import (
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from raytune_fl.config.base import Seed, _check_file_name, _Strict, did_you_mean
+from raytune_fl.config.experiment import ExperimentConfig, OptimizerConfig
+from raytune_fl.metrics import (
+    CLIENT_ACC_BOTTOM10,
+    CLIENT_ACC_MEAN,
+    CLIENT_ACC_STD,
+    CLIENT_ACC_VAR,
+    CLIENT_ACC_WORST,
+    ROUND_TIME_S,
+    VAL_ACC,
+    VAL_LOSS,
+)
+
+
+def _typed(param: Any, value: Any) -> Any:
+    """A text `value` as `param`'s declared number type where it reads as one ("1e-3" -> 0.001 for a float; "1e3"
+    -> 1000 for an int, "1.5" not); anything else as it is, for the method's check to accept or refuse."""
+    if param is None or not isinstance(value, str) or value in param.special:
+        return value
+    if param.choices is not None and value in param.choices:
+        return value
+    try:
+        if param.type is float:
+            return float(value)
+        if param.type is int:
+            try:
+                return int(value)
+            except ValueError:
+                number = float(value)
+                return int(number) if number.is_integer() else value
+    except ValueError:
+        pass
+    return value
+
+
+class Distribution(_Strict):
+    """One search range: exactly one of loguniform / uniform / int / choice."""
+
+    loguniform: tuple[float, float] | None = Field(
+        default=None, description="[low, high]: a float drawn log-uniformly (low > 0)"
+    )
+    uniform: tuple[float, float] | None = Field(default=None, description="[low, high]: a float drawn uniformly")
+    # builtins: the field name shadows the type here
+    int: tuple[builtins.int, builtins.int] | None = Field(
+        default=None, description="[low, high]: an integer drawn uniformly, both ends included"
+    )
+    choice: list[Any] | None = Field(
+        default=None, description="[a, b, ...]: one of these values (types may mix, e.g. [median, 0.5, 2.0])"
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Distribution:
+        given = [k for k in ("loguniform", "uniform", "int", "choice") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of loguniform, uniform, int, choice (got {given or 'none'})")
+        kind = given[0]
+        if kind == "choice":
+            if not self.choice:
+                raise ValueError("choice needs at least one value")
+            return self
+        low, high = getattr(self, kind)
+        if not (math.isfinite(low) and math.isfinite(high)) or low >= high:
+            raise ValueError(f"{kind} range needs low < high (got [{low}, {high}])")
+        if kind == "loguniform" and low <= 0:
+            raise ValueError(f"loguniform range needs low > 0 (got {low})")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("loguniform", "uniform", "int", "choice") if getattr(self, k) is not None)
+
+
+class VariantConfig(_Strict):
+    """An ablation variant: a method, the hyperparameters it fixes, the ones it searches."""
+
+    method: str = Field(description="the method's registered name, e.g. fedavg, fedprox, univarfl")
+    fixed: dict[str, Any] = Field(
+        default={},
+        description="hyperparameters held at a value (a zero weight switches a term off); the rest: defaults",
+    )
+    search: dict[str, Distribution] = Field(
+        default={}, description="hyperparameters the study searches, each with its range; none: one trial"
+    )
+    # where an official code fixes its own (FedLD's: momentum 0.5, weight decay 5e-4)
+    optimizer: OptimizerConfig | None = Field(
+        default=None,
+        description="the local optimiser this variant trains with instead of base.optimizer, in both stages; "
+        "unset = base.optimizer",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed_values(cls, data: Any) -> Any:
+        """Values in `fixed` and in a search's choices (and int ranges) as the hyperparameter's declared type: YAML
+        1.1 reads 1e-3 as text, which base's float fields and --grid take as 0.001, so these do too."""
+        if not isinstance(data, dict) or not isinstance(data.get("method"), str):
+            return data
+        from raytune_fl.methods import METHODS
+
+        if data["method"] not in METHODS:
+            return data  # said by _known_hyperparameters
+        params = METHODS.get(data["method"]).params
+        data = dict(data)
+        if isinstance(data.get("fixed"), dict):
+            data["fixed"] = {name: _typed(params.get(name), value) for name, value in data["fixed"].items()}
+        if isinstance(data.get("search"), dict):
+            search = {}
+            for name, dist in data["search"].items():
+                if isinstance(dist, dict):
+                    dist = {
+                        kind: [_typed(params.get(name), v) for v in values]
+                        if kind in ("choice", "int") and isinstance(values, (list, tuple))
+                        else values
+                        for kind, values in dist.items()
+                    }
+                search[name] = dist
+            data["search"] = search
+        return data
+
+    @model_validator(mode="after")
+    def _known_hyperparameters(self) -> VariantConfig:
+        from raytune_fl.methods import METHODS
+
+        if self.method not in METHODS:
+            raise ValueError(
+                f"method: unknown method {self.method!r}; {did_you_mean(self.method, METHODS)}"
+                f"known: {', '.join(METHODS)}"
+            )
+        spec = METHODS.get(self.method)
+        for section in ("fixed", "search"):
+            for name in getattr(self, section):
+                try:
+                    spec.check_names([name])
+                except ValueError as error:
+                    hint = did_you_mean(name, spec.params).removesuffix(" ")
+                    raise ValueError(f"{section}.{name}: {error}" + (f"; {hint}" if hint else "")) from None
+        if both := sorted(set(self.fixed) & set(self.search)):
+            raise ValueError(f"search.{both[0]}: both fixed and searched; keep one")
+        try:  # bad fixed values (a typo in `fidelity`, a negative weight) fail here, not in a trial
+            spec.resolve(self.fixed)
+        except ValueError as error:
+            raise ValueError(f"fixed: {error}") from None
+        for name, dist in self.search.items():
+            param = spec.params[name]
+            if dist.kind in ("loguniform", "uniform") and param.type is not float:
+                raise ValueError(
+                    f"search.{name}: a {dist.kind} range draws floats; {name} must be {param.allowed()}"
+                    + (" (search it with int)" if param.type is int else " (search it with choice)")
+                )
+            # a range's ends (and every choice) must be allowed: the declared bounds are an interval, so the
+            # ends stand for the whole range a trial may draw from
+            for value in getattr(dist, dist.kind):  # (low, high), or the choices
+                try:
+                    spec.check(name, value)
+                except ValueError as error:
+                    raise ValueError(f"search.{name}: {dist.kind} value {value!r} is not allowed: {error}") from None
+        return self
+
+
+class AshaConfig(_Strict):
+    # Early FL curves cross: on the benchmark workload (docs/explanation/workload.md; UniVarFL, 10 rounds) val_acc
+    # at rounds 2-5 ranks 50 grid runs against their final order (Spearman -0.46 to -0.04), at round 8 with it
+    # (0.60): benchmarks/search.py's "ASHA's bet"
+    grace_period: int | None = Field(
+        default=None,
+        ge=1,
+        description="rounds before a trial may be stopped early; unset = 80 % of the rounds, rounded up",
+    )
+    reduction_factor: float = Field(
+        default=2.0, gt=1, description="ASHA's reduction factor: about 1/reduction_factor of the trials pass each rung"
+    )
+
+    def grace(self, rounds: int) -> int:
+        """The grace period a run of `rounds` rounds gets: the given one (at most `rounds`), else 80 % of them."""
+        return min(self.grace_period or (4 * rounds + 4) // 5, rounds)  # ceil(0.8 rounds) in integers
+
+
+class SchedulerConfig(_Strict):
+    asha: AshaConfig | None = Field(
+        default=AshaConfig(), description="ASHA early stopping ({} = its defaults); null turns early stopping off"
+    )
+
+
+# what a study may select on: validation scores and the spread over clients (the test set never steers tuning),
+# each with the direction it improves in; a list of several makes the search multi-objective
+OBJECTIVES: dict[str, str] = {
+    VAL_ACC: "max",
+    VAL_LOSS: "min",
+    CLIENT_ACC_MEAN: "max",
+    CLIENT_ACC_WORST: "max",
+    CLIENT_ACC_BOTTOM10: "max",
+    CLIENT_ACC_STD: "min",
+    CLIENT_ACC_VAR: "min",
+    ROUND_TIME_S: "min",
+}
+Mode = Literal["max", "min"]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One metric a study optimises and its direction."""
+
+    metric: str
+    mode: str
+
+    def __str__(self) -> str:
+        return f"{self.metric} ({self.mode})"
+
+
+def _objective_name(name: Any) -> str:
+    if not isinstance(name, str) or name not in OBJECTIVES:
+        test = " (the test set never steers tuning: select on validation)" if str(name).startswith("test_") else ""
+        hint = did_you_mean(str(name), OBJECTIVES)
+        raise ValueError(f"unknown metric {name!r}{test}; {hint}choose from {', '.join(OBJECTIVES)}")
+    return name
+
+
+class TuneSettings(_Strict):
+    num_samples: int = Field(
+        default=8, ge=1, description="trials per searched variant (a variant that searches nothing: one)"
+    )
+    max_concurrent: int = Field(
+        default=1, ge=1, description="trials at once; on 2 cores one trial already fills the machine"
+    )
+    metric: str | list[str | dict[str, Mode]] = Field(
+        default=VAL_ACC,
+        description="what selects: a metric (val_acc maximised, val_loss minimised, client_acc_worst, ...: "
+        "validation only, the test set never steers tuning), or a list of several with their directions, e.g. "
+        "[val_acc: max, client_acc_worst: max], searched by Optuna's multi-objective TPE: the summary shows each "
+        "variant's Pareto front and the first metric selects the configuration the ablation runs",
+    )
+    scheduler: SchedulerConfig = Field(
+        default=SchedulerConfig(),
+        description="the trial scheduler: ASHA, or none (several objectives: none, as ASHA ranks trials on one number)",
+    )
+    sampler: Literal["tpe", "random"] = Field(
+        default="tpe", description="Optuna's TPE, or random sampling (the baseline a search strategy must beat)"
+    )
+    seed: Seed = Field(
+        default=0, description="the sampler's seed; each variant's sampler draws from (seed, variant name)"
+    )
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metrics(cls, value: str | list[str | dict[str, str]]) -> str | list[str | dict[str, str]]:
+        if isinstance(value, str):
+            _objective_name(value)
+            return value
+        if not value:
+            raise ValueError("an empty list: name at least one metric, e.g. [val_acc: max, client_acc_worst: max]")
+        seen = set()
+        for item in value:
+            if isinstance(item, dict) and len(item) != 1:
+                raise ValueError(f"{item!r}: one metric per entry, as `name: max` or `name: min`")
+            name = next(iter(item)) if isinstance(item, dict) else item
+            if _objective_name(name) in seen:
+                raise ValueError(f"{name!r} is listed twice")
+            seen.add(name)
+        return value
+
+    @model_validator(mode="after")
+    def _one_number_for_asha(self) -> TuneSettings:
+        if self.multi_objective and "asha" in self.scheduler.model_fields_set and self.scheduler.asha is not None:
+            raise ValueError(
+                f"scheduler.asha: ASHA stops trials by one number, and tune.metric lists {len(self.objectives)} "
+                "(a trial it cut may be on the Pareto front); set scheduler: {asha: null} or select on one metric"
+            )
+        return self
+
+    @property
+    def objectives(self) -> tuple[Objective, ...]:
+        """What the study optimises, in the file's order; the first selects the configuration the ablation runs."""
+        items = [self.metric] if isinstance(self.metric, str) else self.metric
+        pairs = [next(iter(item.items())) if isinstance(item, dict) else (item, OBJECTIVES[item]) for item in items]
+        return tuple(Objective(name, mode) for name, mode in pairs)
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
+
+    @property
+    def primary(self) -> str:
+        """The metric that selects each variant's configuration (the first objective)."""
+        return self.objectives[0].metric
+
+    @property
+    def mode(self) -> str:
+        return self.objectives[0].mode
+
+    @property
+    def early_stopping(self) -> AshaConfig | None:
+        """ASHA's settings, or None: off in the file, or several objectives (the default scheduler gives way)."""
+        return None if self.multi_objective else self.scheduler.asha
+
+
+class SearchSpace(_Strict):
+    """A search-space file: a base experiment, ablation variants, tune settings."""
+
+    name: str = Field(min_length=1, description="the study's name: the MLflow experiment, reports/<name>/")
+    # imported by raytune_fl.plugins before the rest of the file is checked, and in every Ray worker
+    plugins: list[str] = Field(
+        default=[],
+        description="modules that register your datasets, models and methods (importable names); --plugin adds to them",
+    )
+    # a factory: an instance here would be validated (its names looked up, torch imported) when this module loads
+    base: ExperimentConfig = Field(
+        default_factory=ExperimentConfig, description="the federated experiment every variant shares"
+    )
+    variants: dict[str, VariantConfig] = Field(
+        min_length=1,
+        description="the ablation variants by name (letters, digits, '_' and '-'): one study each",
+    )
+    tune: TuneSettings = Field(default=TuneSettings(), description="the search: trials, concurrency, metric, scheduler")
+
+    def experiment_for(self, variant: str) -> ExperimentConfig:
+        """The experiment a variant's runs use: base, with the variant's own optimiser where it names one."""
+        optimizer = self.variants[variant].optimizer
+        return self.base if optimizer is None else self.base.model_copy(update={"optimizer": optimizer})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _import_plugins(cls, data: Any, info: ValidationInfo) -> Any:
+        """The plugins first: the names they register are then known to the checks of every other field. A plugin
+        beside the search-space file is found there (load_space's context)."""
+        plugins = data.get("plugins") if isinstance(data, dict) else None
+        if plugins is None:
+            plugins = []
+        if not isinstance(plugins, list):
+            raise ValueError(f"plugins: a list of module names, e.g. [my_lab.fl_ext] (got {plugins!r:.80})")
+        from raytune_fl.plugins import PluginError, load_plugins
+
+        try:
+            load_plugins(plugins, beside=(info.context or {}).get("folder"))
+        except PluginError as error:
+            raise ValueError(f"plugins: {error}") from None
+        return data
+
+    @field_validator("name")
+    @classmethod
+    def _space_name(cls, value: str) -> str:
+        # it names <storage>/<name>.study.json and reports/<name>/: "../a/b" would write outside them
+        try:
+            _check_file_name("the space's name", value)
+        except ValueError as error:
+            raise ValueError(f"{error} (it names the MLflow experiment and files under --storage)") from None
+        return value
+
+    @field_validator("variants")
+    @classmethod
+    def _variant_names(cls, value: dict[str, VariantConfig]) -> dict[str, VariantConfig]:
+        for name in value:
+            _check_file_name("variant name", name)
+        return value
+
+    @model_validator(mode="after")
+    def _objectives_are_measured(self) -> SearchSpace:
+        spread = [o.metric for o in self.tune.objectives if o.metric.startswith("client_acc_")]
+        if spread and not self.base.diagnostics.client_accuracy:
+            raise ValueError(
+                f"tune.metric: {spread[0]} is measured by base.diagnostics.client_accuracy, which is off; turn it on"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _asynchronous_has_no_deadline(self) -> SearchSpace:
+        from raytune_fl.methods import METHODS
+
+        if self.base.system.deadline is None:
+            return self
+        for name, variant in self.variants.items():
+            if METHODS.get(variant.method).asynchronous:  # the spec says so: nothing built, no torch imported
+                raise ValueError(
+                    f"base.system.deadline: variant {name!r} uses FedBuff, which has no round deadline "
+                    "(late updates are applied stale, their staleness recorded); unset the deadline"
+                )
+        return self
