@@ -37,6 +37,7 @@ _EXPORTS = {
     "Weights": "raytune_fl.types",
     # what a dataset loader may return
     "ArrayDataset": "raytune_fl.data.datasets",
+    "RaytuneFLError": "raytune_fl.errors",  # the base of every error the package raises
 }
 
 __all__ = [  # what _EXPORTS lists, written out for linters and tests/test_register.py's check
@@ -63,11 +64,13 @@ __all__ = [  # what _EXPORTS lists, written out for linters and tests/test_regis
     "ClientUpdate",
     "Weights",
     "ArrayDataset",
+    "RaytuneFLError",
 ]
 
 if TYPE_CHECKING:
     from raytune_fl.aggregators.fedavg import apply_delta, fedavg, is_running_statistic, weighted_mean_delta
     from raytune_fl.data.datasets import ArrayDataset
+    from raytune_fl.errors import RaytuneFLError
     from raytune_fl.methods.base import (
         Batch,
         ClientContext,

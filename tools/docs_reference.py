@@ -499,6 +499,7 @@ API_GROUPS = {  # module -> the heading its exports are listed under
     "raytune_fl.aggregators.fedavg": "Server rules' pure functions",
     "raytune_fl.types": "Records",
     "raytune_fl.data.datasets": "What a dataset loader may return",
+    "raytune_fl.errors": "Errors",
 }
 
 

@@ -35,6 +35,7 @@ def test_every_error_of_the_package_derives_from_raytune_fl_error():
     assert len(errors) >= 14, sorted(found)  # the scan sees the package's errors (14 and the base, 2026-11)
     assert not (outside := sorted(n for n, c in errors.items() if not issubclass(c, RaytuneFLError))), outside
     assert {n for n, c in found.items() if not issubclass(c, Exception)} == NOT_ERRORS
+    assert raytune_fl.RaytuneFLError is RaytuneFLError  # public: a plugin author catches the package's errors
 
 
 def test_each_error_keeps_its_standard_base():

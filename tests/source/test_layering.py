@@ -405,7 +405,7 @@ def test_the_ranks_cover_every_package_once_and_nothing_else():
     listed = [layer for layers in RANKS for layer in layers]
     assert len(listed) == len(set(listed))
     packages = {f"raytune_fl.{p.name}" for p in (REPO / "raytune_fl").iterdir() if any(p.glob("*.py"))}
-    modules = {"raytune_fl", "raytune_fl.config", "raytune_fl.devices", "raytune_fl.register"}  # ranked on their own
+    modules = {"raytune_fl", "raytune_fl.devices", "raytune_fl.register"}  # top-level modules ranked on their own
     assert packages | modules == set(listed)
 
 
@@ -441,7 +441,7 @@ def test_the_package_has_no_arrow_up_and_no_circle():
     rank lets a module past the one above it: the vocabulary is a layer of its own, below config), 0 cycles."""
     graph = _package_imports()
     assert (len(upward_imports(graph)), _cycle(graph)) == (0, None)
-    assert sum(map(len, graph.values())) > 500  # the graph is read: ~900 arrows
+    assert sum(map(len, graph.values())) > 500  # the graph is read: ~600 arrows between ~180 modules
     config = {m for m in graph if m == "raytune_fl.config" or m.startswith("raytune_fl.config.")}
     assert any("raytune_fl.metrics" in graph[m] for m in config)  # the arrow that was up, now down
     assert rank_of("raytune_fl.metrics") < rank_of("raytune_fl.errors") < rank_of("raytune_fl.config")
