@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 from ray import tune
@@ -134,8 +134,9 @@ def log_cell_models(
 ) -> int:
     """Each finished cell's final global model on its run (`ablate.py --log-models`); how many were logged."""
     logged = 0
-    for result in results:
-        cell = cells.get((result.config or {}).get("cell"))
+    for result in cast("Iterable[tune.Result]", results):  # a ResultGrid iterates by index
+        key = (result.config or {}).get("cell")
+        cell = cells.get(key) if key is not None else None
         if result.error is not None or cell is None:
             continue
         done = log_trial_model(tracker, parent_run_id, result, cell.trial, data[cell.data_label], link_parent=False)

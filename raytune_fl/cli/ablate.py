@@ -153,7 +153,7 @@ class Checked:
     space: SearchSpace
     variants: list[str]
     axes: list[GridAxis]
-    reference: str | None  # --seeds auto's reference variant (None: a fixed number of seeds)
+    auto: AutoSeeds | None  # --seeds auto's target, cap and reference variant (None: a fixed number of seeds)
     uri: str
     out_dir: Path
     data: dict[str, FederatedData]  # every partition the cells train on, by data label
@@ -204,7 +204,11 @@ def _check(args: argparse.Namespace) -> Checked:
         why = "uses no study (--ignore-studies)" if args.ignore_studies else "needs the --grid it was tuned over"
         raise ConfigError(f"--per-setting: {why}")
     space, variants = common.resolve_space(args)
-    reference = check_reference(args.reference, variants) if args.seeds == AUTO else args.reference
+    auto = None
+    if args.seeds == AUTO:
+        from raytune_fl.ablation.plan import AutoSeeds
+
+        auto = AutoSeeds(args.target_halfwidth, args.max_seeds, check_reference(args.reference, variants))
     axes = parse_grid(args.grid)
     check_partition_seeds(args.partition_seeds, axes)
     experiments = settings(space, axes)
@@ -219,12 +223,12 @@ def _check(args: argparse.Namespace) -> Checked:
             data[label] = common.check_data(experiment)
         except ConfigError as error:
             raise ConfigError(f"setting {label}: {error}") from None
-    return Checked(space, variants, axes, reference, uri, out_dir, data)
+    return Checked(space, variants, axes, auto, uri, out_dir, data)
 
 
 def _plan(args: argparse.Namespace, checked: Checked, found: tuple[Any, str] | None) -> AblationPlan:
     """Each variant's configuration (its tuned study's, else the YAML's) and the plan of cells over them, said."""
-    from raytune_fl.ablation.plan import AutoSeeds, make_plan
+    from raytune_fl.ablation.plan import make_plan
     from raytune_fl.ablation.sources import merged_source, searched_seeds, setting_sources, variant_source
     from raytune_fl.tracking.store import latest_study
 
@@ -239,7 +243,7 @@ def _plan(args: argparse.Namespace, checked: Checked, found: tuple[Any, str] | N
     for source in sources.values():
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in source.params.items())
         print(f"[{source.variant}] {source.method}: {source.note} [{shown or 'method defaults'}]", flush=True)
-    auto = AutoSeeds(args.target_halfwidth, args.max_seeds, checked.reference) if args.seeds == AUTO else None
+    auto = checked.auto
     seeding = _seeds(args, space, auto.start if auto is not None else args.seeds, searched_seeds(sources))
     plan = make_plan(space, checked.axes, seeding, sources, args.partition_seeds, per_setting, auto)
     print(plan.summary_line(), flush=True)
@@ -264,7 +268,7 @@ def _resumed(
         return None
     auto, seeding = plan.auto, plan.seed_plan
     if auto is not None and seeding is not None:  # the rounds it already ran: continue from as many seeds as it had
-        ran = len({cell.seed for cell in _all_cells(plan, auto) if cell.key in done})
+        ran = len({cell.seed for cell in _all_cells(plan, auto, seeding) if cell.key in done})
         plan = plan.with_seeds(_seeds(args, plan.space, max(auto.start, ran), seeding.searched))
     print(f"resuming ablation run {parent_run_id}: {len(done)} of {len(plan.cells)} runs had finished", flush=True)
     return plan, (parent_run_id, done)
@@ -450,10 +454,10 @@ def auto_line(widths: dict[str, float], seeds: int, auto: AutoSeeds, more: int |
     return f"{state}: not reached at --max-seeds {auto.max_seeds}; the table states the widths it got"
 
 
-def _all_cells(plan: AblationPlan, auto: AutoSeeds) -> list:
-    """The cells at --max-seeds (what a resumed --seeds auto may have run)."""
+def _all_cells(plan: AblationPlan, auto: AutoSeeds, seeding: SeedPlan) -> list:
+    """The cells at --max-seeds (what a resumed --seeds auto may have run), by `seeding`'s rule."""
     return plan.with_seeds(
-        seed_plan(plan.space.base.seed, auto.max_seeds, plan.seed_plan.searched, plan.seed_plan.rule != HELD_OUT)
+        seed_plan(plan.space.base.seed, auto.max_seeds, seeding.searched, seeding.rule != HELD_OUT)
     ).cells
 
 

@@ -590,7 +590,7 @@ def watch_silences(every_s: float = QUIET_S) -> Iterator[SilenceWatch]:
     watch, stop = SilenceWatch(sys.stdout, every_s), threading.Event()
     beside = _Beside(sys.stderr, watch)
     thread = threading.Thread(target=watch.run, args=(stop,), name="silence-watch", daemon=True)
-    sys.stdout, sys.stderr = watch, beside  # type: ignore[assignment]  # TextIOs by delegation
+    sys.stdout, sys.stderr = watch, beside  # TextIOs by delegation
     thread.start()
     try:
         yield watch

@@ -28,7 +28,7 @@ from raytune_fl.registry import UnknownNameError
 
 # the paper spaces are package data (pyproject.toml), so an installed wheel finds them from any folder; a wheel
 # is installed unpacked, so this is a real folder (the repository's search_spaces/papers/ links to its files)
-PAPERS_DIR = Path(resources.files("raytune_fl") / "spaces" / "papers")
+PAPERS_DIR = Path(str(resources.files("raytune_fl") / "spaces" / "papers"))
 
 
 DEFAULT_ALPHAS = "0.1,0.5"  # the papers' harshest label skew and a milder one

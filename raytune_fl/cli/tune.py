@@ -7,6 +7,7 @@ import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from raytune_fl.cli import common, progress, stopping
@@ -245,9 +246,10 @@ def _each_study(
         key, name = study.key, study.variant
         run_state = manifest.state(key) if args.resume else "new"
         state.cut = _cut(None, [_key(o) for o in outcomes], keys[index:])  # a stop between variants
-        if run_state == "finished":
+        kept = manifest.outcome(key) if run_state == "finished" else None
+        if kept is not None:
             print(f"=== variant {key}: finished before the interruption, kept ===", flush=True)
-            outcomes.append(manifest.outcome(key))
+            outcomes.append(kept)
             continue
         method = study.space.variants[name].method
         print(f"=== variant {key} (method {method}){_RESUMING.get(run_state, '')} ===", flush=True)
@@ -258,7 +260,7 @@ def _each_study(
                 replace(options, watch=progress.console(args.verbose)),
                 data=study.data,
                 resume=manifest.run(key) if args.resume else None,
-                on_start=lambda run, key=key: manifest.started(key, run),
+                on_start=partial(manifest.started, key),
                 setting=study.setting,
             )
         except stopping.StudyInterrupted as stop:

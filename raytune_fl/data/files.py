@@ -287,8 +287,8 @@ def _torchvision(name: str, root: str, split: str | None = None) -> ArrayDataset
         y_train, y_test, classes = np.asarray(y_train) - 1, np.asarray(y_test) - 1, classes[1:]
     # K from the labels (the largest + 1), not from torchvision's class list: a copy holding fewer classes gets a
     # head of its own size; a class of 0..K-1 without a training sample is refused (check_classes)
-    splits = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
-    x_train, y_train, x_test, y_test, count = check_arrays(f"torchvision {name}: {root}", splits, scale_uint8=True)
+    arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
+    x_train, y_train, x_test, y_test, count = check_arrays(f"torchvision {name}: {root}", arrays, scale_uint8=True)
     names = tuple(str(c) for c in classes[:count]) if len(classes) >= count else ()
     label = f"emnist_{split}" if split else name.lower()
     return ArrayDataset(label, x_train, y_train, x_test, y_test, count, class_names=names)

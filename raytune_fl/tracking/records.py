@@ -161,7 +161,7 @@ def tune_parent(
     variant, base = space.variants[variant_name], space.experiment_for(variant_name)
     unsearched = VariantTrials.of(space, variant_name).trial()
     params = {k: v for k, v in trial_params(unsearched).items() if k not in variant.search}
-    extra = {TAG_OPTUNA_STUDY: optuna.name, TAG_OPTUNA_STORAGE: optuna.storage} if optuna else {}
+    extra: dict[str, Any] = {TAG_OPTUNA_STUDY: optuna.name, TAG_OPTUNA_STORAGE: optuna.storage} if optuna else {}
     extra |= {TAG_SETTING: setting} if setting else {}
     return RunRecord(
         study_key(variant_name, setting),
@@ -271,13 +271,18 @@ def tune_parent_metrics(val_samples: int | None) -> dict[str, float]:
 class Cell(Protocol):
     """What a cell's run is built from (ablation/plan.py's AblationCell)."""
 
-    variant: str
-    method: str
-    seed: int
-    setting: str
-    params: dict[str, Any]
-    study_run_id: str | None
-
+    @property
+    def variant(self) -> str: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def setting(self) -> str: ...
+    @property
+    def params(self) -> dict[str, Any]: ...
+    @property
+    def study_run_id(self) -> str | None: ...
     @property
     def key(self) -> str: ...
     @property
@@ -327,11 +332,16 @@ class CellTrials:
 class Source(Protocol):
     """Where a variant's ablated configuration came from (ablation/sources.py's VariantSource)."""
 
-    variant: str
-    method: str
-    params: dict[str, Any]
-    study_run_id: str | None
-    note: str
+    @property
+    def variant(self) -> str: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def params(self) -> dict[str, Any]: ...
+    @property
+    def study_run_id(self) -> str | None: ...
+    @property
+    def note(self) -> str: ...
 
 
 @dataclass(frozen=True)

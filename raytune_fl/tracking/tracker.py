@@ -84,6 +84,9 @@ class PartitionDrawings:
     after the drawing. Pickled empty: Tune pickles its callbacks, which hold the tracker."""
 
     def __init__(self) -> None:
+        self._empty()
+
+    def _empty(self) -> None:
         self._thread: ThreadPoolExecutor | None = None
         self._drawn: dict[tuple[int, str], tuple[FederatedData, Future[PartitionFiles]]] = {}
         self._logging: dict[str, list[Future[None]]] = {}
@@ -115,7 +118,7 @@ class PartitionDrawings:
         return {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()
+        self._empty()
 
 
 class StudyTracker:

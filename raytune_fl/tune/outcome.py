@@ -4,9 +4,9 @@ several objectives, its Pareto front too."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from ray import tune
 from ray.tune.result import TRIAL_ID
@@ -120,7 +120,7 @@ def _counted(results: tune.ResultGrid, metric: str, rounds: int) -> tuple[dict[s
     counts = dict.fromkeys((*ENDED_STATUSES, TRIAL_ERROR), 0)  # finished, collapsed, stopped_early, diverged, error
     candidates: list[Any] = []
     errors: list[str] = []
-    for result in results:
+    for result in cast("Iterable[tune.Result]", results):  # a ResultGrid iterates by index
         if result.error is not None:
             counts[TRIAL_ERROR] += 1
             errors.append(str(result.error).splitlines()[0][:300])
@@ -139,14 +139,14 @@ def _counted(results: tune.ResultGrid, metric: str, rounds: int) -> tuple[dict[s
 
 def _front(results: list[tune.Result], objectives: Sequence[Objective]) -> list[tuple[tune.Result, FrontTrial]]:
     """The results on the Pareto front of `objectives`, each with its FrontTrial (not yet marked selected)."""
-    points = [[float(r.metrics.get(o.metric, math.nan)) for o in objectives] for r in results]
+    points = [[float((r.metrics or {}).get(o.metric, math.nan)) for o in objectives] for r in results]
     chosen = pareto_front(points, [o.mode == "max" for o in objectives])
     return [
         (
             results[i],
             FrontTrial(
-                str(results[i].metrics.get(TRIAL_ID, "")),
-                dict(results[i].config),
+                str((results[i].metrics or {}).get(TRIAL_ID, "")),
+                dict(results[i].config or {}),
                 {o.metric: value for o, value in zip(objectives, points[i], strict=True)},
                 selected=False,
             ),

@@ -79,9 +79,8 @@ def run_variant(
     started, stamp = time.time(), time.strftime("%Y%m%d-%H%M%S")
     trials, settings, tracker = VariantTrials.of(space, variant_name), space.tune, options.tracker
     base, key = trials.experiment, study_key(variant_name, setting)
-    search = make_search(
-        space, variant_name, stamp, options.optuna_storage, resume and resume.optuna_study, bool(resume), key
-    )
+    resumed_study = resume.optuna_study if resume else None
+    search = make_search(space, variant_name, stamp, options.optuna_storage, resumed_study, bool(resume), key)
     storage = resolve_storage(options.storage)
     restore_from = _restore_path(resume, storage, variant_name, options.out)
     data = data or (prepare_data(base) if tracker is not None else None)  # what every trial builds, seeded
@@ -90,23 +89,23 @@ def run_variant(
         options.watch, Watch(variant_name, search.num_samples, base.rounds, *_rule(settings)), search
     )
     record = _record(space, variant_name, search, identity, setting)
-    with _parent_run(tracker, record, resume, data, base, started, tune_parent_metrics(val_samples)) as parent:
-        parent_run_id = parent.run_id if parent is not None else None
-        if parent is not None:
-            records = TuneTrials(variant_name, trials, (identity,))
-            callbacks += _trial_loggers(parent, options, records, data, resume, settings)
+    with _parent_run(tracker, record, resume, data, base, started, tune_parent_metrics(val_samples)) as logged:
+        parent_run_id = logged.parent.run_id if logged is not None else None
+        if logged is not None:
+            records = TuneTrials(variant_name, trials, (identity,) if identity else ())
+            callbacks += _trial_loggers(logged, options, records, resume, settings)
         name = f"{space.name}-{setting_folder(key)}-{stamp}"
         experiment_path = restore_from or storage.join(name)  # within the storage's filesystem, as restore takes it
         if on_start is not None:  # recorded once the parent run exists: a stop from here on resumes in it
             on_start(VariantRun(experiment_path, parent_run_id, *_optuna(search)))
         # a stop raises StudyInterrupted in fit: no selection, summary or model of a cut study
         results = fit(_tuner(trials, restore_from, storage, callbacks, name, search, settings))
-        if search.optuna_study is not None:
+        if search.optuna_study is not None and options.optuna_storage is not None:  # the study is in that storage
             close_optuna_trials(options.optuna_storage, search.optuna_study, variant_name, options.out)
         selected = _select(results, variant_name, trials, space, val_samples)
         outcome, best = _placed(selected[0], parent_run_id, storage, search, started, setting), selected[1]
-        if parent is not None:
-            _end_parent(parent, outcome, best, trials, data, options, settings)
+        if logged is not None:
+            _end_parent(logged, outcome, best, trials, options, settings)
         return outcome
 
 
@@ -147,6 +146,15 @@ def _optuna(search: Search) -> tuple[str | None, str | None]:
     return search.optuna_study, search.optuna_storage
 
 
+@dataclass(frozen=True)
+class Logged:
+    """A study's MLflow side while it runs: its parent run, the tracker that writes it, the data its runs name."""
+
+    parent: ParentRun
+    tracker: StudyTracker
+    data: FederatedData
+
+
 @contextmanager
 def _parent_run(
     tracker: StudyTracker | None,
@@ -156,34 +164,33 @@ def _parent_run(
     base: ExperimentConfig,
     started: float,
     metrics: dict[str, float],
-) -> Iterator[ParentRun | None]:
+) -> Iterator[Logged | None]:
     """The study's parent run (none without a tracker): new, with its partition record, or the resumed one; it
     ends with its wall time since `started` and `metrics` whatever stops it."""
-    if tracker is None:
+    if tracker is None or data is None:  # data: prepared wherever there is a tracker
         yield None
         return
     with tracker.parent_run(record, resume.parent_run_id if resume else None, started) as parent:
         if parent.new:
             tracker.log_partition_when_drawn(parent.run_id, data, partition_title(base))
         parent.metrics.update(metrics)
-        yield parent
+        yield Logged(parent, tracker, data)
 
 
 def _trial_loggers(
-    parent: ParentRun,
+    logged: Logged,
     options: StudyOptions,
     records: TuneTrials,
-    data: FederatedData | None,
     resume: VariantRun | None,
     settings: TuneSettings,
 ) -> list[tune.Callback]:
     """What logs the trials to MLflow as they run (their runs closed with the parent's); with an exporter, the
     best trial so far's model too."""
-    rounds = records.trials.experiment.rounds
-    parent.trials.append(TrialTracker(options.tracker, parent.run_id, rounds, records, resuming=bool(resume)))
+    rounds, parent = records.trials.experiment.rounds, logged.parent
+    parent.trials.append(TrialTracker(logged.tracker, parent.run_id, rounds, records, resuming=bool(resume)))
     callbacks: list[tune.Callback] = [MlflowTrialLogger(parent.trials[-1])]
     if options.exporter is not None and options.log_model:
-        callbacks.append(_best_so_far(options.exporter, parent.run_id, records.trials, data, settings))
+        callbacks.append(_best_so_far(options.exporter, parent.run_id, records.trials, logged.data, settings))
     return callbacks
 
 
@@ -208,7 +215,7 @@ def _best_so_far(
     exporter: ModelExporter,
     parent_run_id: str,
     trials: VariantTrials,
-    data: FederatedData | None,
+    data: FederatedData,
     settings: TuneSettings,
 ) -> BestSoFar:
     """The best trial so far has its model logged by the helper process while the study runs."""
@@ -255,44 +262,46 @@ def _placed(
 
 
 def _end_parent(
-    parent: ParentRun,
+    logged: Logged,
     outcome: VariantOutcome,
     best: tune.Result | None,
     trials: VariantTrials,
-    data: FederatedData | None,
     options: StudyOptions,
     settings: TuneSettings,
 ) -> None:
     """The selected model logged (`options.log_model`), then the parent's end: its selection's tags and metrics,
     the run of its model; with several objectives, the objectives and its Pareto front."""
-    model = _log_best_model(parent, best, trials, data, options) if best is not None and options.log_model else None
+    model = _log_best_model(logged, best, trials, options) if best is not None and options.log_model else None
     outcome.model_id = model[0] if model is not None else None
     objectives = settings.objectives
     front = ParetoFront(objectives, tuple(t.trial_id for t in outcome.front)) if len(objectives) > 1 else None
     seed = trials.experiment.seed
     end = tune_parent_end(
-        outcome.best_params, outcome.best_metrics, outcome.trials, seed, outcome.edges, front, model and model[1]
+        outcome.best_params,
+        outcome.best_metrics,
+        outcome.trials,
+        seed,
+        outcome.edges,
+        front,
+        model[1] if model else None,
     )
-    parent.end_with(end)
+    logged.parent.end_with(end)
 
 
 def _log_best_model(
-    parent: ParentRun,
-    best: tune.Result,
-    trials: VariantTrials,
-    data: FederatedData | None,
-    options: StudyOptions,
+    logged: Logged, best: tune.Result, trials: VariantTrials, options: StudyOptions
 ) -> tuple[str, str] | None:
     """The selected trial's global model on its run, and listed on the variant's parent run: its model id and the
     trial run that logged it."""
-    trial, out = trials.trial(best.config), options.out
+    trial, out, parent, data = trials.trial(best.config), options.out, logged.parent, logged.data
+    logged_model: tuple[Any, ...] | None
     out("  saving the selected model to MLflow...")  # seconds (minutes on a loaded machine): cli/progress.py's phase
     if options.exporter is not None:
-        logged = options.exporter.log(parent.run_id, best, trial, data, link_parent=True)
+        logged_model = options.exporter.log(parent.run_id, best, trial, data, link_parent=True)
     else:
-        logged = log_trial_model(options.tracker, parent.run_id, best, trial, data, link_parent=True)
-    if logged is None:
+        logged_model = log_trial_model(logged.tracker, parent.run_id, best, trial, data, link_parent=True)
+    if logged_model is None:
         out(f"  no model logged for {parent.run_id}: the selected trial left no checkpoint (checkpoint_every: 0?)")
         return None
-    model_id, run_id = logged[:2]
+    model_id, run_id = logged_model[:2]
     return model_id, run_id

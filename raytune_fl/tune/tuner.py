@@ -71,7 +71,10 @@ def replace_restored_callbacks(tuner: tune.Tuner, callbacks: list[tune.Callback]
     the callbacks pickled at the first start. Ours hold this process's MLflow bookkeeping and console, so they
     replace those through Tune's private state: the one place that reaches into it, to go once a Ray release's
     restore takes callbacks."""
-    tuner._local_tuner.get_run_config().callbacks = with_result_files(callbacks)
+    local = tuner._local_tuner
+    if local is None:  # Tuner.restore in a driver process always makes a local tuner
+        raise RuntimeError("a restored Tuner without a local tuner: its callbacks cannot be replaced")
+    local.get_run_config().callbacks = with_result_files(callbacks)
 
 
 def fit(tuner: tune.Tuner) -> tune.ResultGrid:
