@@ -291,6 +291,7 @@ def test_both_stages_use_the_same_param_and_metric_names(logged):
 
 
 def test_a_tune_trial_and_an_ablation_cell_of_one_configuration_log_the_same_params():
+    from raytune_fl.config import VariantTrials
     from raytune_fl.methods import METHODS
     from raytune_fl.tracking.records import TuneTrials, ablation_cell
 
@@ -303,7 +304,7 @@ def test_a_tune_trial_and_an_ablation_cell_of_one_configuration_log_the_same_par
         }
     )
     variant, sampled = s.variants["full"], {"mu": 0.25}  # what Tune's searcher drew for one trial
-    trial = TuneTrials("full", s.base, variant.method, variant.fixed).record(sampled, 0).params
+    trial = TuneTrials("full", VariantTrials.of(s, "full")).record(sampled, 0).params
     # the ablation reads that trial back as its study's selection (derived defaults come back as their rule)
     selected = METHODS.get("univarfl").describe({**variant.fixed, **sampled})
     source = variant_source(s, "full", StudyRecord("run1", "univarfl", selected, {"best_val_acc": 0.5}, 0))
