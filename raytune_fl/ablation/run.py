@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 from ray import tune
 
-from raytune_fl.ablation.plan import AblationCell, AblationPlan, ablation_trial
+from raytune_fl.ablation.plan import AblationCell, AblationPlan
 from raytune_fl.ablation.table import LEVEL, summarise, to_csv, to_markdown
+from raytune_fl.ablation.trainable import ablation_trial
 from raytune_fl.data.identity import DataIdentity
 from raytune_fl.engine.data import FederatedData, data_identity_of
 from raytune_fl.export.trial_model import log_trial_model
@@ -26,8 +26,7 @@ from raytune_fl.tracking.records import (
     RunRecord,
     ablation_cell,
     ablation_parent,
-    ablation_parent_metrics,
-    summary_metrics,
+    ablation_parent_end,
 )
 from raytune_fl.tracking.schema import (
     ABLATION_FOLDER,
@@ -36,9 +35,6 @@ from raytune_fl.tracking.schema import (
     PARTITION_FOLDER,
     RAN_EVERY_ROUND,
     RUN_KILLED,
-    TAG_RESUME_COMMAND,
-    TAG_SEEDS,
-    TAG_SEEDS_AUTO,
     setting_folder,
 )
 from raytune_fl.tracking.store import ablation_results, one_run_per_cell
@@ -90,6 +86,7 @@ def parent_record(plan: AblationPlan, data: dict[str, FederatedData]) -> RunReco
         settings=list(plan.experiments),
         sources=list(plan.sources.values()),
         **seed_facts(plan),
+        resume_command=resume_command(),
     )
     return ablation_parent(facts, list(identities(plan, data).values()))
 
@@ -137,8 +134,9 @@ def log_cell_models(
 ) -> int:
     """Each finished cell's final global model on its run (`ablate.py --log-models`); how many were logged."""
     logged = 0
-    for result in results:
-        cell = cells.get((result.config or {}).get("cell"))
+    for result in cast("Iterable[tune.Result]", results):  # a ResultGrid iterates by index
+        key = (result.config or {}).get("cell")
+        cell = cells.get(key) if key is not None else None
         if result.error is not None or cell is None:
             continue
         done = log_trial_model(tracker, parent_run_id, result, cell.trial, data[cell.data_label], link_parent=False)
@@ -224,49 +222,66 @@ def write_table(
     return summary, files
 
 
+@dataclass(frozen=True)
+class AblationOptions:
+    """How a command runs its ablation: where it writes, what it logs, who follows it."""
+
+    tracker: StudyTracker
+    storage: str | Path | Storage  # where Tune keeps the cells: a directory or URI (runtime/storage.py)
+    out_dir: Path  # the results and the table
+    out: Callable[[str], None] = print_line
+    log_models: bool = False  # each finished cell's final global model as an MLflow model on its run
+    watch: Watcher | None = None  # how the caller follows the cells (the CLI: its console progress)
+    on_parent: Callable[[str], None] | None = None  # told the parent run's id once it exists (--resume finds it)
+
+
 def run_ablation(
     plan: AblationPlan,
-    tracker: StudyTracker,
     data: dict[str, FederatedData],
-    *,
-    storage: str | Path | Storage,  # a directory or URI (runtime/storage.py)
-    out_dir: Path,
+    options: AblationOptions,
     resume: tuple[str, set[str]] | None = None,
-    out: Callable[[str], None] = print_line,
-    log_models: bool = False,  # each finished cell's final global model as an MLflow model on its run
-    watch: Watcher | None = None,  # how the caller follows the cells (the CLI: its console progress)
-    on_parent: Callable[[str], None] | None = None,  # told the parent run's id once it exists (--resume finds it)
 ) -> AblationOutcome:
     """Runs the plan's cells (with `resume`: under that parent, skipping the cells it finished), logs every run to
-    MLflow, and writes the results and the table to `out_dir` and to the parent run's `ablation/` artifacts."""
-    started = time.time()
+    MLflow, and once the parent run has closed writes the results and the table to `out_dir` and to the parent
+    run's `ablation/` artifacts (`settle`), whatever stopped it."""
+    started, tracker = time.time(), options.tracker
     parent_run_id, done = resume if resume is not None else (None, set())
-    todo = [cell for cell in plan.cells if cell.key not in done]
     outcome = AblationOutcome("", pd.DataFrame(), pd.DataFrame())
-    with tracker.parent_run(parent_record(plan, data), parent_run_id) as parent:
-        if parent.new:
-            log_partitions(tracker, parent.run_id, plan, data)
-        outcome.parent_run_id = parent.run_id
-        parent.on_close = partial(settle, tracker, plan, out_dir, started, outcome)
-        if resume_command():
-            parent.interrupt_tags[TAG_RESUME_COMMAND] = resume_command()
-        if on_parent is not None:
-            on_parent(parent.run_id)
-        out(f"MLflow ablation run: {parent.run_id}")
-        trials = TrialTracker(tracker, parent.run_id, plan.rounds, cell_records(plan, data, todo), bool(done))
-        parent.trials.append(trials)
-        followers = [TrialEventsCallback(watch(cells_watch(plan, todo)))] if watch is not None else []
-        if todo:
-            results = run_cells(
-                todo,
-                name=f"{plan.space.name}-ablation-{time.strftime('%Y%m%d-%H%M%S')}",
-                storage=storage,
-                max_concurrent=plan.space.tune.max_concurrent,
-                callbacks=[*followers, MlflowTrialLogger(trials)],
-            )
-            if log_models:
-                log_cell_models(tracker, parent.run_id, results, {cell.key: cell for cell in todo}, data, out)
+    closed: ParentRun | None = None
+    try:
+        with tracker.parent_run(parent_record(plan, data), parent_run_id) as parent:
+            closed, outcome.parent_run_id = parent, parent.run_id
+            _run_under(parent, plan, data, options, done)
+    finally:
+        if closed is not None:  # its children closed: what finished is in MLflow
+            settle(options, plan, started, outcome, closed.status)
     return outcome
+
+
+def _run_under(
+    parent: ParentRun, plan: AblationPlan, data: dict[str, FederatedData], options: AblationOptions, done: set[str]
+) -> None:
+    """The cells not `done` yet, run under the open `parent` (their runs its children)."""
+    tracker, out = options.tracker, options.out
+    if parent.new:
+        log_partitions(tracker, parent.run_id, plan, data)
+    if options.on_parent is not None:
+        options.on_parent(parent.run_id)
+    out(f"MLflow ablation run: {parent.run_id}")
+    todo = [cell for cell in plan.cells if cell.key not in done]
+    trials = TrialTracker(tracker, parent.run_id, plan.rounds, cell_records(plan, data, todo), bool(done))
+    parent.trials.append(trials)
+    followers = [TrialEventsCallback(options.watch(cells_watch(plan, todo)))] if options.watch is not None else []
+    if todo:
+        results = run_cells(
+            todo,
+            name=f"{plan.space.name}-ablation-{time.strftime('%Y%m%d-%H%M%S')}",
+            storage=options.storage,
+            max_concurrent=plan.space.tune.max_concurrent,
+            callbacks=[*followers, MlflowTrialLogger(trials)],
+        )
+        if options.log_models:
+            log_cell_models(tracker, parent.run_id, results, {cell.key: cell for cell in todo}, data, out)
 
 
 def cell_records(plan: AblationPlan, data: dict[str, FederatedData], cells: list[AblationCell]) -> CellTrials:
@@ -294,27 +309,24 @@ def cells_watch(plan: AblationPlan, cells: list[AblationCell]) -> Watch:
 
 
 def settle(
-    tracker: StudyTracker,
-    plan: AblationPlan,
-    out_dir: Path,
-    started: float,
-    outcome: AblationOutcome,
-    parent: ParentRun,
+    options: AblationOptions, plan: AblationPlan, started: float, outcome: AblationOutcome, status: str | None
 ) -> None:
-    """As the parent closes: whatever finished is in MLflow; the table is written from it unless Ctrl-C or SIGTERM
-    stopped the ablation (--resume runs the rest and writes it: a table of some cells is not the plan's)."""
-    results = ablation_results(tracker.client, tracker.experiment_id, parent.run_id)
+    """Once the parent has closed (with `status`): whatever finished is in MLflow; the table is written from it
+    unless Ctrl-C or SIGTERM stopped the ablation (--resume runs the rest and writes it: a table of some cells is
+    not the plan's). The parent gains its runs' counts, the seeds and the table's metrics after its end."""
+    tracker = options.tracker
+    results = ablation_results(tracker.client, tracker.experiment_id, outcome.parent_run_id)
     outcome.results = with_partition_seeds(plan_order(latest_per_cell(results), plan.cells), plan.cells)
     counts = outcome.results["status"].value_counts().to_dict() if len(outcome.results) else {}
     outcome.wall_time_s = time.time() - started
-    parent.metrics = ablation_parent_metrics(outcome.wall_time_s, counts)
-    parent.tags[TAG_SEEDS] = ",".join(map(str, plan.seeds))  # --seeds auto: the seeds that ran by now
-    if plan.auto is not None:  # a resume may have changed the target or the cap
-        parent.tags[TAG_SEEDS_AUTO] = seed_facts(plan)["auto"]
-    if len(outcome.results) and parent.status != RUN_KILLED:
+    summary = None
+    if len(outcome.results) and status != RUN_KILLED:
         note = plan.seed_plan.describe() if plan.seed_plan is not None else ""
         outcome.summary, outcome.files = write_table(
-            outcome.results, len(plan.seeds), out_dir, partition_seeds=plan.partition_seeds, seeds_note=note
+            outcome.results, len(plan.seeds), options.out_dir, partition_seeds=plan.partition_seeds, seeds_note=note
         )
-        parent.metrics.update(summary_metrics(outcome.summary, TABLE_METRIC))
-        tracker.log_files(parent.run_id, outcome.files, ABLATION_FOLDER)  # the run keeps its own copy
+        summary = outcome.summary
+        tracker.log_files(outcome.parent_run_id, outcome.files, ABLATION_FOLDER)  # the run keeps its own copy
+    auto = seed_facts(plan)["auto"] if plan.auto is not None else ""  # a resume may have changed the target
+    end = ablation_parent_end(plan.seeds, auto, outcome.wall_time_s, counts, summary, TABLE_METRIC)
+    tracker.log_results(outcome.parent_run_id, end.metrics, end.tags)

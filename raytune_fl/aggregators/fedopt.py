@@ -33,6 +33,7 @@ are kept in each parameter's dtype; every step is computed in float64.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -104,25 +105,40 @@ def step_size(server_lr: float, beta1: float, beta2: float, t: int, bias_correct
     return float(server_lr * np.sqrt(1.0 - beta2**power) / (1.0 - beta1**power))
 
 
+@dataclass(frozen=True)
+class ServerRule:
+    """An adaptive server step's settings: the update rule, the server learning rate, the moments' decays, the
+    adaptivity tau, how the clients' deltas are weighted and the bias correction."""
+
+    rule: Rule
+    server_lr: float
+    beta1: float
+    beta2: float
+    tau: float
+    weighting: Weighting = "uniform"
+    bias_correction: BiasCorrection = "none"
+
+
 def fedopt(
     global_weights: Weights,
     updates: Sequence[ClientUpdate],
     m: Mapping[str, np.ndarray],
     v: Mapping[str, np.ndarray],
     t: int,
-    *,
-    rule: Rule,
-    server_lr: float,
-    beta1: float,
-    beta2: float,
-    tau: float,
-    weighting: Weighting = "uniform",
-    bias_correction: BiasCorrection = "none",
+    server: ServerRule,
 ) -> tuple[Weights, Weights, Weights]:
-    """One adaptive server step: (new global weights, m_t, v_t). `t` is this step's number, from 1.
+    """One adaptive server step by `server`'s rule: (new global weights, m_t, v_t). `t` is this step's number,
+    from 1.
 
     `m` and `v` hold m_{t-1} and v_{t-1} (missing keys: zeros); they are not modified.
     """
+    rule, beta1, beta2, tau, bias_correction = (
+        server.rule,
+        server.beta1,
+        server.beta2,
+        server.tau,
+        server.bias_correction,
+    )
     if rule not in BIAS_CORRECTIONS:
         raise ValueError(f"rule must be 'adagrad', 'adam' or 'yogi' (got {rule!r})")
     if bias_correction not in BIAS_CORRECTIONS[rule]:
@@ -132,8 +148,8 @@ def fedopt(
         )
     if tau <= 0:
         raise ValueError(f"tau must be > 0 (got {tau!r})")
-    delta = mean_delta(updates, weighting)
-    eta = step_size(server_lr, beta1, beta2, t, bias_correction)
+    delta = mean_delta(updates, server.weighting)
+    eta = step_size(server.server_lr, beta1, beta2, t, bias_correction)
     first = min(updates, key=lambda u: u.client_id)
     new: Weights = {}
     new_m: Weights = {}

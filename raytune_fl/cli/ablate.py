@@ -5,20 +5,24 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from raytune_fl.ablation.seeds import AUTO_START, HELD_OUT, seed_plan
+from raytune_fl.ablation.seeds import AUTO_START, HELD_OUT, SeedPlan, seed_plan
 from raytune_fl.cli import common, progress, stopping
-from raytune_fl.config import ConfigError
+from raytune_fl.config import ConfigError, SearchSpace
 from raytune_fl.registry import UnknownNameError
 
 if TYPE_CHECKING:  # the command's --help and its checks load none of them
     import pandas as pd
 
+    from raytune_fl.ablation.grid import GridAxis
     from raytune_fl.ablation.plan import AblationPlan, AutoSeeds
     from raytune_fl.ablation.run import AblationOutcome
+    from raytune_fl.engine.data import FederatedData
+    from raytune_fl.tracking import StudyTracker
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +31,32 @@ def build_parser() -> argparse.ArgumentParser:
         "Re-run each variant's best configuration (from its tuned study in MLflow, else the YAML's "
         "fixed values) over seeds x settings as Ray Tune trials; write the mean ± std table and the dashboard.",
     )
+    _add_seed_options(parser)
+    parser.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="a setting axis (repeatable; the table's columns are their product): alpha (Dirichlet), rho "
+        "(participation), clients, local_epochs, rounds, lr, batch_size, dropout, or any dotted field of base",
+    )
+    common.add_overrides(parser)
+    parser.add_argument(
+        "--ignore-studies", action="store_true", help="use the YAML's fixed values even where a tuned study exists"
+    )
+    parser.add_argument(
+        "--per-setting",
+        action="store_true",
+        help="each --grid setting runs the configuration its variant was tuned to at that setting (studies made by "
+        "tune --per-setting over the same grid), not the one study over the file's base",
+    )
+    common.add_cluster(parser)
+    _add_output_options(parser)
+    return parser
+
+
+def _add_seed_options(parser: argparse.ArgumentParser) -> None:
+    """--seeds (a count or auto), its rule and --seeds auto's target, --partition-seeds."""
     parser.add_argument(
         "--seeds",
         type=_seeds_option,
@@ -69,25 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="splits per cell, crossed with --seeds: base.partition.seed + 0..N-1, so the table's spread includes "
         "the partition's noise (default: %(default)s, the file's split only)",
     )
-    parser.add_argument(
-        "--grid",
-        action="append",
-        default=[],
-        metavar="KEY=V1,V2",
-        help="a setting axis (repeatable; the table's columns are their product): alpha (Dirichlet), rho "
-        "(participation), clients, local_epochs, rounds, lr, batch_size, dropout, or any dotted field of base",
-    )
-    common.add_overrides(parser)
-    parser.add_argument(
-        "--ignore-studies", action="store_true", help="use the YAML's fixed values even where a tuned study exists"
-    )
-    parser.add_argument(
-        "--per-setting",
-        action="store_true",
-        help="each --grid setting runs the configuration its variant was tuned to at that setting (studies made by "
-        "tune --per-setting over the same grid), not the one study over the file's base",
-    )
-    common.add_cluster(parser)
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    """Where the table goes, --resume, and what else the run writes and prints."""
     parser.add_argument("--out", help="where the table and results go; default: reports/<space name>/")
     parser.add_argument(
         "--resume",
@@ -110,154 +125,215 @@ def build_parser() -> argparse.ArgumentParser:
     from raytune_fl.tracking.system_metrics import SYSTEM_METRICS_HELP, SystemMetricsFlag  # MLflow's switch
 
     parser.add_argument("--system-metrics", action=SystemMetricsFlag, help=SYSTEM_METRICS_HELP)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    state = stopping.StopState("before the ablation started")
     with stopping.guarded("ablate", argv), progress.watch_silences():  # a line when a phase is silent for long
         try:
-            return _main(args)
+            return _main(args, state)
         except stopping.StudyInterrupted as stop:  # Ctrl-C or SIGTERM: the finished cells are kept in MLflow
-            run_id = getattr(args, "ablation_run", None)
-            what = (
-                f"ablation run {run_id} stopped (KILLED): its finished cells are kept, the cut ones run again on "
-                "--resume; no table was written"
-                if run_id
-                else "before the ablation started"
-            )
-            return stopping.stopped(stop, what, resumable=run_id is not None)
+            return state.stopped(stop)
 
 
-def _main(args: argparse.Namespace) -> int:
-    from raytune_fl.ablation.plan import (
-        check_partition_seeds,
-        make_plan,
-        merged_source,
-        parse_grid,
-        setting_sources,
-        settings,
-        splits,
-        variant_source,
+def _parent_started(state: stopping.StopState, run_id: str) -> None:
+    """From the ablation's parent run on, a stop leaves an ablation that --resume continues."""
+    state.cut = (
+        f"ablation run {run_id} stopped (KILLED): its finished cells are kept, the cut ones run again on "
+        "--resume; no table was written"
     )
+    state.resumable = True
 
-    try:  # everything that can be wrong with the command line or the data, before anything is written or Ray starts
-        check_seed_options(args)
-        if args.partition_seeds < 1:  # before the space is read: the option alone is wrong
-            raise ConfigError(f"--partition-seeds: at least 1 (got {args.partition_seeds})")
-        if args.per_setting and (not args.grid or args.ignore_studies):
-            why = "uses no study (--ignore-studies)" if args.ignore_studies else "needs the --grid it was tuned over"
-            raise ConfigError(f"--per-setting: {why}")
-        space, variants = common.resolve_space(args)
-        if args.seeds == AUTO:
-            args.reference = check_reference(args.reference, variants)
-        axes = parse_grid(args.grid)
-        check_partition_seeds(args.partition_seeds, axes)
-        experiments = settings(space, axes)
-        uri = common.check_mlflow_uri(args)
-        common.check_address(args.address)
-        common.check_cluster_fits(args.address, space.base.resources)
-        out_dir = Path(args.out or Path("reports") / space.name)
-        common.check_new_folder(out_dir, "--out")
-        data = {}
-        for label, experiment in splits(experiments, args.partition_seeds).items():  # every partition cells train on
-            try:
-                data[label] = common.check_data(experiment)
-            except ConfigError as error:
-                raise ConfigError(f"setting {label}: {error}") from None
+
+@dataclass(frozen=True)
+class Checked:
+    """The command line and the data, checked before anything is written or Ray starts."""
+
+    space: SearchSpace
+    variants: list[str]
+    axes: list[GridAxis]
+    auto: AutoSeeds | None  # --seeds auto's target, cap and reference variant (None: a fixed number of seeds)
+    uri: str
+    out_dir: Path
+    data: dict[str, FederatedData]  # every partition the cells train on, by data label
+
+
+def _main(args: argparse.Namespace, state: stopping.StopState) -> int:
+    try:
+        checked = _check(args)
     except (ConfigError, UnknownNameError) as error:
         return common.fail(error)
+    from raytune_fl.tracking.store import existing_experiment
 
-    from raytune_fl.ablation.plan import AutoSeeds, searched_seeds
-    from raytune_fl.ablation.run import run_ablation
-    from raytune_fl.runtime.storage import make_storage
-    from raytune_fl.tracking import StudyTracker
-    from raytune_fl.tracking.store import existing_experiment, find_ablation_parent, latest_study
-
+    uri, space = checked.uri, checked.space
     print(f"MLflow tracking URI: {uri}  (experiment {space.name!r})", flush=True)
     try:  # read from the store, which may not exist yet: the tuned studies and --resume's ablation
         found = existing_experiment(uri, space.name)
     except Exception as error:  # each tracking backend fails with its own exception types
         return common.fail(f"--mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}")
     try:
-        sources, per_setting = {}, None
-        if args.per_setting:  # each setting's own study
-            per_setting = setting_sources(space, variants, axes, found, args.space)
-            sources = {name: merged_source(name, per_setting) for name in variants}
-        for name in variants if per_setting is None else ():
-            study = None if args.ignore_studies or found is None else latest_study(found[0], found[1], name)
-            sources[name] = variant_source(space, name, study)
+        plan = _plan(args, checked, found)
     except ConfigError as error:
         return common.fail(error)
-    for source in sources.values():
-        shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in source.params.items())
-        print(f"[{source.variant}] {source.method}: {source.note} [{shown or 'method defaults'}]", flush=True)
-    auto = None
-    if args.seeds == AUTO:
-        auto = AutoSeeds(args.target_halfwidth, args.max_seeds, args.reference)
-    start = auto.start if auto is not None else args.seeds
-    seeding = seed_plan(space.base.seed, start, searched_seeds(sources), args.include_tuning_seed)
-    seeds = list(seeding.scored)
-    plan = make_plan(space, axes, seeds, experiments, sources, args.partition_seeds, per_setting, seeding, auto)
-    print(plan.summary_line(), flush=True)
-    print(f"seeds: {seeding.describe()}", flush=True)
     resume = None
     if args.resume:
-        parent_run_id, done = find_ablation_parent(found[0], found[1], plan.fingerprint) if found else (None, set())
-        if parent_run_id is None:
+        resumed = _resumed(args, plan, found, uri)
+        if resumed is None:
             return common.fail(
                 f"--resume: MLflow has no ablation with this plan (same space, overrides, grid and seeds) in "
                 f"experiment {space.name!r} at {uri}"
             )
-        if auto is not None:  # the rounds it already ran: continue from as many seeds as it had
-            ran = len({cell.seed for cell in _all_cells(plan, auto) if cell.key in done})
-            plan = plan.with_seeds(
-                seed_plan(space.base.seed, max(start, ran), seeding.searched, args.include_tuning_seed)
-            )
-        print(f"resuming ablation run {parent_run_id}: {len(done)} of {len(plan.cells)} runs had finished", flush=True)
-        resume = (parent_run_id, done)
-
-    # every check passed: Ray (one trial must fit on it), then what the ablation writes
-    try:
-        common.join_ray(args.address, space.base.resources, plugins=space.plugins)
-        make_storage(args.storage)
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise ConfigError(f"--out: cannot create {out_dir}: {error.strerror}") from None
-        try:
-            tracker = StudyTracker(uri, space.name)
-        except Exception as error:  # each tracking backend fails with its own exception types
-            raise ConfigError(f"--mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}") from None
+        plan, resume = resumed
+    try:  # every check passed: Ray (one trial must fit on it), then what the ablation writes
+        tracker = _open(args, checked)
     except ConfigError as error:
         return common.fail(error)
+    plan, outcome = _run(args, checked, tracker, plan, resume, state)
+    return _report(args, checked, plan, outcome, tracker.experiment_id)
 
-    def run(plan: AblationPlan, resume: tuple[str, set[str]] | None) -> AblationOutcome:
-        return run_ablation(
-            plan,
-            tracker,
-            data,
-            storage=args.storage,
-            out_dir=out_dir,
-            resume=resume,
-            log_models=args.log_models,
-            watch=progress.console(args.verbose, after=_after_cells(args)),
-            on_parent=lambda run_id: setattr(args, "ablation_run", run_id),
-        )
 
-    outcome = run(plan, resume)
-    while auto is not None:  # --seeds auto: more seeds while an interval is wider than the target
+def _check(args: argparse.Namespace) -> Checked:
+    """Everything that can be wrong with the command line or the data, before anything is written or Ray starts."""
+    from raytune_fl.ablation.grid import check_partition_seeds, parse_grid, settings, splits
+
+    check_seed_options(args)
+    if args.partition_seeds < 1:  # before the space is read: the option alone is wrong
+        raise ConfigError(f"--partition-seeds: at least 1 (got {args.partition_seeds})")
+    if args.per_setting and (not args.grid or args.ignore_studies):
+        why = "uses no study (--ignore-studies)" if args.ignore_studies else "needs the --grid it was tuned over"
+        raise ConfigError(f"--per-setting: {why}")
+    space, variants = common.resolve_space(args)
+    auto = None
+    if args.seeds == AUTO:
+        from raytune_fl.ablation.plan import AutoSeeds
+
+        auto = AutoSeeds(args.target_halfwidth, args.max_seeds, check_reference(args.reference, variants))
+    axes = parse_grid(args.grid)
+    check_partition_seeds(args.partition_seeds, axes)
+    experiments = settings(space, axes)
+    uri = common.check_mlflow_uri(args)
+    common.check_address(args.address)
+    common.check_cluster_fits(args.address, space.base.resources)
+    out_dir = Path(args.out or Path("reports") / space.name)
+    common.check_new_folder(out_dir, "--out")
+    data = {}
+    for label, experiment in splits(experiments, args.partition_seeds).items():  # every partition cells train on
+        try:
+            data[label] = common.check_data(experiment)
+        except ConfigError as error:
+            raise ConfigError(f"setting {label}: {error}") from None
+    return Checked(space, variants, axes, auto, uri, out_dir, data)
+
+
+def _plan(args: argparse.Namespace, checked: Checked, found: tuple[Any, str] | None) -> AblationPlan:
+    """Each variant's configuration (its tuned study's, else the YAML's) and the plan of cells over them, said."""
+    from raytune_fl.ablation.plan import make_plan
+    from raytune_fl.ablation.sources import merged_source, searched_seeds, setting_sources, variant_source
+    from raytune_fl.tracking.store import latest_study
+
+    space, variants = checked.space, checked.variants
+    sources, per_setting = {}, None
+    if args.per_setting:  # each setting's own study
+        per_setting = setting_sources(space, variants, checked.axes, found, args.space)
+        sources = {name: merged_source(name, per_setting) for name in variants}
+    for name in variants if per_setting is None else ():
+        study = None if args.ignore_studies or found is None else latest_study(found[0], found[1], name)
+        sources[name] = variant_source(space, name, study)
+    for source in sources.values():
+        shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in source.params.items())
+        print(f"[{source.variant}] {source.method}: {source.note} [{shown or 'method defaults'}]", flush=True)
+    auto = checked.auto
+    seeding = _seeds(args, space, auto.start if auto is not None else args.seeds, searched_seeds(sources))
+    plan = make_plan(space, checked.axes, seeding, sources, args.partition_seeds, per_setting, auto)
+    print(plan.summary_line(), flush=True)
+    print(f"seeds: {seeding.describe()}", flush=True)
+    return plan
+
+
+def _seeds(args: argparse.Namespace, space: SearchSpace, count: int, searched: Iterable[int]) -> SeedPlan:
+    """`count` training seeds by the rule the command line chose (held out from `searched`, or the tuning seed's)."""
+    return seed_plan(space.base.seed, count, searched, args.include_tuning_seed)
+
+
+def _resumed(
+    args: argparse.Namespace, plan: AblationPlan, found: tuple[Any, str] | None, uri: str
+) -> tuple[AblationPlan, tuple[str, set[str]]] | None:
+    """--resume: the latest ablation of this plan, and the cells it finished; None when there is none. A --seeds
+    auto plan continues from as many seeds as its rounds had run."""
+    from raytune_fl.tracking.store import find_ablation_parent
+
+    parent_run_id, done = find_ablation_parent(found[0], found[1], plan.fingerprint) if found else (None, set())
+    if parent_run_id is None:
+        return None
+    auto, seeding = plan.auto, plan.seed_plan
+    if auto is not None and seeding is not None:  # the rounds it already ran: continue from as many seeds as it had
+        ran = len({cell.seed for cell in _all_cells(plan, auto, seeding) if cell.key in done})
+        plan = plan.with_seeds(_seeds(args, plan.space, max(auto.start, ran), seeding.searched))
+    print(f"resuming ablation run {parent_run_id}: {len(done)} of {len(plan.cells)} runs had finished", flush=True)
+    return plan, (parent_run_id, done)
+
+
+def _open(args: argparse.Namespace, checked: Checked) -> StudyTracker:
+    """Ray joined (one trial must fit on it), then what the ablation writes: --storage, --out, the MLflow
+    experiment. A ConfigError names the option that is wrong."""
+    from raytune_fl.runtime.storage import make_storage
+    from raytune_fl.tracking import StudyTracker
+
+    space, uri = checked.space, checked.uri
+    common.join_ray(args.address, space.base.resources, plugins=space.plugins)
+    make_storage(args.storage)
+    try:
+        checked.out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"--out: cannot create {checked.out_dir}: {error.strerror}") from None
+    try:
+        return StudyTracker(uri, space.name)
+    except Exception as error:  # each tracking backend fails with its own exception types
+        raise ConfigError(f"--mlflow-uri: cannot use {uri}: {type(error).__name__}: {error}") from None
+
+
+def _run(
+    args: argparse.Namespace,
+    checked: Checked,
+    tracker: StudyTracker,
+    plan: AblationPlan,
+    resume: tuple[str, set[str]] | None,
+    state: stopping.StopState,
+) -> tuple[AblationPlan, AblationOutcome]:
+    """The plan's cells; with --seeds auto, more seeds while an interval is wider than the target."""
+    from raytune_fl.ablation.run import AblationOptions, run_ablation
+
+    options = AblationOptions(
+        tracker,
+        args.storage,
+        checked.out_dir,
+        log_models=args.log_models,
+        watch=progress.console(args.verbose, after=_after_cells(args)),
+        on_parent=lambda run_id: _parent_started(state, run_id),
+    )
+    outcome = run_ablation(plan, checked.data, options, resume)
+    auto = plan.auto
+    while auto is not None and plan.seed_plan is not None:  # --seeds auto: more seeds while an interval is too wide
         widths, level = halfwidths(outcome.results, auto.reference)
         more = next_seed_count(widths, len(plan.seeds), auto, level)
         print(auto_line(widths, len(plan.seeds), auto, more, level), flush=True)
         if more is None or outcome.unfinished:
             break
-        plan = plan.with_seeds(seed_plan(space.base.seed, more, seeding.searched, args.include_tuning_seed))
-        outcome = run(plan, (outcome.parent_run_id, outcome.done_cells))
-    seeds = plan.seeds
-    files = outcome.files
+        plan = plan.with_seeds(_seeds(args, plan.space, more, plan.seed_plan.searched))
+        outcome = run_ablation(plan, checked.data, options, (outcome.parent_run_id, outcome.done_cells))
+    return plan, outcome
+
+
+def _report(
+    args: argparse.Namespace, checked: Checked, plan: AblationPlan, outcome: AblationOutcome, experiment_id: str
+) -> int:
+    """The table, where everything is, the dashboard, and what to run next; the exit code (1: a cell unfinished)."""
+    space, uri, files = checked.space, checked.uri, outcome.files
     splits_text = f" x {args.partition_seeds} partition seeds" if args.partition_seeds > 1 else ""
-    print(f"\n=== {space.name}: final-round test accuracy (%), mean ± std over {len(seeds)} seeds{splits_text} ===")
+    print(
+        f"\n=== {space.name}: final-round test accuracy (%), mean ± std over {len(plan.seeds)} seeds{splits_text} ==="
+    )
     print(files["table.md"].read_text() if files else "(no run finished)")
     for what, path in files.items():
         print(f"{what:>16}: {path}")
@@ -267,11 +343,11 @@ def _main(args: argparse.Namespace) -> int:
         from raytune_fl.report.dashboard import build_dashboard
 
         print("building the dashboard...", flush=True)  # seconds: MLflow's records read back, plotly's figures
-        report = build_dashboard(uri, space, out_dir / "dashboard.html")
+        report = build_dashboard(uri, space, checked.out_dir / "dashboard.html")
         print(f"dashboard: {report.path}  (opens from disk in a browser; no server needed)", flush=True)
     if outcome.unfinished:
         print(f"{outcome.unfinished} of {len(plan.cells)} runs did not finish: see the (n/runs) cells and run tags")
-    print_next_steps(args, uri, space.name, tracker.experiment_id, unfinished=bool(outcome.unfinished))
+    print_next_steps(args, uri, space.name, experiment_id, unfinished=bool(outcome.unfinished))
     return 1 if outcome.unfinished else 0
 
 
@@ -378,10 +454,10 @@ def auto_line(widths: dict[str, float], seeds: int, auto: AutoSeeds, more: int |
     return f"{state}: not reached at --max-seeds {auto.max_seeds}; the table states the widths it got"
 
 
-def _all_cells(plan: AblationPlan, auto: AutoSeeds) -> list:
-    """The cells at --max-seeds (what a resumed --seeds auto may have run)."""
+def _all_cells(plan: AblationPlan, auto: AutoSeeds, seeding: SeedPlan) -> list:
+    """The cells at --max-seeds (what a resumed --seeds auto may have run), by `seeding`'s rule."""
     return plan.with_seeds(
-        seed_plan(plan.space.base.seed, auto.max_seeds, plan.seed_plan.searched, plan.seed_plan.rule != HELD_OUT)
+        seed_plan(plan.space.base.seed, auto.max_seeds, seeding.searched, seeding.rule != HELD_OUT)
     ).cells
 
 
@@ -399,13 +475,12 @@ def print_next_steps(
     experiment_id: str,
     *,
     unfinished: bool = False,
-    resume: str | None = None,
     argv0: str | None = None,
     cwd: str | Path | None = None,
 ) -> None:
     """What to run next: commands to copy, that work in the folder the ablation ran in (`cwd`, default this
     process's), typed as it was started (`argv0`, default sys.argv[0]). `unfinished`: the command that runs the
-    cells that did not finish (`resume`, default the command line as given with --resume)."""
+    cells that did not finish too (the command line as given, with --resume)."""
     from raytune_fl.tune import interrupt
 
     print("\n=== next ===")
@@ -415,4 +490,4 @@ def print_next_steps(
     what = "build the dashboard" if args.no_dashboard else "the dashboard again, after more runs"
     print(f"  {what} (the table, curves over seeds, the studies):  {dashboard}")
     if unfinished:
-        print(f"  run the cells that did not finish:  {resume or interrupt.resume_command()}")
+        print(f"  run the cells that did not finish:  {interrupt.resume_command()}")

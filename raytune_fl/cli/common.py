@@ -211,59 +211,14 @@ def resolve_space(args: argparse.Namespace, warnings: bool = True) -> tuple[Sear
         space = load_space(args.space, plugins=args.plugin)
     except (OSError, UnicodeDecodeError) as error:  # unreadable, or not a text file
         raise ConfigError(f"--space: cannot read {args.space}: {error}") from None
-    changes: dict[str, Any] = {}
-    given: dict[str, tuple[str, Any]] = {}  # field -> the option that set it and its value
-    for name, fields in _OPTION_FIELDS.items():
-        value = getattr(args, name, None)  # --num-samples and --seed: tune.py's own options
-        if value is not None:
-            for key in fields:
-                changes[key] = value
-                given[key] = (f"--{name.replace('_', '-')}", value)
-    notes, set_texts = [], {}
-    for item in args.set:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. base.rounds=5")
-        try:
-            changes[key] = load_yaml(text)  # a flow mapping may give a key twice too: {fixed: {mu: 1, mu: 2}}
-        except DuplicateKeyError as error:
-            raise ConfigError(
-                f"{key}.{error.path}: given twice in --set {item}; YAML would silently keep the last value, so keep one"
-            ) from None
-        except OctalNumberError as error:
-            where = f"{key}.{error.path}" if error.path else key
-            raise ConfigError(f"{where}: {error.detail} (in --set {item})") from None
-        except yaml.YAMLError as error:
-            raise ConfigError(f"--set {key}: the value is not valid YAML: {error}") from None
-        if key in set_texts:
-            notes.append(f"--set {key} is given twice ({set_texts[key]}, then {text}): the last, {text}, is used")
-        set_texts[key] = text
-    for key, (option, value) in given.items():  # an option and a --set of its field that disagree: --set wins
-        if key in set_texts and changes[key] != value:
-            note = f"{key}: --set {key}={set_texts[key]} and {option} {value} disagree: {set_texts[key]} is used "
-            note += "(--set is applied after the other options)"
-            other = {"base.seed": "tune.seed", "tune.seed": "base.seed"}.get(key)
-            if other and other not in set_texts:
-                note += f"; {other} stays {value} from {option}"
-            notes.append(note)
+    changes, notes = _overrides(args)
     if changes:
         space = override(space, changes, source=f"{args.space} with command-line overrides")
     notes += [note for note in (client_batch_note(space.base), asha_note(space)) if note]
     if warnings:
         for note in notes:
             warn(note)
-    variants = list(space.variants)
-    if args.variants:
-        chosen = list(dict.fromkeys(v.strip() for v in args.variants.split(",") if v.strip()))  # each runs once
-        unknown = [v for v in chosen if v not in space.variants]
-        if unknown or not chosen:
-            hint = did_you_mean(unknown[0], space.variants) if len(unknown) == 1 else ""
-            raise ConfigError(
-                f"--variants: unknown variant(s) {', '.join(unknown) or '(none given)'}; {hint}"
-                f"the file has: {', '.join(space.variants)}"
-            )
-        variants = chosen
+    variants = _chosen_variants(args.variants, space)
     if args.address is not None:  # a malformed address would only fail inside ray.init, with a traceback
         _check_address_form("--address", args.address)
     from raytune_fl.runtime.storage import check_storage
@@ -279,6 +234,70 @@ def resolve_space(args: argparse.Namespace, warnings: bool = True) -> tuple[Sear
 
         check_plugin_methods(space, variants)  # built and run two tiny rounds, its state through a checkpoint
     return space, variants
+
+
+def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """The fields the command line changes (the options, then each --set, which wins), and a note for each field
+    given twice."""
+    changes: dict[str, Any] = {}
+    given: dict[str, tuple[str, Any]] = {}  # field -> the option that set it and its value
+    for name, fields in _OPTION_FIELDS.items():
+        value = getattr(args, name, None)  # --num-samples and --seed: tune.py's own options
+        if value is not None:
+            for key in fields:
+                changes[key] = value
+                given[key] = (f"--{name.replace('_', '-')}", value)
+    notes: list[str] = []
+    set_texts: dict[str, str] = {}
+    for item in args.set:
+        key, text = _set_item(item, changes)
+        if key in set_texts:
+            notes.append(f"--set {key} is given twice ({set_texts[key]}, then {text}): the last, {text}, is used")
+        set_texts[key] = text
+    for key, (option, value) in given.items():  # an option and a --set of its field that disagree: --set wins
+        if key in set_texts and changes[key] != value:
+            note = f"{key}: --set {key}={set_texts[key]} and {option} {value} disagree: {set_texts[key]} is used "
+            note += "(--set is applied after the other options)"
+            other = {"base.seed": "tune.seed", "tune.seed": "base.seed"}.get(key)
+            if other and other not in set_texts:
+                note += f"; {other} stays {value} from {option}"
+            notes.append(note)
+    return changes, notes
+
+
+def _set_item(item: str, changes: dict[str, Any]) -> tuple[str, str]:
+    """One --set KEY=VALUE into `changes` (its value read as YAML); the key and the value's text."""
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. base.rounds=5")
+    try:
+        changes[key] = load_yaml(text)  # a flow mapping may give a key twice too: {fixed: {mu: 1, mu: 2}}
+    except DuplicateKeyError as error:
+        raise ConfigError(
+            f"{key}.{error.path}: given twice in --set {item}; YAML would silently keep the last value, so keep one"
+        ) from None
+    except OctalNumberError as error:
+        where = f"{key}.{error.path}" if error.path else key
+        raise ConfigError(f"{where}: {error.detail} (in --set {item})") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"--set {key}: the value is not valid YAML: {error}") from None
+    return key, text
+
+
+def _chosen_variants(option: str | None, space: SearchSpace) -> list[str]:
+    """--variants (each once, in the order given), else every variant of the file."""
+    if not option:
+        return list(space.variants)
+    chosen = list(dict.fromkeys(v.strip() for v in option.split(",") if v.strip()))  # each runs once
+    unknown = [v for v in chosen if v not in space.variants]
+    if unknown or not chosen:
+        hint = did_you_mean(unknown[0], space.variants) if len(unknown) == 1 else ""
+        raise ConfigError(
+            f"--variants: unknown variant(s) {', '.join(unknown) or '(none given)'}; {hint}"
+            f"the file has: {', '.join(space.variants)}"
+        )
+    return chosen
 
 
 def asha_note(space: SearchSpace) -> str | None:

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from raytune_fl.metrics import DIVERGED, DIVERGENCE_KEY, ROUND, ROUND_TIME_S, TEST_ACC, TRAIN_LOSS, VAL_ACC
+from raytune_fl.metrics import DIVERGED, DIVERGENCE_KEY, ROUND, ROUND_TIME_S, TEST_ACC, TRAIN_LOSS
 from raytune_fl.tracking.records import ENDED_STATUSES, ended_status
 from raytune_fl.tracking.schema import (
     TRIAL_COLLAPSED,
@@ -92,24 +92,13 @@ class TrialProgress:
 class ProgressState:
     """What a Tune run has done so far. Pure: the events come in as calls, the time from `clock`."""
 
-    def __init__(
-        self,
-        label: str,
-        total: int,
-        rounds: int,
-        metric: str = VAL_ACC,
-        mode: str = "max",
-        *,
-        noun: str = "trial",
-        may_stop_early: bool = False,  # ASHA may stop trials: the time left is an upper bound
-        show_best: bool = True,
-        rounds_of: Callable[[dict[str, Any]], int] | None = None,  # a trial's rounds by its config (default: rounds)
-        total_rounds: int | None = None,  # trial-rounds of the whole run at most (default: total x rounds)
-        clock: Clock = time.monotonic,
-    ) -> None:
-        self.label, self.total, self.rounds, self.metric, self.mode = label, total, rounds, metric, mode
-        self.rounds_of, self.total_rounds = rounds_of, total_rounds if total_rounds is not None else total * rounds
-        self.noun, self.may_stop_early, self.show_best, self.clock = noun, may_stop_early, show_best, clock
+    def __init__(self, run: Watch, clock: Clock = time.monotonic) -> None:
+        self.label, self.total, self.rounds = run.label, run.total, run.rounds
+        self.metric, self.mode, self.noun = run.metric, run.mode, run.noun
+        self.may_stop_early, self.show_best, self.clock = run.may_stop_early, run.show_best, clock  # ASHA: a bound
+        self.rounds_of = run.rounds_of  # a trial's rounds by its config (default: rounds)
+        # trial-rounds of the whole run at most (default: total x rounds)
+        self.total_rounds = run.total_rounds if run.total_rounds is not None else run.total * run.rounds
         self.started_at = clock()
         self.first_start: float | None = None  # the time base of the rate: Ray's start-up before it is not counted
         self.rounds_run = 0  # trial-rounds reported in this run
@@ -481,18 +470,7 @@ def console(verbose: bool = False, after: str | None = None) -> Watcher:
     plain_worker_lines()  # before any trial prints: every command that runs trials makes its watcher here
 
     def watch(run: Watch) -> ConsoleProgress:
-        state = ProgressState(
-            run.label,
-            run.total,
-            run.rounds,
-            run.metric,
-            run.mode,
-            noun=run.noun,
-            may_stop_early=run.may_stop_early,
-            show_best=run.show_best,
-            rounds_of=run.rounds_of,
-            total_rounds=run.total_rounds,
-        )
+        state = ProgressState(run)
         return ConsoleProgress(state, verbose=verbose, after=after)
 
     return watch
@@ -612,7 +590,7 @@ def watch_silences(every_s: float = QUIET_S) -> Iterator[SilenceWatch]:
     watch, stop = SilenceWatch(sys.stdout, every_s), threading.Event()
     beside = _Beside(sys.stderr, watch)
     thread = threading.Thread(target=watch.run, args=(stop,), name="silence-watch", daemon=True)
-    sys.stdout, sys.stderr = watch, beside  # type: ignore[assignment]  # TextIOs by delegation
+    sys.stdout, sys.stderr = watch, beside  # TextIOs by delegation
     thread.start()
     try:
         yield watch

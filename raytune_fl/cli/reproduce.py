@@ -22,13 +22,13 @@ from importlib import metadata, resources
 from pathlib import Path
 
 from raytune_fl.cli import common, progress, stopping
-from raytune_fl.config import ConfigError, load_space
+from raytune_fl.config import ConfigError, SearchSpace, load_space
 from raytune_fl.metrics import BEST_PREFIX, TEST_ACC, VAL_ACC
 from raytune_fl.registry import UnknownNameError
 
 # the paper spaces are package data (pyproject.toml), so an installed wheel finds them from any folder; a wheel
 # is installed unpacked, so this is a real folder (the repository's search_spaces/papers/ links to its files)
-PAPERS_DIR = Path(resources.files("raytune_fl") / "spaces" / "papers")
+PAPERS_DIR = Path(str(resources.files("raytune_fl") / "spaces" / "papers"))
 
 
 DEFAULT_ALPHAS = "0.1,0.5"  # the papers' harshest label skew and a milder one
@@ -172,36 +172,83 @@ def _work(args: argparse.Namespace) -> Path:
     return Path(args.work or Path("reports") / "reproduce" / args.name).resolve()
 
 
+@dataclass(frozen=True)
+class Stages:
+    """The two stages' command lines, checked: what tune and ablate run, in the work folder."""
+
+    work: Path
+    uri: str
+    searched: list[str]  # the variants tune searches (none: no tune stage)
+    tune_argv: list[str]
+    ablate_argv: list[str]
+    describe: str  # the ablation's shape: "5 seeds x alpha=0.1,0.5"
+
+
 def _main(args: argparse.Namespace, argv: Sequence[str] | None, screenshot: Screenshot | None) -> int:
     paper = PAPERS[args.name]
     space_file = paper.space_file(args.name)
+    try:  # what the two stages would refuse, before the work folder is made or Ray starts
+        stages = _stages(args, paper, space_file)
+    except (ConfigError, UnknownNameError) as error:
+        return common.fail(error)
+    from raytune_fl.cli.ablate import main as ablate_main
+    from raytune_fl.cli.tune import main as tune_main
+
+    started = time.time()
+    if stages.searched:
+        print(f"=== {args.name}: tuning {', '.join(stages.searched)} ===", flush=True)
+        if (code := tune_main(stages.tune_argv)) != 0:
+            return code
+    tuned_s = time.time() - started
+    print(f"=== {args.name}: ablation over {stages.describe} ===", flush=True)
+    code = ablate_main(stages.ablate_argv)
+    results_file = stages.work / "ablation" / "ablation_results.parquet"
+    if code in stopping.EXIT_CODES or not results_file.exists():  # stopped: the page waits for --resume
+        return code or 1
+    wall = {"tune": tuned_s, "ablate": time.time() - started - tuned_s}
+    assets = Path(args.out) / args.name
+    assets.mkdir(parents=True, exist_ok=True)
+    shot = None
+    if not args.no_screenshot:
+        if screenshot is None:
+            print("no dashboard screenshot: run scripts/reproduce.py from a checkout (tools/dashboard_png.py)")
+        else:
+            shot = screenshot(stages.work / "ablation" / "dashboard.html", assets / "dashboard.png")
+    commands = _commands(argv, stages.tune_argv, stages.ablate_argv, stages.searched)
+    run = PageRun(args.name, paper, space_file, stages.uri, results_file, assets, commands, wall, shot)
+    page = write_results(run)
+    print(f"results page: {page}", flush=True)
+    print_next_steps(page, space_file, stages.uri)
+    return code
+
+
+def _stages(args: argparse.Namespace, paper: PaperTable, space_file: Path) -> Stages:
+    """The options checked (what the two stages would refuse), the work folder made, and each stage's command
+    line (with --resume, each stage resumes where it had begun; one that had not begun starts)."""
     work = _work(args)
     seeds = paper.seeds if args.seeds is None else args.seeds
     partition_seeds = paper.partition_seeds if args.partition_seeds is None else args.partition_seeds
-    try:  # what the two stages would refuse, before the work folder is made or Ray starts
-        if seeds < 1:
-            raise ConfigError(f"--seeds: at least 1 (got {seeds})")
-        if partition_seeds < 1:
-            raise ConfigError(f"--partition-seeds: at least 1 (got {partition_seeds})")
-        alphas = _alphas(paper.alphas if args.alphas is None else args.alphas)
-        common.check_new_folder(work, "--work")
-        if args.resume and not (work / "mlflow.db").exists():
-            raise ConfigError(f"--resume: no {args.name} run in {work} to resume (no mlflow.db); start it without it")
-        common.check_new_folder(Path(args.out), "--out")
-        stages = argparse.Namespace(
-            space=str(space_file),
-            plugin=[],
-            rounds=args.rounds,
-            num_samples=args.num_samples,
-            set=args.set,
-            variants=None,
-            address=args.address,
-            storage=str(work / "ray_results"),
-        )
-        space, _ = common.resolve_space(stages, warnings=False)  # the stages say the warnings
-        common.check_address(args.address)
-    except (ConfigError, UnknownNameError) as error:
-        return common.fail(error)
+    if seeds < 1:
+        raise ConfigError(f"--seeds: at least 1 (got {seeds})")
+    if partition_seeds < 1:
+        raise ConfigError(f"--partition-seeds: at least 1 (got {partition_seeds})")
+    alphas = _alphas(paper.alphas if args.alphas is None else args.alphas)
+    common.check_new_folder(work, "--work")
+    if args.resume and not (work / "mlflow.db").exists():
+        raise ConfigError(f"--resume: no {args.name} run in {work} to resume (no mlflow.db); start it without it")
+    common.check_new_folder(Path(args.out), "--out")
+    stage_args = argparse.Namespace(
+        space=str(space_file),
+        plugin=[],
+        rounds=args.rounds,
+        num_samples=args.num_samples,
+        set=args.set,
+        variants=None,
+        address=args.address,
+        storage=str(work / "ray_results"),
+    )
+    space, _ = common.resolve_space(stage_args, warnings=False)  # the stages say the warnings
+    common.check_address(args.address)
     work.mkdir(parents=True, exist_ok=True)
     uri = f"sqlite:///{work / 'mlflow.db'}"
     shared = ["--space", str(space_file), "--mlflow-uri", uri, "--storage", str(work / "ray_results")]
@@ -214,47 +261,22 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None, screenshot: Scre
     grid = "alpha=" + ",".join(f"{a:g}" for a in alphas)
     ablate_argv = [*shared, "--seeds", str(seeds), "--grid", grid, "--out", str(work / "ablation")]
     ablate_argv += ["--partition-seeds", str(partition_seeds)] if partition_seeds > 1 else []
-
-    from raytune_fl.cli.ablate import main as ablate_main
-    from raytune_fl.cli.tune import main as tune_main
-
-    if args.resume:  # each stage resumes where it had begun; one that had not begun starts
-        from raytune_fl.tracking.store import has_ablation
-        from raytune_fl.tune.manifest import StudyManifest
-
-        if (work / "ray_results" / Path(StudyManifest.location_name(space))).exists():
-            tune_argv.append("--resume")
-        if has_ablation(uri, space.name):
-            ablate_argv.append("--resume")
-
-    started = time.time()
-    if searched:
-        print(f"=== {args.name}: tuning {', '.join(searched)} ===", flush=True)
-        if (code := tune_main(tune_argv)) != 0:
-            return code
-    tuned_s = time.time() - started
+    if args.resume:
+        _resumed_stages(space, work, uri, tune_argv, ablate_argv)
     splits = f" x {partition_seeds} partition seeds" if partition_seeds > 1 else ""
-    print(f"=== {args.name}: ablation over {seeds} seeds{splits} x {grid} ===", flush=True)
-    code = ablate_main(ablate_argv)
-    results_file = work / "ablation" / "ablation_results.parquet"
-    if code in stopping.EXIT_CODES or not results_file.exists():  # stopped: the page waits for --resume
-        return code or 1
-    wall = {"tune": tuned_s, "ablate": time.time() - started - tuned_s}
+    return Stages(work, uri, searched, tune_argv, ablate_argv, f"{seeds} seeds{splits} x {grid}")
 
-    out = Path(args.out)
-    assets = out / args.name
-    assets.mkdir(parents=True, exist_ok=True)
-    shot = None
-    if not args.no_screenshot:
-        if screenshot is None:
-            print("no dashboard screenshot: run scripts/reproduce.py from a checkout (tools/dashboard_png.py)")
-        else:
-            shot = screenshot(work / "ablation" / "dashboard.html", assets / "dashboard.png")
-    commands = _commands(argv, tune_argv, ablate_argv, searched)
-    page = write_results(args.name, paper, space_file, uri, results_file, assets, shot, commands, wall)
-    print(f"results page: {page}", flush=True)
-    print_next_steps(page, space_file, uri)
-    return code
+
+def _resumed_stages(space: SearchSpace, work: Path, uri: str, tune_argv: list[str], ablate_argv: list[str]) -> None:
+    """--resume: each stage resumes where it had begun (its command line gains --resume); one that had not begun
+    starts."""
+    from raytune_fl.tracking.store import has_ablation
+    from raytune_fl.tune.manifest import StudyManifest
+
+    if (work / "ray_results" / Path(StudyManifest.location_name(space))).exists():
+        tune_argv.append("--resume")
+    if has_ablation(uri, space.name):
+        ablate_argv.append("--resume")
 
 
 def dashboard_command(space_file: Path, uri: str, argv0: str | None = None, cwd: str | Path | None = None) -> str:
@@ -329,56 +351,96 @@ def source_commit() -> str:
     return head.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
 
 
-def write_results(name, paper, space_file, uri, results_file, assets, shot, commands, wall) -> Path:
+@dataclass(frozen=True)
+class PageRun:
+    """What a reproduce run hands its results page: the table, where its records are, how it was made."""
+
+    name: str
+    paper: PaperTable
+    space_file: Path
+    uri: str  # the MLflow store both stages logged to
+    results_file: Path  # the ablation's results (Parquet)
+    assets: Path  # where the page's files go (<out>/<name>/)
+    commands: list[str]
+    wall: dict[str, float]  # seconds per stage
+    shot: Path | None = None  # the dashboard's screenshot
+
+
+def write_results(run: PageRun) -> Path:
     """The page's committed files from the run (export), then every page and the index rendered from them."""
     from raytune_fl.report import results_page
 
-    record = export(
-        name, paper, space_file, uri, results_file, assets, commands, wall, machine(), source_commit(), shot=shot
-    )
-    results_page.write(assets.parent)
-    return assets.parent / f"{record.name}.md"
+    record = export(run, machine(), source_commit())
+    results_page.write(run.assets.parent)
+    return run.assets.parent / f"{record.name}.md"
 
 
-def export(
-    name: str,
-    paper: PaperTable,
-    space_file: Path,
-    uri: str,
-    results_file: Path,
-    assets: Path,
-    commands: list[str],
-    wall: dict[str, float],
-    machine_text: str,
-    commit: str,
-    *,
-    shot: Path | None = None,
-    generated: str | None = None,
-    notes: Sequence[str] = (),
-):
+def export(run: PageRun, machine_text: str, commit: str, *, generated: str | None = None, notes: Sequence[str] = ()):
     """Writes `assets/`: runs.csv (one row per run), table.csv, gradients.csv (when the runs probed gradients) and
     page.yaml (the tuned values read from the MLflow store, the protocol, the commands, the machine). The page is
     rendered from these files alone (report/results_page.py)."""
     import pandas as pd
 
+    from raytune_fl.metrics import CLIENT_ACC_BOTTOM10, CLIENT_ACC_VAR, CLIENT_ACC_WORST, TEST_ACC_LAST_K
+    from raytune_fl.report import results_page
+    from raytune_fl.tracking import StudyTracker
+
+    space, paper = load_space(run.space_file), run.paper
+    results = pd.read_parquet(run.results_file)
+    tracker = StudyTracker(run.uri, space.name)
+    _write_tables(results, run.assets, tracker)
+    header = [line[1:].strip() for line in run.space_file.read_text().splitlines() if line.startswith("#")]
+    metrics = [TEST_ACC, TEST_ACC_LAST_K] + (
+        [CLIENT_ACC_WORST, CLIENT_ACC_BOTTOM10, CLIENT_ACC_VAR] if paper.fairness else []
+    )
+    record = results_page.PageRecord(
+        name=run.name,
+        title=paper.title,
+        reference=paper.reference,
+        shape=paper.shape,
+        generated=generated or datetime.date.today().isoformat(),
+        commands=list(run.commands),
+        machine=machine_text,
+        commit=commit,
+        wall_min={stage: round(seconds / 60, 1) for stage, seconds in run.wall.items()},
+        space_file=str(run.space_file),
+        protocol=[line for line in header if not line.startswith(("python scripts/", "raytune-fl "))],
+        run=run_facts(space, results),
+        tuned=tuned_values(space, tracker),
+        metrics=metrics,
+        notes=list(notes),
+        dashboard=run.shot.name if run.shot is not None else None,
+        held_out=held_out_facts(space),
+        references=list(paper.references),
+        contenders=list(paper.contenders),
+    )
+    record.dump(run.assets)
+    return record
+
+
+def _write_tables(results, assets: Path, tracker) -> None:
+    """table.csv, runs.csv (the columns the page shows) and, when the runs probed gradients, gradients.csv."""
     from raytune_fl.ablation.table import summarise, to_csv
     from raytune_fl.metrics import CLIENT_ACC_BOTTOM10, CLIENT_ACC_VAR, CLIENT_ACC_WORST, TEST_ACC_LAST_K
     from raytune_fl.report import gradients, results_page
-    from raytune_fl.tracking import StudyTracker
-    from raytune_fl.tracking.store import latest_study, prefixed_rounds
+    from raytune_fl.tracking.store import prefixed_rounds
 
-    space = load_space(space_file)
-    results = pd.read_parquet(results_file)
     assets.mkdir(parents=True, exist_ok=True)
     (assets / results_page.TABLE_FILE).write_text(to_csv(summarise(results)))
     columns = ["variant", "method", "setting", "seed", "partition_seed", "status", "rounds_completed", TEST_ACC]
     extra = [TEST_ACC_LAST_K, VAL_ACC, CLIENT_ACC_WORST, CLIENT_ACC_BOTTOM10, CLIENT_ACC_VAR]
     columns = [c for c in columns if c in results] + [c for c in extra if c in results and results[c].notna().any()]
     results[columns].to_csv(assets / results_page.RUNS_FILE, index=False)
-    tracker = StudyTracker(uri, space.name)
     grads = gradients.histories(lambda run_id: prefixed_rounds(tracker.client, run_id, gradients.PREFIXES), results)
     if not grads.empty:
         grads.to_csv(assets / results_page.GRADIENTS_FILE, index=False)
+
+
+def tuned_values(space, tracker) -> list[dict[str, str]]:
+    """Each variant's tuned values as the page lists them (its latest study's, from the MLflow store), or what it
+    ran with when nothing was searched."""
+    from raytune_fl.tracking.store import latest_study
+
     tuned = []
     for variant, spec in space.variants.items():
         study = latest_study(tracker.client, tracker.experiment_id, variant) if spec.search else None
@@ -391,33 +453,7 @@ def export(
         values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
         best = study.metrics.get(BEST_PREFIX + VAL_ACC, float("nan"))
         tuned.append({"variant": variant, "method": spec.method, "values": values, "best_val_acc": f"{best * 100:.1f}"})
-    header = [line[1:].strip() for line in space_file.read_text().splitlines() if line.startswith("#")]
-    metrics = [TEST_ACC, TEST_ACC_LAST_K] + (
-        [CLIENT_ACC_WORST, CLIENT_ACC_BOTTOM10, CLIENT_ACC_VAR] if paper.fairness else []
-    )
-    record = results_page.PageRecord(
-        name=name,
-        title=paper.title,
-        reference=paper.reference,
-        shape=paper.shape,
-        generated=generated or datetime.date.today().isoformat(),
-        commands=list(commands),
-        machine=machine_text,
-        commit=commit,
-        wall_min={stage: round(seconds / 60, 1) for stage, seconds in wall.items()},
-        space_file=str(space_file),
-        protocol=[line for line in header if not line.startswith(("python scripts/", "raytune-fl "))],
-        run=run_facts(space, results),
-        tuned=tuned,
-        metrics=metrics,
-        notes=list(notes),
-        dashboard=shot.name if shot is not None else None,
-        held_out=held_out_facts(space),
-        references=list(paper.references),
-        contenders=list(paper.contenders),
-    )
-    record.dump(assets)
-    return record
+    return tuned
 
 
 def held_out_facts(space) -> dict[str, float] | None:

@@ -11,12 +11,13 @@ import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from raytune_fl.cli.common import command_line, console_prog
 from raytune_fl.tune import interrupt
 from raytune_fl.tune.interrupt import StudyInterrupted
 
-__all__ = ["EXIT_CODES", "StudyInterrupted", "guarded", "resume_command", "stopped"]
+__all__ = ["EXIT_CODES", "StopState", "StudyInterrupted", "guarded", "resume_command", "stopped"]
 
 EXIT_CODES = (130, 143)  # a command stopped by SIGINT, by SIGTERM
 
@@ -37,6 +38,19 @@ def guarded(command: str, argv: Sequence[str] | None) -> Iterator[None]:
     given = list(sys.argv[1:] if argv is None else argv)
     with interrupt.guarded(resume_command(command, given)):
         yield
+
+
+@dataclass
+class StopState:
+    """What a command says if Ctrl-C or SIGTERM stops it now: what would be cut (one line), and whether it has
+    written a record that --resume continues. The command keeps it up to date as it goes."""
+
+    cut: str
+    resumable: bool = False
+
+    def stopped(self, stop: StudyInterrupted) -> int:
+        """`stopped` with what this state says; the exit code."""
+        return stopped(stop, self.cut, self.resumable)
 
 
 def stopped(stop: StudyInterrupted, what: str, resumable: bool) -> int:

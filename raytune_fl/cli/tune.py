@@ -6,11 +6,12 @@ import argparse
 import shlex
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from raytune_fl.cli import common, progress, stopping
-from raytune_fl.config import ConfigError, Objective, SearchSpace
+from raytune_fl.config import ConfigError, Objective, SearchSpace, TuneSettings
 from raytune_fl.metrics import ROUND, TEST_ACC, VAL_ACC
 from raytune_fl.registry import UnknownNameError
 from raytune_fl.tracking.records import ENDED_STATUSES
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from raytune_fl.tracking import StudyTracker
     from raytune_fl.tune.manifest import StudyManifest
     from raytune_fl.tune.outcome import VariantOutcome
+    from raytune_fl.tune.study import StudyOptions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,15 +81,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    state = stopping.StopState("before any variant started")
     with stopping.guarded("tune", argv), progress.watch_silences():  # a line when a phase is silent for long
         try:
-            return _main(args)
+            return _main(args, state)
         except stopping.StudyInterrupted as stop:  # Ctrl-C or SIGTERM: what was cut is said, --resume goes on
-            made = getattr(args, "study_record", None) is not None
-            return stopping.stopped(stop, getattr(args, "cut", "before any variant started"), made)
+            return state.stopped(stop)
 
 
-def _main(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class Stores:
+    """What the study writes to, opened once every check passed."""
+
+    uri: str  # MLflow's
+    tracker: StudyTracker
+    manifest: StudyManifest  # the study record --resume continues from
+    optuna_url: str | None  # the Optuna storage (None: nothing searched)
+
+
+def _main(args: argparse.Namespace, state: stopping.StopState) -> int:
     try:  # every check, before anything is written and before Ray starts
         space, variants = common.resolve_space(args)
         if space.base.partition.val_fraction == 0:  # tuning selects on validation, never on the test set
@@ -104,13 +116,7 @@ def _main(args: argparse.Namespace) -> int:
         studies = _studies(args, space, variants)
     except (ConfigError, UnknownNameError) as error:
         return common.fail(error)
-    for setting, data in {s.setting: s.data for s in studies}.items():
-        at = f" at {setting}" if setting else ""
-        print(
-            f"data{at}: {data.num_clients} clients, {len(data.dataset.y_train)} train samples "
-            f"({len(data.val_indices)} held out for validation), {len(data.dataset.y_test)} test samples"
-        )
-
+    _print_data(studies)
     # what the study writes, made from here on; a store that fails to open ends this cluster again
     ray_start = common.start_ray_early(args.address, space.plugins)
     if ray_start is None:  # a cluster to join: joined, and one trial's fit on it checked, before anything is made
@@ -120,7 +126,7 @@ def _main(args: argparse.Namespace) -> int:
             return common.fail(error)
     try:
         tracker, manifest = _open_stores(args, space, uri, (optuna_url, optuna_new), manifest)
-        args.study_record = manifest  # from here on a stop leaves a study --resume continues
+        state.resumable = True  # from here on a stop leaves a study --resume continues
     except BaseException as error:
         code = common.fail(error) if isinstance(error, ConfigError) else None  # said before the cluster's end
         if ray_start is not None:
@@ -134,10 +140,21 @@ def _main(args: argparse.Namespace) -> int:
     # its process starts now (milliseconds) and gets ready on idle CPU time (export/model_helper.py)
     exporter = None if args.no_models else ModelExporter(uri, space.name, space.plugins)
     try:
-        return _run_variants(args, space, studies, uri, tracker, manifest, optuna_url, exporter, ray_start)
+        stores = Stores(uri, tracker, manifest, optuna_url)
+        return _run_variants(args, space, studies, stores, exporter, ray_start, state)
     finally:
         if exporter is not None:
             exporter.close()
+
+
+def _print_data(studies: list[VariantStudy]) -> None:
+    """Each setting's data, one line (the file's base: one line)."""
+    for setting, data in {s.setting: s.data for s in studies}.items():
+        at = f" at {setting}" if setting else ""
+        print(
+            f"data{at}: {data.num_clients} clients, {len(data.dataset.y_train)} train samples "
+            f"({len(data.val_indices)} held out for validation), {len(data.dataset.y_test)} test samples"
+        )
 
 
 @dataclass(frozen=True)
@@ -159,7 +176,7 @@ def _studies(args: argparse.Namespace, space: SearchSpace, variants: list[str]) 
     if not args.per_setting:
         data = common.check_data(space.base)
         return [VariantStudy(name, None, space, data) for name in variants]
-    from raytune_fl.ablation.plan import as_fields, parse_grid, settings
+    from raytune_fl.ablation.grid import as_fields, parse_grid, settings
 
     studies = []
     axes = as_fields(parse_grid(args.per_setting, "--per-setting"))
@@ -177,21 +194,19 @@ def _run_variants(
     args: argparse.Namespace,
     space: SearchSpace,
     studies: list[VariantStudy],
-    uri: str,
-    tracker: StudyTracker,
-    manifest: StudyManifest,
-    optuna_url: str | None,
+    stores: Stores,
     exporter: ModelExporter | None,
     ray_start: RayStart | None,
+    state: stopping.StopState,
 ) -> int:
     """Wait for a private cluster's start (a joined one is joined already) and run each variant's study; the summary
     and what to run next."""
     from raytune_fl.tracking.records import partition_title
-    from raytune_fl.tune import run_variant
+    from raytune_fl.tune.study import StudyOptions
 
     # drawn on a thread while Ray finishes its start and the first variant sets up; its parent run logs it there
     for study in studies:
-        tracker.render_partition(study.data, partition_title(study.space.base))
+        stores.tracker.render_partition(study.data, partition_title(study.space.base))
     if ray_start is not None:  # a private cluster's start, begun beside the stores' opening (else joined already)
         try:
             common.join_ray(args.address, space.base.resources, ray_start, space.plugins)
@@ -199,54 +214,62 @@ def _run_variants(
             return common.fail(error)
     interrupt.reassert()  # ray.init on this thread (a joined cluster) sets its own SIGTERM handler
     started = time.time()
-    outcomes = []
+    options = StudyOptions(
+        args.storage, stores.tracker, log_model=not args.no_models, optuna_storage=stores.optuna_url, exporter=exporter
+    )
+    outcomes = _each_study(args, studies, stores.manifest, options, state)
+    state.cut = "every variant had finished; the summary was not printed"
+    # every variant's scores are over the same validation images (a setting's own partition: the outcomes say)
+    val_samples = None if args.per_setting else len(studies[0].data.val_indices)
+    wall_s = time.time() - started
+    print_summary(
+        outcomes, stores.uri, space.name, wall_s, tune=space.tune, val_samples=val_samples, tuning_seed=space.base.seed
+    )
+    print_next_steps(args, stores.uri, space.name, stores.tracker.experiment_id, outcomes)
+    return 0 if all(o.best_metrics for o in outcomes) else 1
+
+
+def _each_study(
+    args: argparse.Namespace,
+    studies: list[VariantStudy],
+    manifest: StudyManifest,
+    options: StudyOptions,
+    state: stopping.StopState,
+) -> list[VariantOutcome]:
+    """Each study in turn (with --resume, a finished one kept), recorded in the study record as it goes; `state`
+    says what a stop would cut."""
+    from raytune_fl.tune import run_variant
+
+    outcomes: list[VariantOutcome] = []
     keys = [study.key for study in studies]
     for index, study in enumerate(studies):
         key, name = study.key, study.variant
-        state = manifest.state(key) if args.resume else "new"
-        args.cut = _cut(None, [_key(o) for o in outcomes], keys[index:])  # a stop between variants
-        if state == "finished":
+        run_state = manifest.state(key) if args.resume else "new"
+        state.cut = _cut(None, [_key(o) for o in outcomes], keys[index:])  # a stop between variants
+        kept = manifest.outcome(key) if run_state == "finished" else None
+        if kept is not None:
             print(f"=== variant {key}: finished before the interruption, kept ===", flush=True)
-            outcomes.append(manifest.outcome(key))
+            outcomes.append(kept)
             continue
-        print(f"=== variant {key} (method {space.variants[name].method}){_RESUMING.get(state, '')} ===", flush=True)
+        method = study.space.variants[name].method
+        print(f"=== variant {key} (method {method}){_RESUMING.get(run_state, '')} ===", flush=True)
         try:
             outcome = run_variant(
                 study.space,
                 name,
-                storage=args.storage,
-                tracker=tracker,
+                replace(options, watch=progress.console(args.verbose)),
                 data=study.data,
                 resume=manifest.run(key) if args.resume else None,
-                on_start=lambda run, key=key: manifest.started(key, run),
-                log_model=not args.no_models,
-                optuna_storage=optuna_url,
-                watch=progress.console(args.verbose),
-                exporter=exporter,
+                on_start=partial(manifest.started, key),
                 setting=study.setting,
             )
         except stopping.StudyInterrupted as stop:
             manifest.interrupted(key, stop.name)
-            args.cut = _cut(key, [_key(o) for o in outcomes], keys[index + 1 :])
+            state.cut = _cut(key, [_key(o) for o in outcomes], keys[index + 1 :])
             raise
         manifest.finished(key, outcome)
         outcomes.append(outcome)
-    args.cut = "every variant had finished; the summary was not printed"
-    # every variant's scores are over the same validation images (a setting's own partition: the outcomes say)
-    val_samples = None if args.per_setting else len(studies[0].data.val_indices)
-    wall_s, objectives = time.time() - started, space.tune.objectives
-    print_summary(
-        outcomes,
-        uri,
-        space.name,
-        wall_s,
-        metric=space.tune.primary,
-        val_samples=val_samples,
-        objectives=objectives,
-        tuning_seed=space.base.seed,
-    )
-    print_next_steps(args, uri, space.name, tracker.experiment_id, outcomes)
-    return 0 if all(o.best_metrics for o in outcomes) else 1
+    return outcomes
 
 
 # what --resume does with a variant the study record names as started but not finished (tune/manifest.py)
@@ -343,14 +366,15 @@ def print_summary(
     experiment: str,
     wall_s: float,
     *,
-    metric: str = VAL_ACC,
+    tune: TuneSettings | None = None,
     val_samples: int | None = None,
-    objectives: Sequence[Objective] = (),
     tuning_seed: int | None = None,
 ) -> None:
-    """Each variant's selected configuration and score; an accuracy with its binomial standard error over the
-    `val_samples` validation images (else the outcomes' own count), and which variants that noise cannot rank;
-    `tuning_seed`: the training seed every trial ran at, which the ablation holds out."""
+    """Each variant's selected configuration and score by `tune`'s rule (default: val_acc); an accuracy with its
+    binomial standard error over the `val_samples` validation images (else the outcomes' own count), and which
+    variants that noise cannot rank; with several objectives, the Pareto fronts. `tuning_seed`: the training seed
+    every trial ran at, which the ablation holds out."""
+    metric, objectives = (tune.primary, tune.objectives) if tune is not None else (VAL_ACC, ())
     print("\n=== best configuration per variant (selected on validation; test reported beside) ===")
     settings = list(dict.fromkeys(o.setting for o in outcomes))
     if any(o.best_metrics for o in outcomes):  # said once, before the scores it qualifies
@@ -373,6 +397,11 @@ def print_summary(
             f"seeds: every trial trained at seed {tuning_seed} (searched); `ablate` scores at seeds held out from the "
             f"search ({scored} for --seeds 3), so no ablation run repeats a selected trial"
         )
+    _print_where(outcomes, uri, experiment)
+
+
+def _print_where(outcomes: list, uri: str, experiment: str) -> None:
+    """Where each variant's runs, model and Optuna study are."""
     print(f"MLflow: experiment {experiment!r} at {uri}")
     if uri.startswith("sqlite:"):
         print(f"  view with: mlflow ui --backend-store-uri {uri}")

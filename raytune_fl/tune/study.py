@@ -12,7 +12,7 @@ from typing import Any
 
 from ray import tune
 
-from raytune_fl.config import ExperimentConfig, Objective, SearchSpace, TrialSpec, TuneSettings, VariantConfig
+from raytune_fl.config import ExperimentConfig, SearchSpace, TuneSettings, VariantTrials
 from raytune_fl.data.identity import DataIdentity
 from raytune_fl.engine.data import FederatedData, data_identity_of, prepare_data
 from raytune_fl.export.model_helper import ModelExporter
@@ -20,6 +20,8 @@ from raytune_fl.export.trial_model import log_trial_model
 from raytune_fl.runtime.storage import Storage, resolve_storage
 from raytune_fl.tracking import ParentRun, StudyTracker, TrialTracker
 from raytune_fl.tracking.records import (
+    OptunaStudy,
+    ParetoFront,
     RunRecord,
     TuneTrials,
     partition_title,
@@ -27,16 +29,7 @@ from raytune_fl.tracking.records import (
     tune_parent_end,
     tune_parent_metrics,
 )
-from raytune_fl.tracking.schema import (
-    TAG_MODEL_RUN_ID,
-    TAG_OBJECTIVES,
-    TAG_PARETO_FRONT,
-    TAG_RESUME_COMMAND,
-    TRUE,
-    setting_folder,
-    study_key,
-)
-from raytune_fl.tracking.store import trial_run
+from raytune_fl.tracking.schema import setting_folder, study_key
 from raytune_fl.tune.callbacks import BestSoFar, ForwardInterrupt, MlflowTrialLogger, TrialEventsCallback, print_line
 from raytune_fl.tune.edges import edge_flags
 from raytune_fl.tune.events import Watch, Watcher
@@ -56,65 +49,63 @@ class VariantRun:
     optuna_storage: str | None = None  # its storage URL, password masked (runtime/optuna_storage.py)
 
 
+@dataclass(frozen=True)
+class StudyOptions:
+    """How a command runs its variants' studies: the same for each of them."""
+
+    storage: str | Path | Storage  # where Tune keeps the studies: a directory or URI (runtime/storage.py)
+    tracker: StudyTracker | None  # MLflow (None: nothing logged)
+    out: Callable[[str], None] = print_line
+    watch: Watcher | None = None  # how the caller follows the trials (the CLI's console; None: silently)
+    log_model: bool = True  # the selected trial's model logged to MLflow
+    optuna_storage: str | None = None  # the Optuna storage URL the searched variants persist to
+    exporter: ModelExporter | None = None  # the helper process that logs models (None: this process)
+
+
 def run_variant(
     space: SearchSpace,
     variant_name: str,
+    options: StudyOptions,
     *,
-    storage: str | Path | Storage,
-    tracker: StudyTracker | None,
-    out: Callable[[str], None] = print_line,
-    watch: Watcher | None = None,
     data: FederatedData | None = None,
     resume: VariantRun | None = None,
     on_start: Callable[[VariantRun], None] | None = None,
-    log_model: bool = True,
-    optuna_storage: str | None = None,
-    exporter: ModelExporter | None = None,
     setting: str | None = None,
 ) -> VariantOutcome:
     """One variant's study (with `setting`, its study at that grid setting: `space` holds the setting's base).
     With `resume` (a study a stopped or killed driver left behind), Tune restores its trials
     from their last checkpoints and the searcher from its saved state (its Optuna study too: search.py), and MLflow
-    continues in the same runs. `watch`: how the caller follows the trials (the CLI's console; None: silently).
-    With `log_model` the selected trial's model is logged to MLflow, by `exporter`'s helper process if given."""
+    continues in the same runs. `on_start` is told where the study lives once its parent run exists."""
     started, stamp = time.time(), time.strftime("%Y%m%d-%H%M%S")
-    variant, base, settings = space.variants[variant_name], space.experiment_for(variant_name), space.tune
-    key = study_key(variant_name, setting)
-    search = make_search(space, variant_name, stamp, optuna_storage, resume and resume.optuna_study, bool(resume), key)
-    storage = resolve_storage(storage)
-    restore_from = _restore_path(resume, storage, variant_name, out)
+    trials, settings, tracker = VariantTrials.of(space, variant_name), space.tune, options.tracker
+    base, key = trials.experiment, study_key(variant_name, setting)
+    resumed_study = resume.optuna_study if resume else None
+    search = make_search(space, variant_name, stamp, options.optuna_storage, resumed_study, bool(resume), key)
+    storage = resolve_storage(options.storage)
+    restore_from = _restore_path(resume, storage, variant_name, options.out)
     data = data or (prepare_data(base) if tracker is not None else None)  # what every trial builds, seeded
     identity, val_samples = _identity(base, data)
-    callbacks = _followers(watch, Watch(variant_name, search.num_samples, base.rounds, *_rule(settings)), search)
+    callbacks = _followers(
+        options.watch, Watch(variant_name, search.num_samples, base.rounds, *_rule(settings)), search
+    )
     record = _record(space, variant_name, search, identity, setting)
-    logged = tune_parent_metrics(val_samples)
-    with _parent_run(tracker, record, resume, data, base, started, logged) as parent:
-        parent_run_id = parent.run_id if parent is not None else None
-        if parent is not None:
-            trials = TuneTrials(variant_name, base, variant.method, dict(variant.fixed), (identity,))
-            parent.trials.append(TrialTracker(tracker, parent.run_id, base.rounds, trials, resuming=bool(resume)))
-            callbacks.append(MlflowTrialLogger(parent.trials[-1]))
-            if exporter is not None and log_model:
-                callbacks.append(_best_so_far(exporter, parent.run_id, base, variant, data, settings))
+    with _parent_run(tracker, record, resume, data, base, started, tune_parent_metrics(val_samples)) as logged:
+        parent_run_id = logged.parent.run_id if logged is not None else None
+        if logged is not None:
+            records = TuneTrials(variant_name, trials, (identity,) if identity else ())
+            callbacks += _trial_loggers(logged, options, records, resume, settings)
         name = f"{space.name}-{setting_folder(key)}-{stamp}"
         experiment_path = restore_from or storage.join(name)  # within the storage's filesystem, as restore takes it
         if on_start is not None:  # recorded once the parent run exists: a stop from here on resumes in it
             on_start(VariantRun(experiment_path, parent_run_id, *_optuna(search)))
-        trainable = study_trainable(base, variant.method, variant.fixed)
-        if restore_from is not None:
-            tuner = restore_tuner(restore_from, trainable, storage, callbacks)
-        else:
-            config = run_config(name, storage, callbacks, base.faults.trial_retries)
-            tuner = new_tuner(trainable, settings, search, config)
-        results = fit(tuner)  # a stop raises StudyInterrupted here: no selection, summary or model of a cut study
-        if search.optuna_study is not None:
-            close_optuna_trials(optuna_storage, search.optuna_study, variant_name, out)
-        selected = _select(results, variant_name, variant, settings, base.rounds, val_samples)
+        # a stop raises StudyInterrupted in fit: no selection, summary or model of a cut study
+        results = fit(_tuner(trials, restore_from, storage, callbacks, name, search, settings))
+        if search.optuna_study is not None and options.optuna_storage is not None:  # the study is in that storage
+            close_optuna_trials(options.optuna_storage, search.optuna_study, variant_name, options.out)
+        selected = _select(results, variant_name, trials, space, val_samples)
         outcome, best = _placed(selected[0], parent_run_id, storage, search, started, setting), selected[1]
-        if parent is not None:
-            _end_parent(parent, outcome, base.seed, settings.objectives)
-            if best is not None and log_model:
-                outcome.model_id = _log_best_model(tracker, parent, best, base, variant, data, out, exporter)
+        if logged is not None:
+            _end_parent(logged, outcome, best, trials, options, settings)
         return outcome
 
 
@@ -128,7 +119,9 @@ def _record(
     space: SearchSpace, variant: str, search: Search, identity: DataIdentity | None, setting: str | None
 ) -> RunRecord:
     """The study's parent run, as tracking/records.py describes it."""
-    return tune_parent(space, variant, search.num_samples, [identity] if identity else [], *_optuna(search), setting)
+    optuna = OptunaStudy(search.optuna_study, search.optuna_storage) if search.optuna_study else None
+    datasets = [identity] if identity else []
+    return tune_parent(space, variant, search.num_samples, datasets, optuna, setting, resume_command())
 
 
 def _restore_path(resume: VariantRun | None, storage: Storage, variant: str, out: Callable[[str], None]) -> str | None:
@@ -153,6 +146,15 @@ def _optuna(search: Search) -> tuple[str | None, str | None]:
     return search.optuna_study, search.optuna_storage
 
 
+@dataclass(frozen=True)
+class Logged:
+    """A study's MLflow side while it runs: its parent run, the tracker that writes it, the data its runs name."""
+
+    parent: ParentRun
+    tracker: StudyTracker
+    data: FederatedData
+
+
 @contextmanager
 def _parent_run(
     tracker: StudyTracker | None,
@@ -162,53 +164,75 @@ def _parent_run(
     base: ExperimentConfig,
     started: float,
     metrics: dict[str, float],
-) -> Iterator[ParentRun | None]:
+) -> Iterator[Logged | None]:
     """The study's parent run (none without a tracker): new, with its partition record, or the resumed one; it
     ends with its wall time since `started` and `metrics` whatever stops it."""
-    if tracker is None:
+    if tracker is None or data is None:  # data: prepared wherever there is a tracker
         yield None
         return
     with tracker.parent_run(record, resume.parent_run_id if resume else None, started) as parent:
         if parent.new:
             tracker.log_partition_when_drawn(parent.run_id, data, partition_title(base))
         parent.metrics.update(metrics)
-        if resume_command():  # what `ablate` names when it refuses this study's variant, if it is stopped
-            parent.interrupt_tags[TAG_RESUME_COMMAND] = resume_command()
-        yield parent
+        yield Logged(parent, tracker, data)
+
+
+def _trial_loggers(
+    logged: Logged,
+    options: StudyOptions,
+    records: TuneTrials,
+    resume: VariantRun | None,
+    settings: TuneSettings,
+) -> list[tune.Callback]:
+    """What logs the trials to MLflow as they run (their runs closed with the parent's); with an exporter, the
+    best trial so far's model too."""
+    rounds, parent = records.trials.experiment.rounds, logged.parent
+    parent.trials.append(TrialTracker(logged.tracker, parent.run_id, rounds, records, resuming=bool(resume)))
+    callbacks: list[tune.Callback] = [MlflowTrialLogger(parent.trials[-1])]
+    if options.exporter is not None and options.log_model:
+        callbacks.append(_best_so_far(options.exporter, parent.run_id, records.trials, logged.data, settings))
+    return callbacks
+
+
+def _tuner(
+    trials: VariantTrials,
+    restore_from: str | None,
+    storage: Storage,
+    callbacks: list[tune.Callback],
+    name: str,
+    search: Search,
+    settings: TuneSettings,
+) -> tune.Tuner:
+    """The study's Tuner: restored from `restore_from`, else new under `name`."""
+    trainable = study_trainable(trials)
+    if restore_from is not None:
+        return restore_tuner(restore_from, trainable, storage, callbacks)
+    config = run_config(name, storage, callbacks, trials.experiment.faults.trial_retries)
+    return new_tuner(trainable, settings, search, config)
 
 
 def _best_so_far(
     exporter: ModelExporter,
     parent_run_id: str,
-    base: ExperimentConfig,
-    variant: VariantConfig,
+    trials: VariantTrials,
     data: FederatedData,
     settings: TuneSettings,
 ) -> BestSoFar:
     """The best trial so far has its model logged by the helper process while the study runs."""
 
     def log_ahead(trial_id: str, checkpoint: tune.Checkpoint, config: dict[str, Any]) -> None:
-        trial = TrialSpec.resolve(base, variant.method, variant.fixed, config)
-        exporter.log_ahead(parent_run_id, trial_id, checkpoint, trial, data)
+        exporter.log_ahead(parent_run_id, trial_id, checkpoint, trials.trial(config), data)
 
-    return BestSoFar(log_ahead, *_rule(settings), base.rounds)
+    return BestSoFar(log_ahead, *_rule(settings), trials.experiment.rounds)
 
 
 def _select(
-    results: tune.ResultGrid,
-    name: str,
-    variant: VariantConfig,
-    settings: TuneSettings,
-    rounds: int,
-    val_samples: int | None,
+    results: tune.ResultGrid, name: str, trials: VariantTrials, space: SearchSpace, val_samples: int | None
 ) -> tuple[VariantOutcome, tune.Result | None]:
     """The study's outcome by its selection rule, with its Pareto front when it has several objectives, and the
     selected values that lie at an edge of their range."""
-    fixed = dict(variant.fixed)
-    outcome, best = summarise(
-        results, name, variant.method, fixed, *_rule(settings), rounds, val_samples, settings.objectives
-    )
-    return replace(outcome, edges=edge_flags(variant.search, outcome.best_params)), best
+    outcome, best = summarise(results, name, trials, space.tune, val_samples)
+    return replace(outcome, edges=edge_flags(space.variants[name].search, outcome.best_params)), best
 
 
 def _rule(settings: TuneSettings) -> tuple[str, str]:
@@ -237,42 +261,47 @@ def _placed(
     )
 
 
-def _end_parent(parent: ParentRun, outcome: VariantOutcome, seed: int, objectives: tuple[Objective, ...]) -> None:
-    """The parent's end (its selection's tags and metrics); with several objectives, the objectives tagged on it
-    and `pareto_front` on the front's trial runs."""
-    end = tune_parent_end(outcome.best_params, outcome.best_metrics, outcome.trials, seed, outcome.edges)
-    parent.status = end.status
-    parent.metrics.update(end.metrics)
-    parent.tags = dict(end.tags)
-    if len(objectives) > 1:
-        parent.tags[TAG_OBJECTIVES] = ",".join(f"{o.metric}:{o.mode}" for o in objectives)
-    for trial in outcome.front if parent.trials else ():
-        trials = parent.trials[-1]
-        run = trial_run(trials.client, trials.tracker.experiment_id, parent.run_id, trial.trial_id)
-        if run is not None:
-            trials.client.set_tag(run.info.run_id, TAG_PARETO_FRONT, TRUE)
+def _end_parent(
+    logged: Logged,
+    outcome: VariantOutcome,
+    best: tune.Result | None,
+    trials: VariantTrials,
+    options: StudyOptions,
+    settings: TuneSettings,
+) -> None:
+    """The selected model logged (`options.log_model`), then the parent's end: its selection's tags and metrics,
+    the run of its model; with several objectives, the objectives and its Pareto front."""
+    model = _log_best_model(logged, best, trials, options) if best is not None and options.log_model else None
+    outcome.model_id = model[0] if model is not None else None
+    objectives = settings.objectives
+    front = ParetoFront(objectives, tuple(t.trial_id for t in outcome.front)) if len(objectives) > 1 else None
+    seed = trials.experiment.seed
+    end = tune_parent_end(
+        outcome.best_params,
+        outcome.best_metrics,
+        outcome.trials,
+        seed,
+        outcome.edges,
+        front,
+        model[1] if model else None,
+    )
+    logged.parent.end_with(end)
 
 
 def _log_best_model(
-    tracker: StudyTracker,
-    parent: ParentRun,
-    best: tune.Result,
-    base: ExperimentConfig,
-    variant: VariantConfig,
-    data: FederatedData,
-    out: Callable[[str], None],
-    exporter: ModelExporter | None = None,
-) -> str | None:
-    """The selected trial's global model on its run, and listed on the variant's parent run."""
-    trial = TrialSpec.resolve(base, variant.method, variant.fixed, best.config)
+    logged: Logged, best: tune.Result, trials: VariantTrials, options: StudyOptions
+) -> tuple[str, str] | None:
+    """The selected trial's global model on its run, and listed on the variant's parent run: its model id and the
+    trial run that logged it."""
+    trial, out, parent, data = trials.trial(best.config), options.out, logged.parent, logged.data
+    logged_model: tuple[Any, ...] | None
     out("  saving the selected model to MLflow...")  # seconds (minutes on a loaded machine): cli/progress.py's phase
-    if exporter is not None:
-        logged = exporter.log(parent.run_id, best, trial, data, link_parent=True)
+    if options.exporter is not None:
+        logged_model = options.exporter.log(parent.run_id, best, trial, data, link_parent=True)
     else:
-        logged = log_trial_model(tracker, parent.run_id, best, trial, data, link_parent=True)
-    if logged is None:
+        logged_model = log_trial_model(logged.tracker, parent.run_id, best, trial, data, link_parent=True)
+    if logged_model is None:
         out(f"  no model logged for {parent.run_id}: the selected trial left no checkpoint (checkpoint_every: 0?)")
         return None
-    model_id, run_id = logged[:2]
-    parent.tags[TAG_MODEL_RUN_ID] = run_id
-    return model_id
+    model_id, run_id = logged_model[:2]
+    return model_id, run_id

@@ -14,22 +14,17 @@ import ray
 from ray import tune
 
 from raytune_fl.actors.client import PROCESS_ACTORS
-from raytune_fl.config import ExperimentConfig, TrialSpec
+from raytune_fl.config import VariantTrials
 
 if TYPE_CHECKING:
     from raytune_fl.engine.report import RoundReport
 
 
-def federated_trial(
-    config: dict[str, Any],
-    *,
-    experiment: ExperimentConfig,
-    method: str,
-    fixed: dict[str, Any],
-    system_metrics: bool = False,
-) -> None:
-    """`system_metrics`: the driver's MLflow switch (tracking/system_metrics.py), read where it built the trainable:
-    this process samples its node once per round and the samples go with the round's report."""
+def federated_trial(config: dict[str, Any], *, trials: VariantTrials, system_metrics: bool = False) -> None:
+    """One of the variant's `trials`, at Tune's `config`. `system_metrics`: the driver's MLflow switch
+    (tracking/system_metrics.py), read where it built the trainable: this process samples its node once per round
+    and the samples go with the round's report."""
+    experiment = trials.experiment
     resources = experiment.resources
     if resources.actors > 0:  # before the imports below: the actors import torch meanwhile, in their processes
         PROCESS_ACTORS.start_early(resources)
@@ -51,7 +46,7 @@ def federated_trial(
     device = choose_device(resources.device, bool(ray.get_gpu_ids()))
     # Tune runs the next trial in this same process (reuse_actors): the client actors wait here for it
     pool = ray_pool_factory(resources, experiment.faults, PROCESS_ACTORS) if resources.actors > 0 else in_process_pool
-    trial = TrialSpec.resolve(experiment, method, fixed, config)  # the variant's fixed values, then Tune's
+    trial = trials.trial(config)  # the variant's fixed values, then Tune's
     federation = Federation.of(trial, pool_factory=pool, device=device)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:  # a resumed trial (Tuner.restore): continue after the last checkpointed round

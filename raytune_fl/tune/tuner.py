@@ -12,7 +12,7 @@ from typing import Any
 from ray import tune
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-from raytune_fl.config import ExperimentConfig, TuneSettings
+from raytune_fl.config import TuneSettings, VariantTrials
 from raytune_fl.runtime.storage import Storage, resolve_storage
 from raytune_fl.tracking.system_metrics import system_metrics_on
 from raytune_fl.tune.interrupt import tune_run
@@ -21,13 +21,11 @@ from raytune_fl.tune.search import Search
 from raytune_fl.tune.trainable import federated_trial
 
 
-def study_trainable(experiment: ExperimentConfig, method: str, fixed: dict[str, Any]) -> Any:
+def study_trainable(trials: VariantTrials) -> Any:
     """A variant's trials: the federated trial with the variant's experiment, on its placement group."""
     # the driver's MLflow switch, handed to the trials: they sample their node and send it with each round
-    trainable = tune.with_parameters(
-        federated_trial, experiment=experiment, method=method, fixed=dict(fixed), system_metrics=system_metrics_on()
-    )
-    return tune.with_resources(trainable, placement_group_factory(experiment.resources))
+    trainable = tune.with_parameters(federated_trial, trials=trials, system_metrics=system_metrics_on())
+    return tune.with_resources(trainable, placement_group_factory(trials.experiment.resources))
 
 
 def new_tuner(
@@ -73,7 +71,10 @@ def replace_restored_callbacks(tuner: tune.Tuner, callbacks: list[tune.Callback]
     the callbacks pickled at the first start. Ours hold this process's MLflow bookkeeping and console, so they
     replace those through Tune's private state: the one place that reaches into it, to go once a Ray release's
     restore takes callbacks."""
-    tuner._local_tuner.get_run_config().callbacks = with_result_files(callbacks)
+    local = tuner._local_tuner
+    if local is None:  # Tuner.restore in a driver process always makes a local tuner
+        raise RuntimeError("a restored Tuner without a local tuner: its callbacks cannot be replaced")
+    local.get_run_config().callbacks = with_result_files(callbacks)
 
 
 def fit(tuner: tune.Tuner) -> tune.ResultGrid:

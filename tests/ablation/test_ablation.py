@@ -10,8 +10,10 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from raytune_fl.ablation.plan import NO_SETTING, make_plan, parse_grid, settings, variant_source
+from raytune_fl.ablation.grid import NO_SETTING, parse_grid, settings
+from raytune_fl.ablation.plan import make_plan
 from raytune_fl.ablation.run import latest_per_cell, plan_order
+from raytune_fl.ablation.sources import variant_source
 from raytune_fl.ablation.table import format_cell
 from raytune_fl.cli.ablate import main as ablate
 from raytune_fl.config import ConfigError, parse_space
@@ -107,7 +109,7 @@ def test_plan_cells_and_fingerprint():
     s = space()
     axes = parse_grid(["alpha=0.5,1.0"])
     sources = {name: variant_source(s, name, None) for name in s.variants}
-    plan = make_plan(s, axes, [0, 1], settings(s, axes), sources)
+    plan = make_plan(s, axes, [0, 1], sources)
     assert [c.key for c in plan.cells][:4] == [
         "full/seed0/alpha=0.5",
         "full/seed1/alpha=0.5",
@@ -115,8 +117,8 @@ def test_plan_cells_and_fingerprint():
         "fedavg/seed1/alpha=0.5",
     ]
     assert len(plan.cells) == 8 and {c.experiment.seed for c in plan.cells} == {0, 1}
-    same = make_plan(s, axes, [0, 1], settings(s, axes), sources)
-    other = make_plan(s, axes, [0, 2], settings(s, axes), sources)
+    same = make_plan(s, axes, [0, 1], sources)
+    other = make_plan(s, axes, [0, 2], sources)
     assert plan.fingerprint == same.fingerprint != other.fingerprint
 
 
@@ -289,6 +291,7 @@ def test_both_stages_use_the_same_param_and_metric_names(logged):
 
 
 def test_a_tune_trial_and_an_ablation_cell_of_one_configuration_log_the_same_params():
+    from raytune_fl.config import VariantTrials
     from raytune_fl.methods import METHODS
     from raytune_fl.tracking.records import TuneTrials, ablation_cell
 
@@ -301,11 +304,11 @@ def test_a_tune_trial_and_an_ablation_cell_of_one_configuration_log_the_same_par
         }
     )
     variant, sampled = s.variants["full"], {"mu": 0.25}  # what Tune's searcher drew for one trial
-    trial = TuneTrials("full", s.base, variant.method, variant.fixed).record(sampled, 0).params
+    trial = TuneTrials("full", VariantTrials.of(s, "full")).record(sampled, 0).params
     # the ablation reads that trial back as its study's selection (derived defaults come back as their rule)
     selected = METHODS.get("univarfl").describe({**variant.fixed, **sampled})
     source = variant_source(s, "full", StudyRecord("run1", "univarfl", selected, {"best_val_acc": 0.5}, 0))
-    cell = make_plan(s, [], [s.base.seed], settings(s, []), {"full": source}).cells[0]
+    cell = make_plan(s, [], [s.base.seed], {"full": source}).cells[0]
     assert ablation_cell(cell, source.note).params == trial
     # every hyperparameter, resolved: the searched and fixed ones, the defaults, a derived default as its rule
     assert {k: trial[k] for k in ("method", "mu", "eps", "lambda", "include_diagonal")} == {

@@ -8,8 +8,10 @@ import math
 import pandas as pd
 import pytest
 
-from raytune_fl.ablation.plan import make_plan, parse_grid, settings, splits, variant_source
+from raytune_fl.ablation.grid import parse_grid, splits
+from raytune_fl.ablation.plan import make_plan
 from raytune_fl.ablation.run import TABLE_METRIC, with_partition_seeds, write_table
+from raytune_fl.ablation.sources import variant_source
 from raytune_fl.ablation.table import mean_interval, summarise, to_markdown
 from raytune_fl.cli.ablate import main as ablate
 from raytune_fl.config import ConfigError, parse_space
@@ -24,7 +26,7 @@ def _plan(partition_seeds: int | None = None, **base):
     axes = parse_grid(["alpha=0.5,1.0"])
     sources = {name: variant_source(s, name, None) for name in s.variants}
     extra = {} if partition_seeds is None else {"partition_seeds": partition_seeds}
-    return make_plan(s, axes, [0, 1], settings(s, axes), sources, **extra)
+    return make_plan(s, axes, [0, 1], sources, **extra)
 
 
 # ---- plans ----------------------------------------------------------------------------------------------
@@ -88,8 +90,8 @@ def test_partition_seeds_beside_a_grid_over_the_partition_seed_are_refused():
     axes = parse_grid(["partition.seed=1,2"])
     sources = {name: variant_source(s, name, None) for name in s.variants}
     with pytest.raises(ConfigError, match=r"^--partition-seeds: 2 splits per cell, but --grid partition.seed"):
-        make_plan(s, axes, [0], settings(s, axes), sources, 2)
-    assert len(make_plan(s, axes, [0], settings(s, axes), sources, 1).cells) == 4  # alone, the grid is fine
+        make_plan(s, axes, [0], sources, 2)
+    assert len(make_plan(s, axes, [0], sources, 1).cells) == 4  # alone, the grid is fine
 
 
 @pytest.mark.parametrize(

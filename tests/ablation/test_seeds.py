@@ -7,8 +7,9 @@ import math
 import pytest
 from scipy import stats
 
-from raytune_fl.ablation.plan import AutoSeeds, make_plan, searched_seeds, settings, variant_source
+from raytune_fl.ablation.plan import AutoSeeds, make_plan
 from raytune_fl.ablation.seeds import HELD_OUT, WITH_TUNING, held_out_seeds, seed_plan
+from raytune_fl.ablation.sources import searched_seeds, variant_source
 from raytune_fl.cli.ablate import auto_line, next_seed_count
 from raytune_fl.cli.ablate import main as ablate
 from raytune_fl.config import parse_space
@@ -49,22 +50,18 @@ def test_the_plan_takes_every_studys_tuning_seeds_and_an_auto_plan_keeps_its_fin
     sources = {"full": variant_source(s, "full", study), "fedavg": variant_source(s, "fedavg", None)}
     assert searched_seeds(sources) == {2}
     seeding = seed_plan(s.base.seed, 3, searched_seeds(sources))
-    plan = make_plan(s, [], list(seeding.scored), settings(s, []), sources, seed_plan=seeding)
+    plan = make_plan(s, [], seeding, sources)
     assert sorted({c.seed for c in plan.cells}) == [1, 3, 4] and plan.seed_plan.searched == (0, 2)
     auto = AutoSeeds(2.0, 8, "fedavg")
-    first = make_plan(s, [], list(seeding.scored), settings(s, []), sources, seed_plan=seeding, auto=auto)
+    first = make_plan(s, [], seeding, sources, auto=auto)
     grown = first.with_seeds(seed_plan(s.base.seed, 5, searched_seeds(sources)))
     assert [c.seed for c in grown.cells if c.variant == "full"] == [1, 3, 4, 5, 6]
     assert grown.fingerprint == first.fingerprint != plan.fingerprint  # --resume finds the growing plan
     # the target and the cap are a stopping rule (a resume may change them); the reference is part of the plan
     narrower = AutoSeeds(1.0, 12, "fedavg")
-    assert make_plan(s, [], [1, 3, 4], settings(s, []), sources, seed_plan=seeding, auto=narrower).fingerprint == (
-        first.fingerprint
-    )
+    assert make_plan(s, [], seeding, sources, auto=narrower).fingerprint == (first.fingerprint)
     other = AutoSeeds(2.0, 8, "full")
-    assert make_plan(s, [], [1, 3, 4], settings(s, []), sources, seed_plan=seeding, auto=other).fingerprint != (
-        first.fingerprint
-    )
+    assert make_plan(s, [], seeding, sources, auto=other).fingerprint != (first.fingerprint)
 
 
 def halfwidth(sd: float, n: int) -> float:

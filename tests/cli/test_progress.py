@@ -29,6 +29,7 @@ from raytune_fl.cli.progress import (
     watch_silences,
 )
 from raytune_fl.tune.callbacks import TrialEventsCallback
+from raytune_fl.tune.events import Watch
 from tests.support.progress_lines import ENDED, PER_ROUND
 
 
@@ -49,7 +50,7 @@ FIRST_START = "[{label}] starting trial {n}: its process imports torch and build
 
 def _state(clock: Clock, total: int = 4, rounds: int = 3, **kwargs) -> ProgressState:
     kwargs.setdefault("may_stop_early", True)
-    return ProgressState("full", total, rounds, "val_acc", "max", clock=clock, **kwargs)
+    return ProgressState(Watch("full", total, rounds, "val_acc", "max", **kwargs), clock=clock)
 
 
 def _result(round_: int, val: float, test: float = 0.5, **more) -> dict:
@@ -145,7 +146,7 @@ def test_a_trial_that_ran_every_round_at_chance_is_counted_and_said_collapsed():
 
 def test_min_mode_no_params_and_no_asha():
     clock = Clock()
-    state = ProgressState("fedavg", 1, 4, "val_loss", "min", clock=clock)  # FIFO: the time left is an estimate
+    state = ProgressState(Watch("fedavg", 1, 4, "val_loss", "min"), clock=clock)  # FIFO: the time left is an estimate
     state.started("a", {})
     clock.at(3)
     state.reported("a", {"round": 1, "val_loss": 0.9})
@@ -165,13 +166,15 @@ def test_ablation_cells_have_their_own_rounds_and_no_best():
     clock = Clock()
     rounds = {"fedavg/seed0/rounds=2": 2, "fedavg/seed0/rounds=4": 4}
     state = ProgressState(
-        "ablation",
-        2,
-        4,
-        noun="cell",
-        show_best=False,
-        rounds_of=lambda config: rounds[config["cell"]],
-        total_rounds=6,
+        Watch(
+            "ablation",
+            2,
+            4,
+            noun="cell",
+            show_best=False,
+            rounds_of=lambda config: rounds[config["cell"]],
+            total_rounds=6,
+        ),
         clock=clock,
     )
     short = state.started("x", {"cell": "fedavg/seed0/rounds=2"})
@@ -468,7 +471,7 @@ def test_a_resumed_run_counts_what_had_ended_and_continues_from_the_checkpoint()
 
 def test_the_callback_pickles_without_its_stream():
     """Tune pickles the run's callbacks with the tuner (and restores them on a resume)."""
-    state = ProgressState("full", 2, 3)
+    state = ProgressState(Watch("full", 2, 3))
     callback = TrialEventsCallback(
         ConsoleProgress(state, ProgressDisplay(state, stream=io.TextIOWrapper(io.BytesIO())))
     )

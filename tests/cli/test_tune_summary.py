@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 
 from raytune_fl.cli.tune import print_next_steps, print_summary
+from raytune_fl.config import TuneSettings
 from raytune_fl.tune.outcome import VariantOutcome
 
 URI = "sqlite:////tmp/m.db"
@@ -46,7 +47,9 @@ def test_the_best_of_trials_caveat_is_said_once_per_summary(capsys):
     printed = capsys.readouterr().out
     assert printed.count("Each variant's best") == 1 and f"===\n{OPTIMISM}\n" in printed
     # a loss has no ± to qualify and is not "upwards"
-    print_summary([_outcome("a", 0.5), _outcome("b", 0.6)], URI, "quickstart", 60.0, metric="val_loss")
+    print_summary(
+        [_outcome("a", 0.5), _outcome("b", 0.6)], URI, "quickstart", 60.0, tune=TuneSettings(metric="val_loss")
+    )
     loss = capsys.readouterr().out
     assert (
         "Each variant's best val_loss is the best over its study's trials, so it is optimistic (biased towards a "
@@ -91,7 +94,9 @@ def test_the_drivers_count_wins_and_a_loss_has_no_standard_error(capsys):
         "a is within 2 standard errors of b: one trial and seed each cannot rank them; "
         'the ablation in "next" below ranks them over seeds (x settings with --grid)'
     )
-    lines = _summary(capsys, [_outcome("a", 0.5, val_loss=0.8123), _outcome("b", 0.6)], metric="val_loss")
+    lines = _summary(
+        capsys, [_outcome("a", 0.5, val_loss=0.8123), _outcome("b", 0.6)], tune=TuneSettings(metric="val_loss")
+    )
     assert lines[0].startswith("val_loss: one trial, one seed per variant; no standard error computed")
     assert lines[1].startswith("               a: val_loss=0.8123  test_acc=0.5000 (round 4)")
     assert len(lines) == 3 and "±" not in "\n".join(lines)  # no SE, no flag

@@ -211,7 +211,8 @@ def test_batchnorm_local_clients_resume_from_their_own_statistics():
 
 
 def test_a_variant_trains_with_its_own_optimiser_in_both_stages():
-    from raytune_fl.ablation.plan import VariantSource, build_cells
+    from raytune_fl.ablation.plan import build_cells
+    from raytune_fl.ablation.sources import VariantSource
 
     official = {"lr": 0.01, "momentum": 0.5, "weight_decay": 5e-4}
     space = parse_space(

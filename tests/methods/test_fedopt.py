@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from raytune_fl.aggregators.fedavg import fedavg
-from raytune_fl.aggregators.fedopt import fedopt, mean_delta, second_moment, step_size
+from raytune_fl.aggregators.fedopt import ServerRule, fedopt, mean_delta, second_moment, step_size
 from raytune_fl.engine.checkpoint import load_state, save_state
 from raytune_fl.methods import METHODS, build_method
 from raytune_fl.methods.fedopt import FEDAVG_LIMIT
@@ -71,8 +71,8 @@ def test_scalar_worked_check_through_the_aggregator_function(name, extra, w1, w2
     beta1 = 0.0 if name == "fedadagrad" else 0.9
     kwargs = {"rule": RULES[name], "server_lr": 0.1, "beta1": beta1, "beta2": 0.99, "tau": 1e-3, **extra}
     w0 = {"w": np.zeros(1)}
-    first, m, v = fedopt(w0, [_update(0, 1, {"w": [0.1]}, dtype=np.float64)], {}, {}, 1, **kwargs)
-    second, _, _ = fedopt(first, [_update(0, 1, {"w": [0.1]}, dtype=np.float64)], m, v, 2, **kwargs)
+    first, m, v = fedopt(w0, [_update(0, 1, {"w": [0.1]}, dtype=np.float64)], {}, {}, 1, ServerRule(**kwargs))
+    second, _, _ = fedopt(first, [_update(0, 1, {"w": [0.1]}, dtype=np.float64)], m, v, 2, ServerRule(**kwargs))
     assert first["w"][0] == pytest.approx(w1, abs=1e-6)
     assert second["w"][0] == pytest.approx(w2, abs=1e-6)
 
@@ -253,8 +253,8 @@ def test_defaults_and_options():
     with pytest.raises(ValueError, match=r"tau: must be a number > 0"):
         build_method("fedadam", {"tau": 0.0}, 10)
     with pytest.raises(ValueError, match="bias_correction for yogi"):
-        fedopt(GLOBAL, _random_updates(0), {}, {}, 1, rule="yogi", server_lr=1, beta1=0, beta2=0.9, tau=1,
-               bias_correction="flower")  # fmt: skip
+        server = ServerRule(rule="yogi", server_lr=1, beta1=0, beta2=0.9, tau=1, bias_correction="flower")
+        fedopt(GLOBAL, _random_updates(0), {}, {}, 1, server)
 
 
 def test_the_step_size_diagnostic_by_hand():

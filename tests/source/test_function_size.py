@@ -1,5 +1,6 @@
-"""The study driver stays a composition of small named parts: no function in tune/ or ablation/ over 60 lines
-(signature and docstring included), so each reads in one screen and is tested on its own."""
+"""The package stays a composition of small named parts: no function over 60 lines (signature and docstring
+included), so each reads in one screen and is tested on its own, and none with more than 7 parameters (self and
+cls not counted), so a clump of values that travels together gets a name (a frozen dataclass) instead."""
 
 from __future__ import annotations
 
@@ -8,17 +9,60 @@ import ast
 from tests.support import REPO
 
 LIMIT = 60
-PACKAGES = ("raytune_fl/tune", "raytune_fl/ablation")
+MAX_PARAMETERS = 7
+PACKAGE = "raytune_fl"
+# (issue 64 item 1/5, other branch): the client step's two loops and the plugin harness are reshaped there; this
+# set empties once it is merged
+KNOWN = {
+    "raytune_fl/engine/batched.py: train_local_batched",
+    "raytune_fl/engine/batched.py: _train_phase",
+    "raytune_fl/engine/local.py: train_local",
+    "raytune_fl/engine/local.py: _train_phase",
+    "raytune_fl/engine/method_check.py: two_rounds",
+}
+
+
+def _functions(source: str):
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
 
 
 def long_functions(source: str, path: str, limit: int = LIMIT) -> list[str]:
     found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            length = node.end_lineno - node.lineno + 1
-            if length > limit:
-                found.append(f"{path}:{node.lineno}: {node.name} is {length} lines (at most {limit})")
+    for node in _functions(source):
+        length = node.end_lineno - node.lineno + 1
+        if length > limit:
+            found.append(f"{path}:{node.lineno}: {node.name} is {length} lines (at most {limit})")
     return found
+
+
+def parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """Every parameter a caller can pass (positional, keyword-only, *args, **kwargs), self and cls not counted."""
+    args = node.args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    names += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
+    return [name for name in names if name not in ("self", "cls")]
+
+
+def wide_functions(source: str, path: str, limit: int = MAX_PARAMETERS) -> list[str]:
+    found = []
+    for node in _functions(source):
+        count = len(parameters(node))
+        if count > limit:
+            found.append(f"{path}:{node.lineno}: {node.name} takes {count} parameters (at most {limit})")
+    return found
+
+
+def _known(line: str) -> bool:
+    path, rest = line.split(":", 1)
+    return f"{path}: {rest.split(': ', 1)[1].split(' ', 1)[0]}" in KNOWN
+
+
+def _package_files():
+    files = sorted((REPO / PACKAGE).rglob("*.py"))
+    assert len(files) >= 100
+    return [(path.read_text(), str(path.relative_to(REPO))) for path in files]
 
 
 def test_the_checker_counts_a_function_from_its_def_to_its_last_line():
@@ -27,8 +71,27 @@ def test_the_checker_counts_a_function_from_its_def_to_its_last_line():
     assert long_functions(body, "f.py", limit=61) == []
 
 
-def test_no_function_of_the_study_driver_is_over_the_limit():
-    files = [path for package in PACKAGES for path in sorted((REPO / package).rglob("*.py"))]
-    assert len(files) >= 10
-    found = [line for path in files for line in long_functions(path.read_text(), str(path.relative_to(REPO)))]
+def test_the_checker_counts_every_parameter_but_self_and_cls():
+    source = (
+        "class C:\n    def m(self, a, /, b, *args, c, d=1, **kwargs): ...\n    @classmethod\n    def k(cls, a): ...\n"
+    )
+    assert wide_functions(source, "c.py", limit=5) == ["c.py:2: m takes 6 parameters (at most 5)"]
+    assert wide_functions(source, "c.py", limit=6) == []
+    eight = "def f(a, b, c, d, e, f, g, *, h=None): ...\n"
+    assert wide_functions(eight, "f.py") == ["f.py:1: f takes 8 parameters (at most 7)"]
+    assert wide_functions("def f(a, b, c, d, e, f, g): ...\n", "f.py") == []
+
+
+def test_the_known_offenders_are_matched_by_path_and_name():
+    assert _known("raytune_fl/engine/local.py:78: _train_phase takes 13 parameters (at most 7)")
+    assert not _known("raytune_fl/engine/local.py:78: other takes 13 parameters (at most 7)")
+
+
+def test_no_function_of_the_package_is_over_the_limit():
+    found = [line for source, path in _package_files() for line in long_functions(source, path) if not _known(line)]
+    assert not found, "\n".join(found)
+
+
+def test_no_function_of_the_package_takes_more_than_seven_parameters():
+    found = [line for source, path in _package_files() for line in wide_functions(source, path) if not _known(line)]
     assert not found, "\n".join(found)

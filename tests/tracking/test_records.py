@@ -5,11 +5,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from raytune_fl.ablation.plan import make_plan, settings, variant_source
-from raytune_fl.config import TrialSpec, parse_space
+from raytune_fl.ablation.plan import make_plan
+from raytune_fl.ablation.sources import variant_source
+from raytune_fl.config import Objective, TrialSpec, VariantTrials, parse_space
 from raytune_fl.tracking.records import (
+    OptunaStudy,
+    ParetoFront,
     TuneTrials,
     ablation_cell,
+    ablation_parent_end,
     ablation_parent_metrics,
     experiment_params,
     trial_params,
@@ -33,8 +37,8 @@ def _space():
 
 def test_a_parent_logs_its_trials_params_minus_the_searched_names_and_the_ranges():
     space = _space()
-    parent = tune_parent(space, "full", 3, optuna_study="s-full", optuna_storage="sqlite:///o.db")
-    trial = TuneTrials("full", space.base, "univarfl", {"eps": 0.02}).record({"mu": 0.25}, 4)
+    parent = tune_parent(space, "full", 3, optuna=OptunaStudy("s-full", "sqlite:///o.db"))
+    trial = TuneTrials("full", VariantTrials(space.base, "univarfl", {"eps": 0.02})).record({"mu": 0.25}, 4)
     assert {k: v for k, v in trial.params.items() if k != "mu"} == {
         k: v for k, v in parent.params.items() if not k.startswith("search.")
     }
@@ -60,7 +64,7 @@ def test_a_parent_logs_its_trials_params_minus_the_searched_names_and_the_ranges
 def test_a_variant_with_nothing_searched_logs_exactly_its_trials_params():
     space = _space()
     parent = tune_parent(space, "fedavg", 1)
-    trial = TuneTrials("fedavg", space.base, "fedavg", {}).record({}, 0)
+    trial = TuneTrials("fedavg", VariantTrials.of(space, "fedavg")).record({}, 0)
     assert parent.params == trial.params == trial_params(TrialSpec.resolve(space.base, "fedavg", {}))
     assert parent.tags["searched"] == "(none)" and "optuna_study" not in parent.tags
 
@@ -82,10 +86,29 @@ def test_a_finished_study_ends_its_parent_with_best_and_counts_and_a_failed_one_
     assert ablation_parent_metrics(12.5, {"finished": 3}) == {"wall_time_s": 12.5, "runs_finished": 3.0}
 
 
+def test_the_front_the_model_run_and_the_resume_command_are_fields_of_the_records():
+    assert tune_parent(_space(), "fedavg", 1).resume_command == ""
+    assert tune_parent(_space(), "fedavg", 1, resume_command="tune --resume").resume_command == "tune --resume"
+    front = ParetoFront((Objective(metric="val_acc", mode="max"), Objective(metric="val_loss", mode="min")), ("t1",))
+    end = tune_parent_end({"mu": 0.25}, {"val_acc": 0.5}, {"finished": 2}, 7, (), front, model_run_id="r9")
+    assert end.front == ("t1",)
+    assert end.tags["objectives"] == "val_acc:max,val_loss:min" and end.tags["model_run_id"] == "r9"
+    failed = tune_parent_end({}, {}, {"error": 3}, 7, (), front)  # the objectives are said even when none scored
+    assert (failed.status, failed.tags, failed.front) == ("FAILED", {"objectives": "val_acc:max,val_loss:min"}, ())
+    assert tune_parent_end({"mu": 0.25}, {"val_acc": 0.5}, {"finished": 2}, 7).front == ()
+
+
+def test_an_ablation_parent_adds_its_seeds_and_counts_once_closed_and_its_table_when_written():
+    end = ablation_parent_end([1, 2], "", 3.0, {"finished": 2})
+    assert end.tags == {"seeds": "1,2"} and end.metrics == {"wall_time_s": 3.0, "runs_finished": 2.0}
+    auto = ablation_parent_end([1, 2, 3], "half-width <= 2", 3.0, {})
+    assert auto.tags == {"seeds": "1,2,3", "seeds_auto": "half-width <= 2"}
+
+
 def test_an_ablation_cell_is_tagged_with_where_it_sits_and_logs_the_trial_params():
     space = _space()
     sources = {name: variant_source(space, name, None) for name in space.variants}
-    plan = make_plan(space, [], [0, 1], settings(space, []), sources)
+    plan = make_plan(space, [], [0, 1], sources)
     cell = next(c for c in plan.cells if c.variant == "full" and c.seed == 1)
     run = ablation_cell(cell, sources["full"].note)
     assert run.name == "full/seed1/default" and run.rounds == space.base.rounds

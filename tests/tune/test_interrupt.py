@@ -165,7 +165,7 @@ def test_the_study_record_says_what_resume_does_with_each_variant(tmp_path):
 def test_ablate_refuses_a_variant_whose_newest_study_was_interrupted(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from raytune_fl.ablation.plan import variant_source
+    from raytune_fl.ablation.sources import variant_source
     from raytune_fl.config import ConfigError, SearchSpace
     from raytune_fl.tracking.store import latest_study
     from tests.support import tiny_space

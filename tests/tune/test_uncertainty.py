@@ -8,7 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from raytune_fl.config import ExperimentConfig, TuneSettings, VariantTrials
 from raytune_fl.tune.uncertainty import accuracy_se, has_binomial_se, within_noise
+
+FEDAVG = VariantTrials(ExperimentConfig(rounds=3), "fedavg", {})  # a study of 3 rounds, selecting on val_acc
 
 
 def test_the_standard_error_is_sqrt_p_1_minus_p_over_n():
@@ -52,8 +55,8 @@ def test_summarise_adds_the_selected_trials_standard_error():
     from raytune_fl.tune.outcome import summarise
 
     results = [_result(3, 0.6), _result(3, 0.7), _result(1, 0.9)]  # the last stopped early: not selected
-    outcome, best = summarise(results, "fedavg", "fedavg", {}, "val_acc", "max", 3, val_samples=400)
+    outcome, best = summarise(results, "fedavg", FEDAVG, TuneSettings(), val_samples=400)
     assert best is results[1]
     assert outcome.best_metrics["val_acc_se"] == pytest.approx(0.022913, abs=1e-6)
-    outcome, _ = summarise(results, "fedavg", "fedavg", {}, "val_acc", "max", 3)  # size unknown: none
+    outcome, _ = summarise(results, "fedavg", FEDAVG, TuneSettings())  # size unknown: none
     assert "val_acc_se" not in outcome.best_metrics

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from raytune_fl.aggregators.fedopt import BiasCorrection, Rule, Weighting, fedopt
+from raytune_fl.aggregators.fedopt import BiasCorrection, Rule, ServerRule, Weighting, fedopt
 from raytune_fl.methods.base import ServerAggregator
 from raytune_fl.types import ClientUpdate, Weights
 
@@ -37,11 +37,10 @@ class AdaptiveServer(ServerAggregator):
         self.t = 0
 
     def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
-        new, self.m, self.v = fedopt(
-            global_weights, updates, self.m, self.v, self.t + 1, rule=self.rule, server_lr=self.server_lr,
-            beta1=self.beta1, beta2=self.beta2, tau=self.tau, weighting=self.weighting,
-            bias_correction=self.bias_correction,
-        )  # fmt: skip
+        server = ServerRule(
+            self.rule, self.server_lr, self.beta1, self.beta2, self.tau, self.weighting, self.bias_correction
+        )
+        new, self.m, self.v = fedopt(global_weights, updates, self.m, self.v, self.t + 1, server)
         self.t += 1
         return new
 
