@@ -169,7 +169,7 @@ class _VmapAutocast(TorchFunctionMode):
 # ---------------------------------------------------------------------------------------------- fp16 loss scaling
 
 
-class _Stepper:
+class UnscaledStep:
     """What GradScaler reads of an optimiser (`param_groups`, `step`) around engine/sgd.py's PlainSGD, which keeps
     torch.optim.Optimizer out of the process (sgd.py says why)."""
 
@@ -199,14 +199,14 @@ class LossScaler:
     def scale(self, loss: Tensor) -> Tensor:
         return self.scaler.scale(loss)
 
-    def unscale(self, params: Sequence[Tensor], step: Callable[[], None]) -> _Stepper:
+    def unscale(self, params: Sequence[Tensor], step: Callable[[], None]) -> UnscaledStep:
         """Unscale the gradients of `params` in place (before hooks clip or correct them); returns what `step`
         takes."""
-        stepper = _Stepper(params, step)
+        stepper = UnscaledStep(params, step)
         self.scaler.unscale_(stepper)
         return stepper
 
-    def step(self, stepper: _Stepper) -> None:
+    def step(self, stepper: UnscaledStep) -> None:
         """The optimiser's step unless a gradient is inf/NaN (then skipped), and the scale's update."""
         self.scaler.step(stepper)
         self.scaler.update()

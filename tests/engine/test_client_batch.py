@@ -150,6 +150,21 @@ def test_batched_clients_draw_the_sequential_batches(variant):
         _close(_rounds(name, params, 1, settings, budgets, False), _rounds(name, params, 5, settings, budgets, False))
 
 
+# diagnostics.gradient_norms on both rounds, two passes each: every client is measured twice a round
+PROBED = dataclasses.replace(SETTINGS, epochs=2, probe_rounds=frozenset({1, 2}))
+
+
+@pytest.mark.parametrize("name", ["univarfl", "feddyn", "fedprox"])  # terms; per-client term weights; a hook
+def test_the_gradient_probe_on_batched_clients_equals_the_sequential_one(name):
+    sequential = _rounds(name, {}, 1, PROBED, None, restart=False)
+    batched = _rounds(name, {}, 4, PROBED, None, restart=False)
+    for rounds in (sequential, batched):  # every client that trained was measured, on terms where it has any
+        measured = [metrics for clients in rounds[1] for _, steps, metrics, _, _ in clients if steps]
+        assert measured and all(m["grad_norm_total"] > 0 and m["grad_norm_ce"] > 0 for m in measured), name
+        assert all(m["grad_norm_total"] != m["grad_norm_ce"] for m in measured) == (name != "fedprox"), name
+    _close(sequential, batched, name)
+
+
 def test_each_methods_declaration_matches_what_its_hooks_can_do():
     for name in METHODS.names():
         method = build_method(name, {}, 10)
