@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -203,12 +203,12 @@ class LossScaler:
         """Unscale the gradients of `params` in place (before hooks clip or correct them); returns what `step`
         takes."""
         stepper = UnscaledStep(params, step)
-        self.scaler.unscale_(stepper)
+        self.scaler.unscale_(cast("torch.optim.Optimizer", stepper))  # all GradScaler reads of an optimiser
         return stepper
 
     def step(self, stepper: UnscaledStep) -> None:
         """The optimiser's step unless a gradient is inf/NaN (then skipped), and the scale's update."""
-        self.scaler.step(stepper)
+        self.scaler.step(cast("torch.optim.Optimizer", stepper))
         self.scaler.update()
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -71,7 +71,8 @@ def pass_batches(n: int, settings: LocalSettings, remaining: int | None = None) 
     return batches if remaining is None else batches[:remaining]
 
 
-class ClientStep(NamedTuple):
+@dataclass(frozen=True)
+class ClientStep:
     """One step of one client, on the CPU: its samples and their augmentation numbers."""
 
     index: Tensor  # (size,) rows of the client's data
@@ -155,11 +156,11 @@ def group_steps(
             offsets_at = flips_at = -1
             if entries[0].offsets is not None:
                 offsets_at = at
-                pieces += [entry.offsets.reshape(-1) for entry in entries]  # (2, size) each: rows, then columns
+                pieces += [e.offsets.reshape(-1) for e in entries if e.offsets is not None]  # (2, size): rows, columns
                 at += 2 * len(clients) * size
             if entries[0].flips is not None:
                 flips_at = at
-                pieces += [entry.flips.long() for entry in entries]
+                pieces += [e.flips.long() for e in entries if e.flips is not None]
                 at += len(clients) * size
             groups.append((clients, size, rows_at, offsets_at, flips_at, tuple(entry.first for entry in entries)))
         layout.append(groups)
