@@ -23,7 +23,7 @@ def measure(
     import torch
 
     from raytune_fl.engine.batched import train_local_batched
-    from raytune_fl.engine.local import LocalSettings, train_local
+    from raytune_fl.engine.local import LocalData, LocalSettings, train_local
     from raytune_fl.engine.worker import ModelSpec
     from raytune_fl.methods import build_method
     from raytune_fl.methods.base import ClientContext
@@ -50,7 +50,7 @@ def measure(
         for k, (xk, yk) in enumerate(parts):
             model.load_state_dict(start)
             generator = torch.Generator().manual_seed(k)
-            train_local(model, build_method("fedavg", {}, 10), xk, yk, settings, generator, 10, None)
+            train_local(model, build_method("fedavg", {}, 10), LocalData(xk, yk, 10), settings, generator)
 
     def stacked() -> None:
         for m in models:
@@ -59,12 +59,9 @@ def measure(
         train_local_batched(
             models,
             [build_method("fedavg", {}, 10) for _ in range(clients)],
-            x,
-            y,
-            [k * n for k in range(clients)],
+            LocalData(x, y, 10),
             settings,
             [torch.Generator().manual_seed(k) for k in range(clients)],
-            10,
             contexts,
             [None] * clients,
         )

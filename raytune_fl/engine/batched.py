@@ -1,4 +1,4 @@
-"""Many clients in one step: the local loop of engine/local.py, vectorised over the clients of one worker.
+"""Many clients in one step: engine/client_step.py's step, vectorised over the clients of one worker.
 
 K clients train as one model whose parameters, buffers (BatchNorm running statistics) and SGD momentum carry a
 leading client dimension: `torch.func.vmap` over `functional_call` turns each layer into one batched kernel (a
@@ -11,6 +11,8 @@ What stays per client, exactly as the sequential loop does it:
 - steps: a client that has run out of batches (smaller data, a step budget) sits out: its parameters, buffers and
   momentum stop changing. A step's clients are grouped by batch size (`group_steps`), so a short last batch is its
   own group (BatchNorm's batch statistics and the loss's mean see exactly that client's samples, no padding);
+- the step: engine/client_step.py's, as the sequential loop's (losses, gradient probe, backward, hooks, update);
+  what is here is how K clients hold their parameters (`_StackedClients`);
 - hooks: `on_round_start` / `on_round_end` run per client on that client's own module (loaded with its weights,
   written back after training); loss terms run inside the vmapped step with their per-client tensors
   (`ClientHook.per_client`) and weights stacked; gradient hooks run batched (`ClientHook.after_backward_batched`).
@@ -27,24 +29,14 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
+from raytune_fl.engine.client_step import LocalData, LocalRound, flat_gradient, step_losses, train_round
 from raytune_fl.engine.precision import StackedLossScaler, mixed_forward, stacked_loss_scaler
 from raytune_fl.engine.sgd import sgd_step
-from raytune_fl.engine.steps import (
-    LocalResult,
-    LocalSettings,
-    LossTotals,
-    PhasePlan,
-    StepGroup,
-    group_steps,
-    phase_plan,
-    phase_setup,
-    start_round,
-)
-from raytune_fl.methods.base import Batch, ClientContext, ClientHook, Method, Phase
+from raytune_fl.engine.steps import LocalResult, LocalSettings, PhasePlan, StepGroup
+from raytune_fl.methods.base import Batch, ClientContext, ClientHook, Method
 
 
 def client_bytes(model: nn.Module, sample: Tensor, batch_size: int) -> int:
@@ -96,8 +88,9 @@ def vectorisable(method: Method) -> str:
 
 
 class _Step(nn.Module):
-    """One client's loss at one step, for functional_call: the model's parameters are swapped for the client's
-    (vmapped) slice while `forward` runs, so a term reading `batch.model` sees this client's weights."""
+    """One client's losses at one step (engine/client_step.py's `step_losses`), for functional_call: the model's
+    parameters are swapped for the client's (vmapped) slice while `forward` runs, so a term reading `batch.model`
+    sees this client's weights."""
 
     def __init__(
         self,
@@ -112,19 +105,10 @@ class _Step(nn.Module):
         self.num_classes = num_classes
         self.model_forward = forward  # precision.mixed_forward's; None: the model called plainly
 
-    def forward(self, x: Tensor, y: Tensor, weights: Sequence[Any]) -> tuple[Tensor, Tensor]:
-        # float32 outputs under every precision: the terms below are fp32, as in the sequential loop
+    def forward(self, x: Tensor, y: Tensor, weights: Sequence[Any]) -> tuple[Tensor, ...]:
+        # float32 outputs under every precision: the terms are fp32, as in the sequential loop
         logits, z = self.model(x) if self.model_forward is None else self.model_forward(self.model, x)
-        ce = F.cross_entropy(logits, y)
-        values = [ce]
-        loss = ce
-        if self.terms:
-            batch = Batch(x, y, logits, z, self.model, self.num_classes)
-            for term, weight in zip(self.terms, weights):
-                value = term.loss(batch)
-                values.append(value)
-                loss = loss + weight * value
-        return loss, torch.stack([loss, *values])
+        return tuple(step_losses(Batch(x, y, logits, z, self.model, self.num_classes), self.terms, weights))
 
 
 def _stack_state(hooks: Sequence[ClientHook], name: str) -> Any:
@@ -165,63 +149,32 @@ def _swapped(hooks: Sequence[ClientHook], states: dict[tuple[int, str], Any]) ->
 def train_local_batched(
     models: Sequence[nn.Module],
     methods: Sequence[Method],
-    x: Tensor,
-    y: Tensor,
-    starts: Sequence[int],
+    data: LocalData,
     settings: LocalSettings,
     generators: Sequence[torch.Generator],
-    num_classes: int,
     contexts: Sequence[ClientContext],
     max_steps: Sequence[int | None],
 ) -> list[LocalResult]:
     """Local SGD for K clients at once. `models[k]` holds client k's starting weights, `methods[k]` its own hook
-    instances; (x, y) is the clients' data concatenated (client k's rows from `starts[k]`), `contexts[k].x/y` each
-    client's own view. Returns each client's result as train_local would."""
-    for model in models:
-        model.train()
-    start_round(methods, contexts)
-    totals = LossTotals(methods[0], len(models), x.device)
+    instances; `data` is the clients' data concatenated, `contexts[k].x/y` client k's rows of it (in order).
+    Returns each client's result as train_local would."""
+    if sum(ctx.x.shape[0] for ctx in contexts) != data.x.shape[0]:
+        raise ValueError("train_local_batched: the clients' rows do not make up the data")
+    run = LocalRound(models, methods, contexts, data, settings, generators, max_steps)
     # fp16: a loss scale per client for the whole round, as each client's own GradScaler in the sequential loop
-    scaler = stacked_loss_scaler(settings.precision, len(models), x.device)
-    for phase in methods[0].phases:
-        _train_phase(models, methods, phase, x, y, starts, settings, generators, num_classes, contexts,
-                     max_steps, totals, scaler)  # fmt: skip
-    return totals.results(contexts, methods, name_clients=True)
+    return train_round(run, Stacked(stacked_loss_scaler(settings.precision, len(models), data.x.device)))
 
 
-def _train_phase(
-    models: Sequence[nn.Module],
-    methods: Sequence[Method],
-    phase: Phase,
-    x: Tensor,
-    y: Tensor,
-    starts: Sequence[int],
-    settings: LocalSettings,
-    generators: Sequence[torch.Generator],
-    num_classes: int,
-    contexts: Sequence[ClientContext],
-    max_steps: Sequence[int | None],
-    totals: LossTotals,
-    scaler: StackedLossScaler | None = None,
-) -> None:
-    forward = mixed_forward(settings.precision, x.device, vmapped=True)  # refuses what the device cannot run
-    plans = [phase_plan(method, phase, settings, cap) for method, cap in zip(methods, max_steps)]
-    schedules = [plan.steps(ctx.x.shape[0], settings, g) for plan, ctx, g in zip(plans, contexts, generators)]
-    # stacked with the most steps first: the clients still training at a step are then a leading run of rows (a
-    # view of the stacked tensors, updated in place) rather than scattered ones (gathered and written back)
-    order = sorted(range(len(models)), key=lambda k: -len(schedules[k]))
-    models, methods = [models[k] for k in order], [methods[k] for k in order]
-    with phase_setup(models, phase, settings):
-        # the lead client's plan: its terms belong to the hook instances the vmapped step runs (methods[0]'s)
-        stacked = _Stacked(models, methods, plans[order[0]], settings, num_classes, forward, x.device)
-        ids = torch.tensor(order, device=x.device)  # stacked row -> the caller's client index (totals, contexts)
-        for groups in group_steps([schedules[k] for k in order], [starts[k] for k in order], x.device):
-            for group in groups:
-                values, rows = stacked.step(group, x, y, ids, scaler)
-                totals.add([order[row] for row in group.clients], values, rows)
-                for row in group.clients:
-                    contexts[order[row]].steps += 1
-        stacked.write_back(models)  # the trained clients back into their own modules (their hooks read them)
+class Stacked:
+    """engine/client_step.py's Batching for K clients: their parameters stacked, the step vmapped."""
+
+    names_clients = True
+
+    def __init__(self, scaler: StackedLossScaler | None) -> None:
+        self.scaler = scaler
+
+    def clients(self, run: LocalRound, plan: PhasePlan, order: list[int]) -> _StackedClients:
+        return _StackedClients(run, plan, order, self.scaler)
 
 
 class _Rows:
@@ -243,109 +196,107 @@ class _Rows:
         return {key: self(v) for key, v in value.items()}
 
 
-class _Stacked:
+class _StackedClients:
     """A phase's clients as one model: their parameters, buffers and momentum with a leading client dimension (in
-    the order of `models`), the vmapped loss, and one step of a group of them."""
+    `order`), the vmapped losses, and the gradients and update of a step's group of them."""
 
-    def __init__(
-        self,
-        models: Sequence[nn.Module],
-        methods: Sequence[Method],
-        plan: PhasePlan,
-        settings: LocalSettings,
-        num_classes: int,
-        forward: Callable[[nn.Module, Tensor], Any],
-        device: torch.device,
-    ) -> None:
-        self.methods, self.settings, self.lr = methods, settings, plan.lr
+    def __init__(self, run: LocalRound, plan: PhasePlan, order: list[int], scaler: StackedLossScaler | None) -> None:
+        device = run.data.x.device
+        forward = mixed_forward(run.settings.precision, device, vmapped=True)  # refuses what the device cannot run
+        self.models, self.methods = [run.models[k] for k in order], [run.methods[k] for k in order]
+        self.settings, self.lr, self.scaler = run.settings, plan.lr, scaler
+        self.ids = torch.tensor(order, device=device)  # stacked row -> the round's client index
         # a parameter frozen by the phase or a hook (requires_grad False on every client's module) is a constant,
         # as the sequential optimiser leaves it out
-        self.params = _stack_parameters(models)
-        named_buffers = [dict(model.named_buffers()) for model in models]
+        self.params = _stack_parameters(self.models)
+        named_buffers = [dict(model.named_buffers()) for model in self.models]
         self.buffers = {name: torch.stack([b[name] for b in named_buffers]) for name in named_buffers[0]}
         self.trainable = [name for name, p in self.params.items() if p.requires_grad]
-        self.momentum = (
-            {name: torch.zeros_like(self.params[name]) for name in self.trainable} if settings.momentum != 0 else {}
-        )
-        self.hooks = methods[0].all_hooks
+        momentum = run.settings.momentum != 0
+        self.momentum = {name: torch.zeros_like(self.params[name]) for name in self.trainable} if momentum else {}
+        self.hooks = self.methods[0].all_hooks
         per_client = {
-            (i, attr): _stack_state([m.all_hooks[i] for m in methods], attr)
+            (i, attr): _stack_state([m.all_hooks[i] for m in self.methods], attr)
             for i, hook in enumerate(self.hooks)
             for attr in getattr(hook, "per_client", ())
         }
         self.per_client = {key: value for key, value in per_client.items() if value is not None}
-        weights = _term_weights(methods, len(plan.terms), self.params, device)
+        weights = _term_weights(self.methods, len(plan.terms), self.params, device)
         self.batched_weights = {t: w for t, w in enumerate(weights) if isinstance(w, Tensor)}
-        model_forward = None if settings.precision == "fp32" else forward
-        self.loss = _batched_loss(_Step(models[0], plan.terms, num_classes, model_forward), weights, self.hooks)
+        model_forward = None if run.settings.precision == "fp32" else forward
+        step = _Step(self.models[0], plan.terms, run.data.num_classes, model_forward)
+        self.loss = _batched_loss(step, weights, self.hooks)
+        # the step's group: its rows, their buffers, gradients and (fp16) overflows, set as the step goes
+        self.group_clients: tuple[int, ...] = ()
+        self.pick = _Rows((0,), device)
+        self.rows = self.ids
+        self.group_buffers: dict[str, Tensor] = {}
+        self.grads: dict[str, Tensor] = {}
+        self.found: Tensor | None = None
 
-    def step(
-        self, group: StepGroup, x: Tensor, y: Tensor, ids: Tensor, scaler: StackedLossScaler | None
-    ) -> tuple[Tensor, Tensor]:
-        """One step of `group`'s clients; returns their loss values (len(clients), width) and their caller rows."""
-        pick = _Rows(group.clients, x.device)
-        xb, yb = group.samples(x, y, self.settings.augment)
+    def losses(self, group: StepGroup, xb: Tensor, yb: Tensor) -> list[Tensor]:
+        self.group_clients, self.pick = group.clients, _Rows(group.clients, xb.device)
+        self.rows = self.pick(self.ids)
         xb = xb.view(len(group.clients), group.size, *xb.shape[1:])
         yb = yb.view(len(group.clients), group.size)
-        group_buffers = {name: pick(b) for name, b in self.buffers.items()}
-        losses, values = self.loss(
-            {name: pick(p) for name, p in self.params.items()},
-            group_buffers,
-            {key: pick(v) for key, v in self.per_client.items()},
-            {t: pick(w) for t, w in self.batched_weights.items()},
+        self.group_buffers = {name: self.pick(b) for name, b in self.buffers.items()}
+        values = self.loss(
+            {name: self.pick(p) for name, p in self.params.items()},
+            self.group_buffers,
+            {key: self.pick(v) for key, v in self.per_client.items()},
+            {t: self.pick(w) for t, w in self.batched_weights.items()},
             xb,
             yb,
         )
-        rows = pick(ids)
-        if scaler is None:
-            losses.sum().backward()  # each client's loss depends on its own slice only: per-client gradients
-        else:
-            (losses * scaler.scale.index_select(0, rows)).sum().backward()
-        grads = {name: self.params[name].grad for name in self.trainable if self.params[name].grad is not None}
-        found = None  # fp16: which of the group's clients overflowed
-        if scaler is not None:  # unscaled before the hooks read them; rows outside the group are zeros
+        return list(values)
+
+    def flat_gradients(self, value: Tensor) -> Tensor:
+        params = [self.params[name] for name in self.trainable]
+        return flat_gradient(value.sum(), params, start_dim=1)[list(self.group_clients)]
+
+    def objective(self, loss: Tensor) -> Tensor:
+        return loss if self.scaler is None else loss * self.scaler.scale.index_select(0, self.rows)
+
+    def zero_grad(self) -> None:
+        for name in self.trainable:
+            self.params[name].grad = None
+
+    def edit_gradients(self) -> None:
+        self.grads = {name: g for name in self.trainable if (g := self.params[name].grad) is not None}
+        self.found = None  # fp16: which of the group's clients overflowed
+        if self.scaler is not None:  # unscaled before the hooks read them; rows outside the group are zeros
             with torch.no_grad():
-                found = pick(scaler.unscale(grads, scaler.scale.index_select(0, ids)))
+                self.found = self.pick(self.scaler.unscale(self.grads, self.scaler.scale.index_select(0, self.ids)))
         for i, hook in enumerate(self.hooks):
             if type(hook).after_backward is not ClientHook.after_backward:
-                hook.after_backward_batched([m.all_hooks[i] for m in self.methods], grads)
-        with torch.no_grad():
-            self._update(grads, pick, group_buffers, scaler, found, rows)
-        return values.detach(), rows
+                hook.after_backward_batched([m.all_hooks[i] for m in self.methods], self.grads)
 
-    def _update(
-        self,
-        grads: dict[str, Tensor],
-        pick: _Rows,
-        group_buffers: dict[str, Tensor],
-        scaler: StackedLossScaler | None,
-        found: Tensor | None,
-        rows: Tensor,
-    ) -> None:
+    @torch.no_grad()
+    def update(self) -> Tensor:
         """The SGD step of the group's rows (skipped for a client whose fp16 gradients overflowed)."""
-        stepped = list(grads)
+        pick, stepped = self.pick, list(self.grads)
         current = [pick(self.params[name]) for name in stepped]
         buffers_now = [pick(self.momentum[name]) for name in stepped] if self.momentum else []
-        before = [t.clone() for t in current + buffers_now] if found is not None else []
+        before = [t.clone() for t in current + buffers_now] if self.found is not None else []
         # momentum buffers start at zeros: buf = 0 * m + g = g, torch's first step
-        sgd_step(current, [pick(grads[name]) for name in stepped], buffers_now, self.lr, self.settings)
-        if found is not None and scaler is not None:  # an overflowed client's step is skipped, as GradScaler's
+        sgd_step(current, [pick(self.grads[name]) for name in stepped], buffers_now, self.lr, self.settings)
+        if self.found is not None and self.scaler is not None:  # an overflowed client's step is skipped
             for value, old in zip(current + buffers_now, before):
-                value.copy_(torch.where(found.view(-1, *([1] * (value.dim() - 1))), old, value))
-            scaler.update(rows, found)
+                value.copy_(torch.where(self.found.view(-1, *([1] * (value.dim() - 1))), old, value))
+            self.scaler.update(self.rows, self.found)
         if pick.index is not None:  # scattered rows stepped on copies: write them back
             for name, value in zip(stepped, current):
                 self.params[name].index_copy_(0, pick.index, value)
             for name, value in zip(stepped, buffers_now):
                 self.momentum[name].index_copy_(0, pick.index, value)
-            for name, value in group_buffers.items():
+            for name, value in self.group_buffers.items():
                 self.buffers[name].index_copy_(0, pick.index, value)
-        for name in stepped:
-            self.params[name].grad = None
+        return self.rows
 
-    def write_back(self, models: Sequence[nn.Module]) -> None:
+    def finish(self) -> None:
+        """The trained clients back into their own modules (their hooks read them)."""
         with torch.no_grad():
-            for k, model in enumerate(models):
+            for k, model in enumerate(self.models):
                 for name, p in model.named_parameters():
                     p.copy_(self.params[name][k])
                 for name, b in model.named_buffers():

@@ -150,13 +150,6 @@ def client_batch(experiment: ExperimentConfig, data: FederatedData, method: str,
         return 1
     if resources.client_batch == "auto" and (resources.device == "cpu" or not resources.gpus_per_actor):
         return 1  # the clients train on the CPU
-    if experiment.diagnostics.gradient_norms:  # the probe lives in the one-client loop
-        warnings.warn(
-            "resources.client_batch: clients train one at a time (diagnostics.gradient_norms)",
-            EngineNotice,
-            stacklevel=2,
-        )
-        return 1
     per_round = clients_per_round(experiment.participation, data.num_clients)
     if resources.client_batch != "auto":
         return min(int(resources.client_batch), per_round)

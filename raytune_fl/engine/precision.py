@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -169,7 +169,7 @@ class _VmapAutocast(TorchFunctionMode):
 # ---------------------------------------------------------------------------------------------- fp16 loss scaling
 
 
-class _Stepper:
+class UnscaledStep:
     """What GradScaler reads of an optimiser (`param_groups`, `step`) around engine/sgd.py's PlainSGD, which keeps
     torch.optim.Optimizer out of the process (sgd.py says why)."""
 
@@ -199,16 +199,16 @@ class LossScaler:
     def scale(self, loss: Tensor) -> Tensor:
         return self.scaler.scale(loss)
 
-    def unscale(self, params: Sequence[Tensor], step: Callable[[], None]) -> _Stepper:
+    def unscale(self, params: Sequence[Tensor], step: Callable[[], None]) -> UnscaledStep:
         """Unscale the gradients of `params` in place (before hooks clip or correct them); returns what `step`
         takes."""
-        stepper = _Stepper(params, step)
-        self.scaler.unscale_(stepper)
+        stepper = UnscaledStep(params, step)
+        self.scaler.unscale_(cast("torch.optim.Optimizer", stepper))  # all GradScaler reads of an optimiser
         return stepper
 
-    def step(self, stepper: _Stepper) -> None:
+    def step(self, stepper: UnscaledStep) -> None:
         """The optimiser's step unless a gradient is inf/NaN (then skipped), and the scale's update."""
-        self.scaler.step(stepper)
+        self.scaler.step(cast("torch.optim.Optimizer", stepper))
         self.scaler.update()
 
 

@@ -34,15 +34,19 @@ class PlainSGD:
     def step(self) -> None:
         stepped = [i for i, p in enumerate(self.params) if p.grad is not None]
         params = [self.params[i] for i in stepped]
+        grads = [grad for p in params if (grad := p.grad) is not None]  # every one: `stepped` has gradients
         buffers = [self.momentum_buffers.get(i) for i in stepped] if self.momentum != 0 else []
-        sgd_step(params, [p.grad for p in params], buffers, self.lr, self)
+        sgd_step(params, grads, buffers, self.lr, self)
         if self.momentum != 0:  # sgd() put each new buffer into the list
             self.momentum_buffers.update(zip(stepped, buffers))
 
 
 class _Hyper(Protocol):
-    momentum: float
-    weight_decay: float
+    @property
+    def momentum(self) -> float: ...
+
+    @property
+    def weight_decay(self) -> float: ...
 
 
 def sgd_step(params: list[Tensor], grads: list[Tensor], buffers: list, lr: float, hyper: _Hyper) -> None:

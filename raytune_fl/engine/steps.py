@@ -1,7 +1,8 @@
 """What the two local loops share, written once: the settings and result, each phase's plan and the loss bookkeeping.
 
 engine/local.py takes the steps one client at a time, engine/batched.py for K stacked clients at once; the step
-itself (forward, backward, hooks, update) is theirs, everything a step is planned and counted with is here:
+itself (forward, backward, hooks, update) is engine/client_step.py's, everything a step is planned and counted with
+is here:
 - the plan: a client's batches and augmentation numbers, drawn pass by pass on its CPU generator (`client_steps`)
   and moved to the device in one copy (`group_steps`), and the phase's rate, epochs, step budget and terms
   (`PhasePlan`), its frozen parameters and module modes (`phase_setup`);
@@ -14,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -71,7 +72,8 @@ def pass_batches(n: int, settings: LocalSettings, remaining: int | None = None) 
     return batches if remaining is None else batches[:remaining]
 
 
-class ClientStep(NamedTuple):
+@dataclass(frozen=True)
+class ClientStep:
     """One step of one client, on the CPU: its samples and their augmentation numbers."""
 
     index: Tensor  # (size,) rows of the client's data
@@ -118,6 +120,7 @@ class StepGroup:
     rows: Tensor  # (len(clients), size) rows of the round's concatenated client data
     offsets: Tensor | None  # (2, len(clients) * size) crop offsets, client after client; None without crop
     flips: Tensor | None  # (len(clients) * size,) flips; None without flip
+    firsts: tuple[bool, ...] = ()  # per client: whether this is the first batch of its pass (the gradient probe's)
 
     def samples(self, x: Tensor, y: Tensor, spec: AugmentSpec) -> tuple[Tensor, Tensor]:
         """The group's inputs (augmented) and labels, client after client: (len(clients) * size, ...) each."""
@@ -137,7 +140,7 @@ def group_steps(
     """Per step, its groups (largest batch first); every index and augmentation number moved in one copy each.
     `starts[k]`: where client k's rows begin in the data the groups index."""
     pieces: list[Tensor] = []  # rows, then offsets, then flips: sliced back per group after one transfer
-    layout: list[list[tuple[tuple[int, ...], int, int, int, int]]] = []
+    layout: list[list[tuple[tuple[int, ...], int, int, int, int, tuple[bool, ...]]]] = []
     at = 0
     for step in range(max((len(s) for s in schedules), default=0)):
         by_size: dict[int, list[int]] = {}
@@ -154,20 +157,26 @@ def group_steps(
             offsets_at = flips_at = -1
             if entries[0].offsets is not None:
                 offsets_at = at
-                pieces += [entry.offsets.reshape(-1) for entry in entries]  # (2, size) each: rows, then columns
+                pieces += [e.offsets.reshape(-1) for e in entries if e.offsets is not None]  # (2, size): rows, columns
                 at += 2 * len(clients) * size
             if entries[0].flips is not None:
                 flips_at = at
-                pieces += [entry.flips.long() for entry in entries]
+                pieces += [e.flips.long() for e in entries if e.flips is not None]
                 at += len(clients) * size
-            groups.append((clients, size, rows_at, offsets_at, flips_at))
+            groups.append((clients, size, rows_at, offsets_at, flips_at, tuple(entry.first for entry in entries)))
         layout.append(groups)
     flat = torch.cat(pieces).to(device) if pieces else torch.empty(0, dtype=torch.long, device=device)
     return [[_slice_group(flat, *group) for group in groups] for groups in layout]
 
 
 def _slice_group(
-    flat: Tensor, clients: tuple[int, ...], size: int, rows_at: int, offsets_at: int, flips_at: int
+    flat: Tensor,
+    clients: tuple[int, ...],
+    size: int,
+    rows_at: int,
+    offsets_at: int,
+    flips_at: int,
+    firsts: tuple[bool, ...],
 ) -> StepGroup:
     """A group's step out of `flat`, the one copy group_steps moved, at the offsets it laid the group out at."""
     g = len(clients)
@@ -176,7 +185,7 @@ def _slice_group(
     if offsets_at >= 0:  # client after client, each (2, size): regroup to (2, g * size)
         offsets = flat[offsets_at : offsets_at + 2 * g * size].view(g, 2, size).transpose(0, 1).reshape(2, -1)
     flips = flat[flips_at : flips_at + g * size].bool() if flips_at >= 0 else None
-    return StepGroup(clients, size, rows, offsets, flips)
+    return StepGroup(clients, size, rows, offsets, flips, firsts)
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,7 @@ class SynchronousRounds:
                     outcome_status(by_client.get(p.client_id), p),
                     p.steps,
                     p.sim_time,
+                    staleness=0,  # a synchronous round's clients all start from its model
                     **placed(by_client.get(p.client_id)),
                 )
                 for p in current.plans

@@ -15,7 +15,7 @@ import torch
 from raytune_fl.aggregators.fedavg import is_running_statistic
 from raytune_fl.aggregators.partial import summed
 from raytune_fl.engine.batched import train_local_batched, vectorisable
-from raytune_fl.engine.local import LocalResult, LocalSettings, train_local
+from raytune_fl.engine.local import LocalData, LocalResult, LocalSettings, train_local
 from raytune_fl.methods import build_method
 from raytune_fl.methods.base import ClientContext, ClientHook, Method, MethodContext
 from raytune_fl.models import build_model
@@ -177,7 +177,7 @@ class ClientWorker:
         local = self.spec.local.for_round(jobs[0].round_index)
         parts = [self._client_data(job.client_id) for job in jobs]
         x, y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-        starts, contexts, at = [], [], 0
+        contexts, at = [], 0
         for (model, _), job, (x_k, _) in zip(slots, jobs, parts):
             load_weights(model, job.weights)
             n = x_k.shape[0]
@@ -193,17 +193,13 @@ class ClientWorker:
                     job.payload or {},
                 )  # fmt: skip
             )
-            starts.append(at)
             at += n
         results = train_local_batched(
             [model for model, _ in slots],
             [method for _, method in slots],
-            x,
-            y,
-            starts,
+            LocalData(x, y, self.spec.model.num_classes),
             local,
             [self._generator(job.client_id, job.round_index, job.stream) for job in jobs],
-            self.spec.model.num_classes,
             contexts,
             [job.max_steps for job in jobs],
         )
@@ -245,9 +241,8 @@ class ClientWorker:
         generator = self._generator(client_id, round_index, stream)
         local = self.spec.local.for_round(round_index)  # the round's learning rate (optimizer.schedule)
         ctx = ClientContext(self.model, client_id, round_index, x, y, local.lr, state or {}, payload or {})
-        result = train_local(
-            self.model, self.method, x, y, local, generator, self.spec.model.num_classes, ctx, max_steps
-        )
+        data = LocalData(x, y, self.spec.model.num_classes)
+        result = train_local(self.model, self.method, data, local, generator, ctx, max_steps)
         return self._update(client_id, weights, self.model, result)
 
     def _update(self, client_id: int, weights: Weights, model: torch.nn.Module, result: LocalResult) -> ClientUpdate:

@@ -150,6 +150,29 @@ def test_batched_clients_draw_the_sequential_batches(variant):
         _close(_rounds(name, params, 1, settings, budgets, False), _rounds(name, params, 5, settings, budgets, False))
 
 
+# diagnostics.gradient_norms on both rounds: every client that trains is measured on its pass's first batch (more
+# epochs would not do: two passes already part the loops by more than 1e-9 through summation order alone)
+PROBED = dataclasses.replace(SETTINGS, probe_rounds=frozenset({1, 2}))
+
+
+@pytest.mark.parametrize("name", ["univarfl", "feddyn", "fedprox"])  # terms; per-client term weights; a hook
+def test_the_gradient_probe_on_batched_clients_equals_the_sequential_one(name):
+    sequential = _rounds(name, {}, 1, PROBED, None, restart=False)
+    batched = _rounds(name, {}, 4, PROBED, None, restart=False)
+    for rounds in (sequential, batched):  # every client that trained was measured, on terms where it has any
+        measured = [metrics for clients in rounds[1] for _, steps, metrics, _, _ in clients if steps]
+        assert measured and all(m["grad_norm_total"] > 0 and m["grad_norm_ce"] > 0 for m in measured), name
+        # the terms' gradients count in the total (FedDyn's are 0 at round 1's start); FedProx's pull is a hook
+        assert any(m["grad_norm_total"] != m["grad_norm_ce"] for m in measured) == (name != "fedprox"), name
+    _close(sequential, batched, name)
+
+
+def test_the_gradient_probe_leaves_batched_training_unchanged_bit_for_bit():
+    probed, plain = _rounds("univarfl", {}, 4, PROBED, None, False), _rounds("univarfl", {}, 4, SETTINGS, None, False)
+    assert all(np.array_equal(probed[0][key], plain[0][key]) for key in plain[0])
+    assert "grad_norm_ce" in probed[1][0][0][2] and "grad_norm_ce" not in plain[1][0][0][2]
+
+
 def test_each_methods_declaration_matches_what_its_hooks_can_do():
     for name in METHODS.names():
         method = build_method(name, {}, 10)

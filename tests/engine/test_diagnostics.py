@@ -146,16 +146,16 @@ def test_fedbn_is_also_scored_with_each_clients_own_batchnorm():
 def test_gradient_probe_by_hand():
     import torch
 
-    from raytune_fl.engine.local import GradientProbe
+    from raytune_fl.engine.client_step import GradientProbe, flat_gradient
 
     w = torch.tensor([1.0, 2.0], requires_grad=True)
-    probe = GradientProbe(["a", "b"], w.device)
+    probe = GradientProbe(["a", "b"], 2, w.device)
     ce = (w**2).sum() / 2  # gradient w = [1, 2], norm sqrt(5)
     term_a = 3 * w[0]  # gradient [3, 0]; weighted by 2: [6, 0], norm 6, cosine with [1, 2]: 6 / (6 sqrt 5)
     term_b = torch.tensor(4.0)  # depends on no parameter: gradient 0, cosine 0
-    probe.measure([ce, term_a, term_b], [2.0, 5.0], [w])
-    probe.measure([ce * 3], [], [w])  # a phase without its terms: gradient [3, 6], terms 0
-    means = probe.means()
+    probe.add(1, flat_gradient(ce, [w]), [2.0 * flat_gradient(term_a, [w]), 5.0 * flat_gradient(term_b, [w])])
+    probe.add(1, flat_gradient(ce * 3, [w]), [])  # a phase without its terms: gradient [3, 6], terms 0
+    means = probe.means(1)
     # total gradients [7, 2] (norm sqrt 53) and [3, 6] (norm sqrt 45); CE's norms sqrt 5 and 3 sqrt 5
     assert means["grad_norm_total"] == pytest.approx((53**0.5 + 45**0.5) / 2)
     assert means["grad_norm_ce"] == pytest.approx((5**0.5 + 3 * 5**0.5) / 2)
@@ -163,6 +163,7 @@ def test_gradient_probe_by_hand():
     assert means["grad_cos_a"] == pytest.approx(5**-0.5 / 2)
     assert means["grad_norm_b"] == 0.0 and means["grad_cos_b"] == 0.0
     assert w.grad is None  # measured with autograd.grad: nothing left in .grad for the step
+    assert set(probe.means(0).values()) == {0.0}  # client 0 was never measured
 
 
 def test_gradient_norms_are_logged_on_the_costly_rounds_and_leave_training_unchanged():
@@ -189,8 +190,11 @@ def test_gradient_norms_need_costly_rounds():
         _experiment(gradient_norms=True, every=0)
 
 
-def test_gradient_norms_probe_the_costly_rounds_one_client_at_a_time():
-    from raytune_fl.engine.federation import EngineNotice, client_batch, probe_rounds
+def test_gradient_norms_probe_the_costly_rounds_with_clients_still_batched():
+    import types
+    import warnings
+
+    from raytune_fl.engine.federation import client_batch, probe_rounds
 
     experiment = _experiment(gradient_norms=True).model_copy(update={"rounds": 12})
     assert probe_rounds(experiment) == {2, 4, 6, 8, 10, 12}
@@ -202,5 +206,6 @@ def test_gradient_norms_probe_the_costly_rounds_one_client_at_a_time():
         }
     )
     assert probe_rounds(five) == {5, 10, 12}
-    with pytest.warns(EngineNotice, match=r"clients train one at a time \(diagnostics.gradient_norms\)"):
-        assert client_batch(five, None, "fedavg", None) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no notice: the probe runs on the shared step, batched or not
+        assert client_batch(five, types.SimpleNamespace(num_clients=4), "fedavg", None) == 4

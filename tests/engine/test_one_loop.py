@@ -10,7 +10,7 @@ import torch
 
 from raytune_fl.engine.augment import AugmentSpec
 from raytune_fl.engine.batched import train_local_batched
-from raytune_fl.engine.local import LocalSettings, NonFiniteLossError, train_local
+from raytune_fl.engine.local import LocalData, LocalSettings, NonFiniteLossError, train_local
 from raytune_fl.engine.steps import LossTotals, StepGroup, pass_batches, phase_plan
 from raytune_fl.methods import build_method
 from raytune_fl.methods.base import Batch, ClientContext, LocalTerm, Method, MethodContext, Phase
@@ -73,7 +73,7 @@ def _sequential(settings: LocalSettings, caps: list[int | None], recorder: _Reco
         model = _model()
         ctx = ClientContext(model, k, 1, x[start : start + n], y[start : start + n], settings.lr)
         generator = torch.Generator().manual_seed(SEEDS[k])
-        train_local(model, _fedavg(), ctx.x, ctx.y, settings, generator, 10, ctx, caps[k])
+        train_local(model, _fedavg(), LocalData(ctx.x, ctx.y, 10), settings, generator, ctx, caps[k])
 
 
 def _batched(settings: LocalSettings, caps: list[int | None], clients: int) -> None:
@@ -86,8 +86,8 @@ def _batched(settings: LocalSettings, caps: list[int | None], clients: int) -> N
     ]
     generators = [torch.Generator().manual_seed(seed) for seed in SEEDS[:clients]]
     methods = [_fedavg() for _ in models]
-    train_local_batched(models, methods, x[:end], y[:end], STARTS[:clients], settings, generators, 10, contexts,
-                        caps[:clients])  # fmt: skip
+    data = LocalData(x[:end], y[:end], 10)
+    train_local_batched(models, methods, data, settings, generators, contexts, caps[:clients])
 
 
 @pytest.mark.parametrize(
@@ -212,6 +212,6 @@ def test_a_nan_term_stops_both_loops():
     methods = [_with_term(_fedavg(), _Term(1.0)) for _ in models]
     generators = [torch.Generator().manual_seed(k) for k in range(2)]
     with pytest.raises(NonFiniteLossError, match=r"\(client 5\).*" + TERM_PREFIX + "t"):
-        train_local_batched(models, methods, x[:8], y[:8], [0, 4], settings, generators, 10, contexts, [None, None])
+        train_local_batched(models, methods, LocalData(x[:8], y[:8], 10), settings, generators, contexts, [None, None])
     with pytest.raises(NonFiniteLossError, match=r"^non-finite local loss: "):
-        train_local(_model(), methods[0], x[:4], y[:4], settings, torch.Generator().manual_seed(0), 10)
+        train_local(_model(), methods[0], LocalData(x[:4], y[:4], 10), settings, torch.Generator().manual_seed(0))

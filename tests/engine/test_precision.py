@@ -24,7 +24,7 @@ from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.batched import train_local_batched
 from raytune_fl.engine.evaluation import predict
 from raytune_fl.engine.federation import Federation, in_process_pool
-from raytune_fl.engine.local import LocalSettings, pass_batches, train_local
+from raytune_fl.engine.local import LocalData, LocalSettings, pass_batches, train_local
 from raytune_fl.engine.precision import (
     FP16_INIT_SCALE,
     LossScaler,
@@ -83,9 +83,8 @@ def _train(
     model = _model(seed)
     initial = read_weights(model)
     settings = SETTINGS if precision is None else LocalSettings(**{**SETTINGS.__dict__, "precision": precision})
-    train_local(
-        model, build_method(method, {}, MethodContext(10)), x, y, settings, torch.Generator().manual_seed(1), 10
-    )
+    method_ = build_method(method, {}, MethodContext(10))
+    train_local(model, method_, LocalData(x, y, 10), settings, torch.Generator().manual_seed(1))
     return initial, read_weights(model), model
 
 
@@ -212,7 +211,7 @@ def test_loss_terms_see_float32_outputs():
     method = dataclasses.replace(method, terms=(*method.terms, recording))
     x, y = _data(n=20)
     settings = LocalSettings(1, 10, 0.01, 0.9, 0.0, precision="bf16")
-    result = train_local(_model(), method, x, y, settings, torch.Generator(), 10)
+    result = train_local(_model(), method, LocalData(x, y, 10), settings, torch.Generator())
     assert recording.seen and set(recording.seen) == {torch.float32}
     assert all(math.isfinite(v) for v in result.metrics.values())
 
@@ -245,14 +244,14 @@ def _stacked_and_sequential(precision: str, shrink_second: float = 1.0) -> tuple
     models = [_start(k, shrink_second) for k in range(2)]
     methods = [build_method("fedavg", {}, MethodContext(10)) for _ in models]
     generators = [torch.Generator().manual_seed(k) for k in range(2)]
-    train_local_batched(models, methods, x, y, starts, settings, generators, 10, contexts(models), [None, None])
+    train_local_batched(models, methods, LocalData(x, y, 10), settings, generators, contexts(models), [None, None])
     stacked = [read_weights(m) for m in models]
     sequential = []
     for k, start in enumerate(starts):
         model = _start(k, shrink_second)
         ctx = ClientContext(model, k, 1, x[start : start + 30], y[start : start + 30], settings.lr)
         method = build_method("fedavg", {}, MethodContext(10))
-        train_local(model, method, ctx.x, ctx.y, settings, torch.Generator().manual_seed(k), 10, ctx)
+        train_local(model, method, LocalData(ctx.x, ctx.y, 10), settings, torch.Generator().manual_seed(k), ctx)
         sequential.append(read_weights(model))
     return stacked, sequential
 
@@ -282,7 +281,7 @@ def test_every_matrix_op_of_the_stacked_step_runs_in_bf16():
     ]
     methods = [build_method("fedavg", {}, MethodContext(10)) for _ in models]
     generators = [torch.Generator().manual_seed(k) for k in range(2)]
-    train_local_batched(models, methods, x, y, [0, 10], settings, generators, 10, contexts, [None, None])
+    train_local_batched(models, methods, LocalData(x, y, 10), settings, generators, contexts, [None, None])
     assert dtypes == {torch.bfloat16}
 
 

@@ -10,7 +10,7 @@ from raytune_fl.aggregators.fedbuff import fedbuff, staleness_weight
 from raytune_fl.config import ConfigError, ExperimentConfig, SystemConfig, parse_space
 from raytune_fl.engine.fedbuff import rebase_statistics
 from raytune_fl.engine.federation import CLIENT_LOG_KEY, Federation
-from raytune_fl.engine.local import LocalSettings, train_local
+from raytune_fl.engine.local import LocalData, LocalSettings, train_local
 from raytune_fl.engine.system import SystemModel, client_speeds, epoch_steps
 from raytune_fl.methods import build_method
 from raytune_fl.models import build_model
@@ -83,10 +83,10 @@ def test_a_step_budget_is_exact_across_passes():
     model = build_model("simple_cnn", 1, 10, (8, 8))
     x, y = torch.randn(40, 1, 8, 8), torch.randint(0, 10, (40,))
     settings = LocalSettings(epochs=1, batch_size=16, lr=0.01, momentum=0.0, weight_decay=0.0)
-    method = build_method("fedavg", {}, 10)
-    assert train_local(model, method, x, y, settings, torch.Generator().manual_seed(0), 10).steps == 3
-    assert train_local(model, method, x, y, settings, torch.Generator().manual_seed(0), 10, max_steps=7).steps == 7
-    assert train_local(model, method, x, y, settings, torch.Generator().manual_seed(0), 10, max_steps=2).steps == 2
+    method, data = build_method("fedavg", {}, 10), LocalData(x, y, 10)
+    assert train_local(model, method, data, settings, torch.Generator().manual_seed(0)).steps == 3
+    assert train_local(model, method, data, settings, torch.Generator().manual_seed(0), max_steps=7).steps == 7
+    assert train_local(model, method, data, settings, torch.Generator().manual_seed(0), max_steps=2).steps == 2
 
 
 def test_dropouts_lateness_and_budgets_are_recorded_and_reproducible():

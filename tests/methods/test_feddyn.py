@@ -11,7 +11,7 @@ from torch import nn
 from raytune_fl.aggregators.fedavg import fedavg
 from raytune_fl.aggregators.feddyn import feddyn, track_latest
 from raytune_fl.engine.checkpoint import load_state, save_state
-from raytune_fl.engine.local import LocalSettings, train_local
+from raytune_fl.engine.local import LocalData, LocalSettings, train_local
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import METHODS, build_method
 from raytune_fl.methods.base import Batch, ClientContext, ClientHook, LocalTerm, Method, MethodContext
@@ -68,7 +68,7 @@ def _scalar_round(
     state = {} if lam is None else {"feddyn": {"w": np.array([lam], np.float32)}}
     ctx = ClientContext(model, 0, 2, x, y, lr=0.2, state=state)
     settings = LocalSettings(epochs=2, batch_size=2, lr=0.2, momentum=0.0, weight_decay=0.0)
-    result = train_local(model, method, x, y, settings, torch.Generator().manual_seed(0), 2, ctx)
+    result = train_local(model, method, LocalData(x, y, 2), settings, torch.Generator().manual_seed(0), ctx)
     assert result.steps == 2
     return [*trace.ws, float(model.w.detach())], result.state, result.metrics
 

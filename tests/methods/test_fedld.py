@@ -10,7 +10,7 @@ import torch
 
 from raytune_fl.aggregators import fedavg
 from raytune_fl.aggregators.principal import kept_directions, principal_coefficients, principal_gradient
-from raytune_fl.engine.local import LocalSettings, train_local
+from raytune_fl.engine.local import LocalData, LocalSettings, train_local
 from raytune_fl.methods import METHODS, build_method
 from raytune_fl.methods.base import Batch, Stateless
 from raytune_fl.methods.impl.fedld import PrincipalGradient
@@ -248,7 +248,7 @@ def _train(name: str, params: dict) -> torch.nn.Module:
     model = build_model("simple_cnn", 1, 10, (8, 8))
     gen = torch.Generator().manual_seed(0)
     x, y = torch.randn(40, 1, 8, 8, generator=gen), torch.randint(0, 10, (40,), generator=gen)
-    train_local(model, build_method(name, params, 10), x, y, SETTINGS, torch.Generator().manual_seed(1), 10)
+    train_local(model, build_method(name, params, 10), LocalData(x, y, 10), SETTINGS, torch.Generator().manual_seed(1))
     return model
 
 

@@ -21,7 +21,7 @@ from raytune_fl.aggregators.fedpac import (
     simplex_qp,
 )
 from raytune_fl.config import ExperimentConfig
-from raytune_fl.engine.local import LocalSettings, train_local
+from raytune_fl.engine.local import LocalData, LocalSettings, train_local
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import METHODS, build_method
 from raytune_fl.methods.base import Batch, LocalTerm, Method, Phase, Stateless
@@ -354,7 +354,7 @@ def _train(phases: tuple[Phase, ...], terms: tuple[LocalTerm, ...] = ()) -> tupl
     before = read_weights(model)
     x, y = _data()
     method = Method("phased", terms, Stateless(fedavg), phases=phases)
-    result = train_local(model, method, x, y, SETTINGS, torch.Generator().manual_seed(0), 10)
+    result = train_local(model, method, LocalData(x, y, 10), SETTINGS, torch.Generator().manual_seed(0))
     assert all(p.requires_grad for p in model.parameters())  # every phase gives back what it froze
     assert model.training
     return before, read_weights(model), result

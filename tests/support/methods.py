@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from raytune_fl.engine.local import LocalResult, LocalSettings, train_local
+from raytune_fl.engine.local import LocalData, LocalResult, LocalSettings, train_local
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.methods import build_method
 from raytune_fl.models import build_model
@@ -105,7 +105,6 @@ def train_one_round(method_name: str, params: dict[str, Any], n=40) -> tuple[nn.
     torch.manual_seed(0)
     model = build_model("simple_cnn", 1, 10, (8, 8))
     x, y = _random_batch(n)
-    result = train_local(
-        model, build_method(method_name, params, 10), x, y, SETTINGS, torch.Generator().manual_seed(1), 10
-    )
+    method = build_method(method_name, params, 10)
+    result = train_local(model, method, LocalData(x, y, 10), SETTINGS, torch.Generator().manual_seed(1))
     return model, result

@@ -20,8 +20,7 @@ RUN = "from raytune_fl.cli.console import run; run()"  # the console script's en
 def test_a_piped_study_prints_no_escape_codes(tmp_path):
     data = tiny_space("piped", rounds=2)
     data["base"]["resources"]["client_batch"] = 8  # more than the 3 clients a round trains: one WARNING line
-    data["base"]["diagnostics"] = {"gradient_norms": True, "every": 1}  # the trial's notice: clients one at a time
-    data["variants"] = {"fedavg": {"method": "fedavg"}}
+    data["variants"] = {"moon": {"method": "moon"}}  # the trial's notice: MOON trains its clients one at a time
     space = tmp_path / "piped.yaml"
     space.write_text(yaml.safe_dump(data))
     argv = ["tune", "--space", str(space), "--storage", str(tmp_path / "ray"), "--mlflow-uri"]
@@ -35,11 +34,11 @@ def test_a_piped_study_prints_no_escape_codes(tmp_path):
     printed = done.stdout + done.stderr
     assert done.returncode == 0, printed[-3000:]
     # the forwarded line is there (so Ray printed a prefix), without colour
-    assert "(federated_trial pid=" in printed and "diagnostics.gradient_norms" in printed, printed[-3000:]
+    assert "(federated_trial pid=" in printed and "moon trains its clients one at a time" in printed, printed[-3000:]
     assert "\x1b" not in printed and "\r" not in printed, [line for line in printed.splitlines() if "\x1b" in line]
     warnings = [line for line in done.stderr.splitlines() if "resources.client_batch: 8" in line]
     assert warnings == [
         "WARNING: base.resources.client_batch: 8 is more than the 3 clients a round trains (participation 1 of 3 "
         "clients); 3 is used"
     ]
-    assert "[fedavg] trial 1/1 finished" in done.stdout
+    assert "[moon] trial 1/1 finished" in done.stdout
