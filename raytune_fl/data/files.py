@@ -90,7 +90,7 @@ def _npz(path: str, layout: str | None = None) -> ArrayDataset:
     how = "set base.dataset_options.layout: nchw or nhwc"
     used = image_layout(source, arrays["x_train"].shape, layout, how)
     x_train, y_train, x_test, y_test, classes = check_arrays(
-        source, *(arrays[k] for k in ("x_train", "y_train", "x_test", "y_test")), scale_uint8=True, layout=used
+        source, arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"], scale_uint8=True, layout=used
     )
     return ArrayDataset(file.stem, x_train, y_train, x_test, y_test, num_classes=classes, layout=used)
 
