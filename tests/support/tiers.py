@@ -282,6 +282,8 @@ NOT_COVERED: dict[str, frozenset[str]] = {
     "its tests import ray (Ray actors, Tune's API, raytune_fl.tune.outcome) or run a study: the fast tier": frozenset(
         {
             "raytune_fl.ablation.run",
+            "raytune_fl.runtime.optuna_storage",
+            "raytune_fl.tune",
             "raytune_fl.actors",
             "raytune_fl.actors.client",
             "raytune_fl.actors.pool",
@@ -311,6 +313,7 @@ NOT_COVERED: dict[str, frozenset[str]] = {
     "reached only through a command, a store or a run of the fast tier: no unit test of its own yet": frozenset(
         {
             "raytune_fl.register",
+            "raytune_fl.tracking",
             "raytune_fl.report.page",
             "raytune_fl.report.paper_protocols",
             "raytune_fl.tracking.new_store",
