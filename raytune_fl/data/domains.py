@@ -132,8 +132,8 @@ def _build(
     paths: Sequence[Path],
     labels: np.ndarray,
     domains: np.ndarray,
-    class_names: Sequence[str],
-    domain_names: Sequence[str],
+    class_names: Sequence[str] | np.ndarray,  # np.unique's names come as an array of numpy strings
+    domain_names: Sequence[str] | np.ndarray,
     groups: np.ndarray | None = None,
 ) -> ArrayDataset:
     """Read, split per domain and standardise images into an ArrayDataset."""

@@ -66,7 +66,10 @@ def data_identity(
         for part in parts:
             digest.update(np.asarray(part, dtype=np.int64).tobytes())
             digest.update(b"|")
-    read_from = {**({"root": root} if root else {}), **({"options": dict(options)} if options else {})}
+    read_from: dict[str, object] = {
+        **({"root": root} if root else {}),
+        **({"options": dict(options)} if options else {}),
+    }
     source = {"dataset": dataset.name, **(read_from or {"embedded": True})}
     sizes = {
         "train_samples": int(sum(len(p) for p in train_parts)),

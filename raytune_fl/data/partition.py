@@ -37,7 +37,7 @@ PARTITIONERS: Registry[Callable[..., list[np.ndarray]]] = Registry("partitioner"
 
 def _integer_from(value: Any, lowest: int) -> bool:
     """An integer (a numpy one too, never a bool) >= `lowest`."""
-    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and value >= lowest
+    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and bool(value >= lowest)
 
 
 def _check(labels: np.ndarray, num_clients: int, min_size: int) -> np.ndarray:

@@ -219,6 +219,8 @@ def _serve(pipe: Connection, tracking_uri: str, experiment_name: str) -> None:
 def _log(tracker: Any, message: _Export, link_parent: bool) -> _Logged | None:
     from raytune_fl.export.trial_model import log_checkpoint_model
 
+    if message.data is None:  # _serve gives every message the data its study's first message carried
+        raise RuntimeError("logging the model failed: the helper never received the study's data")
     args = (message.parent_run_id, message.trial_id, message.checkpoint, message.trial, message.data)
     logged = log_checkpoint_model(tracker, *args, link_parent)
     return None if logged is None else _Logged(message.key, logged[0], logged[1], logged[2].round)

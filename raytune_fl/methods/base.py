@@ -290,6 +290,10 @@ class Param(Generic[T]):
             return value in self.choices
         if isinstance(value, float) and not math.isfinite(value):
             return False
+        return self._within_bounds(value)
+
+    def _within_bounds(self, value: Any) -> bool:
+        """Inside ge/gt/le/lt (the value has this parameter's type; only a number's parameter has bounds)."""
         return not (
             (self.ge is not None and value < self.ge)
             or (self.gt is not None and value <= self.gt)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from raytune_fl.methods.base import (
     OFFICIAL_OR_PAPER,
@@ -34,6 +34,9 @@ from raytune_fl.methods.base import (
     hyperparameters,
 )
 from raytune_fl.methods.registry import register
+
+if TYPE_CHECKING:
+    from raytune_fl.methods.losses import DecorrForm
 
 BETA = Param(float, 0.1, "weight of the decorrelation term on z", name="beta", ge=0)
 FORM = Param(
@@ -50,7 +53,8 @@ DECORRELATION = (BETA, FORM, EPS)  # the term's hyperparameters, on its own and 
 def _term(params: dict[str, Any]) -> LocalTerm:
     from raytune_fl.methods.impl.feddecorr import Decorrelation
 
-    return Decorrelation(BETA.of(params), FORM.of(params), EPS.of(params))
+    form = cast("DecorrForm", FORM.of(params))  # Param.of types a choice as str; the spec's choices checked the literal
+    return Decorrelation(BETA.of(params), form, EPS.of(params))
 
 
 def build(params: dict[str, Any], context: MethodContext) -> Method:

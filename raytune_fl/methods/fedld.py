@@ -9,11 +9,14 @@ ablation none / margin / principal / both.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from raytune_fl.aggregators.principal import FIDELITIES as PRINCIPAL_FIDELITIES
 from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Param, Stateless, active, hyperparameters
 from raytune_fl.methods.registry import register
+
+if TYPE_CHECKING:
+    from raytune_fl.aggregators.principal import Fidelity
 
 LAMBDA = Param(float, 0.03, "weight of the logit margin-control term", name="lambda", ge=0)
 PRINCIPAL = Param(bool, True, "principal-gradient aggregation (false: FedAvg's mean)", name="principal")
@@ -29,7 +32,9 @@ def build(params: dict[str, Any], context: MethodContext) -> Method:
     from raytune_fl.aggregators.fedavg import fedavg
     from raytune_fl.methods.impl.fedld import MarginControl, PrincipalGradient
 
-    fidelity = FIDELITY.of(params)
+    fidelity = cast(
+        "Fidelity", FIDELITY.of(params)
+    )  # Param.of types a choice as str; the spec's choices checked the literal
     aggregator = PrincipalGradient(FRACTION.of(params), fidelity) if PRINCIPAL.of(params) else Stateless(fedavg)
     return Method(SPEC.name, active([MarginControl(LAMBDA.of(params), fidelity)]), aggregator)
 

@@ -22,10 +22,13 @@ its SPEC, declaring only its rule, summary and defaults); the server is impl/fed
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from raytune_fl.aggregators.fedopt import BIAS_CORRECTIONS, WEIGHTINGS, Rule
 from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Param, hyperparameters
+
+if TYPE_CHECKING:
+    from raytune_fl.aggregators.fedopt import BiasCorrection, Weighting
 
 # FedAdam's and FedYogi's defaults; FedAdagrad declares its own (`server_optimiser_spec`'s `defaults`)
 SERVER_LR = Param(float, 0.01, "eta: the server step size", name="server_lr", gt=0)
@@ -56,9 +59,12 @@ def build_server_optimiser(rule: Rule, params: dict[str, Any], context: MethodCo
     """FedAdagrad, FedAdam or FedYogi (`rule`: each method's spec's `build` passes its own)."""
     from raytune_fl.methods.impl.fedopt import AdaptiveServer
 
+    # Param.of types a choice as str; the spec's choices checked the literal
+    weighting = cast("Weighting", WEIGHTING.of(params))
+    correction = cast("BiasCorrection", _BIAS_CORRECTION.get(params, "none"))
     server = AdaptiveServer(
         rule, SERVER_LR.of(params), BETA1.of(params), BETA2.get(params, 0.0), TAU.of(params),
-        WEIGHTING.of(params), _BIAS_CORRECTION.get(params, "none"),
+        weighting, correction,
     )  # fmt: skip
     return Method(f"fed{rule}", (), server)
 
@@ -70,7 +76,7 @@ def server_optimiser_spec(rule: Rule, summary: str, **defaults: float) -> Method
     less those its rule has no use for: Adagrad's v has no decay (no beta2), and a rule with one bias correction
     offers no choice. `defaults` replaces the family's defaults by name (FedAdagrad's own).
     """
-    declared = [SERVER_LR, BETA1, *([BETA2] if rule != "adagrad" else []), TAU, WEIGHTING]
+    declared: list[Param[Any]] = [SERVER_LR, BETA1, *([BETA2] if rule != "adagrad" else []), TAU, WEIGHTING]
     if len(BIAS_CORRECTIONS[rule]) > 1:
         declared.append(bias_correction(rule))
     unknown = set(defaults) - {param.name for param in declared}

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Iterable
 from typing import Literal
 
@@ -203,7 +204,8 @@ def proximal(params: Iterable[Tensor], anchors: Iterable[Tensor]) -> Tensor:
         raise ValueError(f"got {len(params)} params but {len(anchors)} anchors")
     if not params:
         raise ValueError("proximal needs at least one parameter")
-    total = sum((w - a.detach()).pow(2).sum() for w, a in zip(params, anchors))
+    # reduce, not sum: no int 0 to start from (the same additions in the same order)
+    total = functools.reduce(operator.add, [(w - a.detach()).pow(2).sum() for w, a in zip(params, anchors)])
     return 0.5 * total
 
 

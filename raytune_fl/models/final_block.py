@@ -22,7 +22,7 @@ slices: W[:k_out, :k_in], gamma[:k], beta[:k]; the rest of each parameter gets a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 SUPPORTED = "FedAlign supports simple_cnn (SimpleCNN) and resnet18 / resnet50 (the platform's ResNet)"
+
+_Part = TypeVar("_Part", bound=nn.Module)
 
 
 def reduced_channels(channels: int, width: float) -> int:
@@ -49,6 +51,15 @@ def _torchvision_blocks() -> tuple[type[nn.Module], type[nn.Module]]:
     from torchvision.models.resnet import BasicBlock, Bottleneck
 
     return BasicBlock, Bottleneck
+
+
+def _part(module: nn.Module, name: str, kind: type[_Part]) -> _Part:
+    """The submodule ``name`` of a torchvision module, checked to be the layer kind the slicing rule handles
+    (torchvision ships no type information: its attributes reach here untyped)."""
+    part = getattr(module, name)
+    if not isinstance(part, kind):
+        raise ValueError(f"{type(module).__name__}.{name} is a {type(part).__name__}, not {kind.__name__}; {SUPPORTED}")
+    return part
 
 
 class FinalBlock:
@@ -79,7 +90,7 @@ class FinalBlock:
             return cls(layers)
         if isinstance(model, ResNet):
             blocks = _torchvision_blocks()
-            layers = list(model.encoder.layer4)
+            layers = list(_part(model.encoder, "layer4", nn.Sequential))
             if not layers or not all(isinstance(m, blocks) for m in layers):
                 raise ValueError("ResNet encoder.layer4 must hold torchvision BasicBlock or Bottleneck modules")
             return cls(layers)
@@ -89,7 +100,7 @@ class FinalBlock:
     def in_channels(self) -> int:
         """C_in: the channel count of the block input A."""
         first = self.layers[0]
-        conv = first if isinstance(first, nn.Conv2d) else first.conv1
+        conv = first if isinstance(first, nn.Conv2d) else _part(first, "conv1", nn.Conv2d)
         return conv.in_channels
 
     @property
@@ -98,7 +109,9 @@ class FinalBlock:
         last = self.layers[-1]
         if isinstance(last, nn.ReLU):  # SimpleCNN: the block ends in (conv, BN, ReLU)
             return [m for m in self.layers if isinstance(m, nn.Conv2d)][-1].out_channels
-        return (last.conv3 if hasattr(last, "conv3") else last.conv2).out_channels  # Bottleneck / BasicBlock
+        return _part(
+            last, "conv3" if hasattr(last, "conv3") else "conv2", nn.Conv2d
+        ).out_channels  # Bottleneck / BasicBlock
 
     # ---------------------------------------------------------------------------------------------- hooks
 
@@ -176,7 +189,7 @@ def _batch_norm(bn: nn.BatchNorm2d, x: Tensor) -> Tensor:
     return F.batch_norm(x, None, None, weight, bias, training=True, momentum=0.0, eps=bn.eps)
 
 
-def _sequence(layers: nn.Module, x: Tensor, width: float) -> Tensor:
+def _sequence(layers: nn.Sequential, x: Tensor, width: float) -> Tensor:
     for layer in layers:
         x = _run(layer, x, width)
     return x
@@ -191,10 +204,13 @@ def _run(layer: nn.Module, x: Tensor, width: float) -> Tensor:
         return F.relu(x)
     basic, bottleneck = _torchvision_blocks()
     if isinstance(layer, (basic, bottleneck)):
-        out = F.relu(_batch_norm(layer.bn1, _conv(layer.conv1, x, width)))
-        out = _batch_norm(layer.bn2, _conv(layer.conv2, out, width))
+        conv1, bn1 = _part(layer, "conv1", nn.Conv2d), _part(layer, "bn1", nn.BatchNorm2d)
+        conv2, bn2 = _part(layer, "conv2", nn.Conv2d), _part(layer, "bn2", nn.BatchNorm2d)
+        out = F.relu(_batch_norm(bn1, _conv(conv1, x, width)))
+        out = _batch_norm(bn2, _conv(conv2, out, width))
         if isinstance(layer, bottleneck):
-            out = _batch_norm(layer.bn3, _conv(layer.conv3, F.relu(out), width))
-        shortcut = x if layer.downsample is None else _sequence(layer.downsample, x, width)
+            conv3, bn3 = _part(layer, "conv3", nn.Conv2d), _part(layer, "bn3", nn.BatchNorm2d)
+            out = _batch_norm(bn3, _conv(conv3, F.relu(out), width))
+        shortcut = x if layer.downsample is None else _sequence(_part(layer, "downsample", nn.Sequential), x, width)
         return F.relu(out + shortcut)
     raise ValueError(f"cannot slice a {type(layer).__name__}; {SUPPORTED}")

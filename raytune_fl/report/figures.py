@@ -76,12 +76,12 @@ def band(curves: pd.DataFrame, y: str, x: str = ROUND) -> pd.DataFrame:
 
 def error_bars(mean: Sequence[float], low: Sequence[float], high: Sequence[float]) -> dict[str, object]:
     """plotly's asymmetric `error_y` from an interval's ends (NaN ends: no bar at that point)."""
-    mean, low, high = (pd.Series(list(v), dtype=float) for v in (mean, low, high))
+    centre, lower, upper = (pd.Series(list(v), dtype=float) for v in (mean, low, high))
     return {
         "type": "data",
         "symmetric": False,
-        "array": list(high - mean),
-        "arrayminus": list(mean - low),
+        "array": list(upper - centre),
+        "arrayminus": list(centre - lower),
         "thickness": 1,
         "width": 3,
     }

@@ -64,7 +64,9 @@ def ratio_by_round(table: pd.DataFrame, setting: str) -> pd.DataFrame:
     for variant, runs in rows.groupby("variant", sort=False):
         for term in (t for t in terms(runs) if runs[GRAD_NORM_PREFIX + t].notna().any()):
             ratio = (runs[GRAD_NORM_PREFIX + term] / runs[GRAD_NORM_CE]).groupby(runs[ROUND]).mean()
-            out.append({"variant": variant, "term": term, **{int(r): v for r, v in ratio.items()}})
+            row: dict[str | int, Any] = {"variant": variant, "term": term}
+            row.update({int(r): v for r, v in ratio.items()})  # one column per round
+            out.append(row)
     return pd.DataFrame(out)
 
 

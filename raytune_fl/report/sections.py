@@ -144,7 +144,7 @@ def _curves(store: Store, runs: Sequence[Run], setting: Callable[[Run], str]) ->
 def learning_curves_section(store: Store) -> Section:
     section = Section("learning-curves")
     seeds_only = bool(store.ablation_trials)  # the runs differ in seed (and split): their mean has an interval
-    if seeds_only:
+    if store.ablation is not None and seeds_only:  # an ablation's trials come with its run (load_store)
         curves, missing = _curves(store, store.ablation_trials, lambda r: r.data.tags.get(TAG_SETTING, SETTING_DEFAULT))
         source = f"ablation run {store.ablation.info.run_id}: runs over seeds, one panel per setting"
     else:
@@ -317,10 +317,10 @@ def partition_section(store: Store) -> Section:
                 folder = path.removeprefix(f"{PARTITION_FOLDER}/").removesuffix(PARTITION_FILE).strip("/")
                 split, _, setting = folder.partition("/")  # split<P>/<setting> when the ablation varied the split
                 if split.startswith("split") and split[5:].isdigit():
-                    shown = f"{labels.get(setting, setting)}, partition seed {split[5:]}"
+                    label = f"{labels.get(setting, setting)}, partition seed {split[5:]}"
                 else:
-                    shown = labels.get(folder, folder)
-                title = f"Ablation setting {shown}: samples per class"
+                    label = labels.get(folder, folder)
+                title = f"Ablation setting {label}: samples per class"
                 _figure(section, figures.partition_figure(store.artifacts.parquet(run_id, path), title))
     if not section.figures:
         return section.skip(f"no {partition_file} on any study or ablation run: run scripts/tune.py")

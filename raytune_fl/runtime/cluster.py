@@ -56,7 +56,8 @@ def check_address(address: str | None, timeout_s: float = PROBE_TIMEOUT_S) -> No
     try:
         connection = socket.create_connection((host, int(port)), timeout=timeout_s)
     except (OSError, ValueError) as error:
-        reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or str(error))
+        strerror = error.strerror if isinstance(error, OSError) else None  # int("x"): a ValueError has none
+        reason = "timed out" if isinstance(error, TimeoutError) else (strerror or str(error))
         raise ConnectionError(f"nothing answers at {address} within {timeout_s:g} s ({reason})") from None
     with connection:
         if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
@@ -125,7 +126,7 @@ def start_ray(address: str | None, runtime_env: dict[str, Any] | None = None) ->
     address = address or os.environ.get("RAY_ADDRESS") or "local"
     if address not in ("auto", "local") and not address.startswith("ray://"):
         _probe(address)  # Ray itself retries an unreachable head for minutes
-    env = {"runtime_env": runtime_env} if runtime_env else {}
+    env: dict[str, Any] = {"runtime_env": runtime_env} if runtime_env else {}
     if address == "local":
         start_local(
             log_to_driver=True, _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEPT_MS}, **env
@@ -357,15 +358,16 @@ def _lean_node_parameters(include_log_monitor: bool) -> Iterator[None]:
             self.no_monitor = True
             self.include_log_monitor = include_log_monitor
 
-    parameter.RayParams = LeanParams
+    # patches of Ray's own classes for the node's start, undone after it (mypy: a type and a method reassigned)
+    parameter.RayParams = LeanParams  # type: ignore[misc]
     if api_server is not None:
-        Node.start_api_server = lambda self, **_: None  # as if it had failed to start: no dashboard URL
+        Node.start_api_server = lambda self, **_: None  # type: ignore[method-assign]  # failed: no dashboard URL
     try:
         yield
     finally:
-        parameter.RayParams = original
+        parameter.RayParams = original  # type: ignore[misc]
         if api_server is not None:
-            Node.start_api_server = api_server
+            Node.start_api_server = api_server  # type: ignore[method-assign]
 
 
 def cluster_view() -> tuple[str, dict[str, float], list[dict[str, float]]]:

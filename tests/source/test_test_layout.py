@@ -1,5 +1,5 @@
-"""The tests' own layout, checked on the files: tests/ mirrors the package, the slow tier is a directory, one
-conformance module per registry, and test modules share code only through tests/support."""
+"""The tests' own layout, checked on the files: tests/ mirrors the package, the slow tier is a directory and the
+unit tier one rule, one conformance module per registry, and test modules share code only through tests/support."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 from tests.support import REPO
+from tests.support.tiers import declared_not_unit, is_unit
 
 TESTS = REPO / "tests"
 PACKAGE = REPO / "raytune_fl"
@@ -43,13 +44,24 @@ def test_a_test_module_at_the_top_is_named_after_a_top_level_module():
         assert (PACKAGE / f"{module}.py").exists(), f"{path.name}: no raytune_fl/{module}.py; move it to its package"
 
 
-def test_the_slow_tier_is_the_system_folder_and_no_test_marks_itself():
+def test_the_tiers_are_decided_in_one_place_and_no_test_marks_itself():
+    """slow: the tests/system/ folder; unit: the rule of tests/support/tiers.py (no Ray, server or training)."""
+    where = {"slow": "a slow test goes in tests/system/", "unit": "tests/support/tiers.py decides which tests are unit"}
     for path in _test_modules():
         for node in ast.walk(ast.parse(path.read_text())):
-            marks = (
-                isinstance(node, ast.Attribute) and node.attr == "slow" and getattr(node.value, "attr", "") == "mark"
-            )
-            assert not marks, f"{path.relative_to(REPO)}:{node.lineno}: a slow test goes in tests/system/ instead"
+            tier = getattr(node, "attr", None) if isinstance(node, ast.Attribute) else None
+            marks = tier in where and getattr(node.value, "attr", "") == "mark"
+            assert not marks, f"{path.relative_to(REPO)}:{node.lineno}: {where[tier]} instead"
+
+
+def test_the_tiers_do_not_overlap():
+    assert is_unit("tests/methods/test_fedprox.py::test_x[a]", ["tmp_path"]), "a test with plain fixtures is unit"
+    assert not is_unit("tests/system/test_quickstart.py::test_x", []), "the slow tier is never unit"
+    assert not is_unit("tests/methods/test_fedprox.py::test_x", ["ray_cluster"]), "a test on Ray is not unit"
+    for entry in declared_not_unit():
+        case = entry if "[" in entry else f"{entry}[p]" if "::" in entry else f"{entry}::test_x[p]"
+        assert not is_unit(f"tests/{case}", []), entry
+        assert not entry.startswith("system/"), f"NOT_UNIT declares {entry}: tests/system/ is left out already"
 
 
 def test_test_modules_import_no_other_test_module():

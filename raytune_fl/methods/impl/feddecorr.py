@@ -5,13 +5,13 @@ from __future__ import annotations
 from torch import Tensor
 
 from raytune_fl.methods.base import Batch, LocalTerm
-from raytune_fl.methods.losses import decorrelation
+from raytune_fl.methods.losses import DecorrForm, decorrelation
 
 
 class Decorrelation(LocalTerm):
     name = "decorr"  # logged unweighted as term_decorr
 
-    def __init__(self, weight: float, form: str, eps: float) -> None:
+    def __init__(self, weight: float, form: DecorrForm, eps: float) -> None:
         super().__init__(weight)
         self.form, self.eps = form, eps
 

@@ -41,12 +41,13 @@ class DynamicTerm(LocalTerm):
                 "from this model's trainable parameters"
             )
         # None: zeros (a first round), made on the host at round end; nothing allocated on the device for them
-        self.lambdas = {name: None if stored is None else np.asarray(stored[name]) for name in self.names}
+        host = [] if stored is None else [np.asarray(stored[name]) for name in self.names]
+        self.lambdas = dict(zip(self.names, host)) if host else dict.fromkeys(self.names)
         # lambda_k = 0 (a first round): FedProx's term exactly, without a linear part that only adds zeros. Tested
         # on the host arrays (no device sync per parameter); otherwise copied to the device in one transfer.
         self.linear = []
-        if stored is not None and any(np.any(lam) for lam in self.lambdas.values()):
-            self.linear = _to_device([self.lambdas[name] for name in self.names], self.anchors)
+        if host and any(np.any(lam) for lam in host):
+            self.linear = _to_device(host, self.anchors)
 
     def loss(self, batch: Batch) -> Tensor:
         params = dict(batch.model.named_parameters())

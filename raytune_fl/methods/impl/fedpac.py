@@ -138,12 +138,12 @@ class ClassifierMixServer(ServerAggregator):
         return pending
 
     def payload(self) -> dict[str, Any]:
-        if self.centroids is None:
+        if self.centroids is None or self.present is None:  # both set at once, by a round or a checkpoint
             return {}
         return {NAME: Centroids(self.centroids, self.present)}
 
     def state_dict(self) -> dict[str, Any]:
-        if self.centroids is None:
+        if self.centroids is None or self.present is None:
             return {}
         return {"centroids": self.centroids.copy(), "present": self.present.copy()}
 

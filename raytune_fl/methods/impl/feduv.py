@@ -3,18 +3,18 @@ method)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from torch import Tensor
 
 from raytune_fl.methods.base import Batch, LocalTerm
-from raytune_fl.methods.losses import classifier_variance, rbf_uniformity
+from raytune_fl.methods.losses import Statistic, classifier_variance, rbf_uniformity
 
 
 class ClassifierVariance(LocalTerm):
     name = "variance"
 
-    def __init__(self, weight: float, statistic: str) -> None:
+    def __init__(self, weight: float, statistic: Statistic) -> None:
         super().__init__(weight)
         self.statistic = statistic
 
@@ -32,7 +32,7 @@ KERNEL_OPTIONS: dict[str, dict[str, Any]] = {
 class RbfUniformity(LocalTerm):
     name = "uniformity"
 
-    def __init__(self, weight: float, sigma: float | str, fidelity: str = "paper") -> None:
+    def __init__(self, weight: float, sigma: float | Literal["median"], fidelity: str = "paper") -> None:
         super().__init__(weight)
         self.sigma, self.fidelity = sigma, fidelity
 
