@@ -308,7 +308,7 @@ class DiagnosticsConfig(_Strict):
         default=False,
         description="on the costly rounds, the norms of the gradients of cross-entropy, of each weighted loss term "
         "and of their sum, and each term's cosine with cross-entropy's, on the first batch of every local epoch "
-        "(grad_norm_*, grad_cos_*); clients then train one at a time",
+        "(grad_norm_*, grad_cos_*); batched clients are probed each on its own",
     )
     every: int = Field(default=5, ge=0, description="rounds between costly diagnostics (and the last round); 0 = off")
 

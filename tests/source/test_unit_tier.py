@@ -54,7 +54,20 @@ def _imported_package_modules(path) -> set[str]:
             found.update(f"{node.module}.{alias.name}" for alias in node.names)  # `from raytune_fl.x import y`
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name.startswith("raytune_fl"))
-    return found
+    return found | {module for name in found for module in _reexported(name)}
+
+
+def _reexported(module: str) -> set[str]:
+    """The submodules a package's __init__ re-exports from (`from raytune_fl.config.space import SearchSpace`): a
+    test of `raytune_fl.config`'s public names tests them."""
+    init = REPO / module.replace(".", "/") / "__init__.py"
+    if not init.is_file():
+        return set()
+    return {
+        node.module
+        for node in ast.walk(ast.parse(init.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(module + ".")
+    }
 
 
 def _package_modules() -> set[str]:
