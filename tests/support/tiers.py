@@ -109,6 +109,8 @@ NOT_UNIT: dict[str, frozenset[str]] = {
             "engine/test_checkpoint.py::test_a_restored_federation_continues_exactly",
             "engine/test_client_batch.py::test_a_float32_run_with_batched_clients_learns_as_the_sequential_one",
             "engine/test_client_batch.py::test_batched_clients_draw_the_sequential_batches",
+            "engine/test_client_batch.py::test_the_gradient_probe_on_batched_clients_equals_the_sequential_one",
+            "engine/test_client_batch.py::test_the_gradient_probe_leaves_batched_training_unchanged_bit_for_bit",
             "engine/test_client_batch.py::test_batched_clients_equal_sequential_ones_through_a_checkpoint",
             "engine/test_client_batch_cap.py::test_the_capped_client_batch_trains_exactly_as_the_one_given",
             "engine/test_diagnostics.py::test_diagnostics_can_be_switched_off",
@@ -227,6 +229,7 @@ NOT_UNIT: dict[str, frozenset[str]] = {
     ),
     "scans every module of the package, the tests or the docs (seconds of parsing)": frozenset(
         {
+            "source/test_errors.py::test_every_error_of_the_package_derives_from_raytune_fl_error",
             "source/test_layering.py::test_every_module_keeps_to_the_layering",
             "source/test_layering.py::test_the_package_never_imports_the_tooling_beside_it",
             "source/test_metric_names.py::test_no_module_restates_a_metric_name",
