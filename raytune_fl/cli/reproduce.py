@@ -79,7 +79,6 @@ PAPERS: dict[str, PaperTable] = {
         shape="FedAvg, FedProx, MOON and Freeze (the paper's baselines), UniVarFL at the paper's defaults and "
         "tuned, and FedUV (official code) as the project's addition, at 10 local epochs per round on digits.",
         alphas="0.01,1",
-        partition_seeds=2,
         references=("fedavg", "fedprox", "moon", "freeze"),
         contenders=("univarfl_default", "univarfl_tuned"),
     ),
