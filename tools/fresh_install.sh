@@ -45,6 +45,6 @@ echo "reproduce fedld_table2 from the wheel: ok ($((SECONDS - step)) s)"
 # the engine, every method and aggregator, the data and models, and the study end to end, at the lower bounds
 cd "$repo"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider -o addopts="-m 'not slow'" \
-  tests/engine tests/methods tests/aggregators tests/conformance tests/data tests/models tests/test_config.py \
+  tests/engine tests/methods tests/aggregators tests/conformance tests/data tests/models tests/config \
   tests/tune/test_study.py tests/export | tail -3
 echo "fresh install checked in $((SECONDS - start)) s"
