@@ -1,5 +1,6 @@
 """The benchmarks end to end: the reference loop in two worker processes computes what one process does; a tiny
-search benchmark runs and draws the landscape. (Their arithmetic by hand: tests/tooling/.)"""
+search benchmark runs and draws the landscape; a tiny search-efficiency run reports its searchers. (Their arithmetic
+by hand: tests/tooling/.)"""
 
 from __future__ import annotations
 
@@ -67,3 +68,21 @@ def test_the_client_time_benchmark_reports_every_figure(tmp_path, capsys):
     assert found["client"]["load_weights_ms"] > 0 and found["client"]["load_state_dict_ms"] > 0
     assert found["pair"]["alone_ms"] > 0 and found["pair"]["together_ms"] > 0
     assert "the engine's own share" in capsys.readouterr().out
+
+
+def test_a_tiny_search_efficiency_run_reports_each_searcher_and_its_trials(tmp_path, capsys):
+    from benchmarks import search_efficiency
+
+    out, trials = tmp_path / "table.md", tmp_path / "trials.json"
+    argv = ["--quick", "--trials", "2", "--rounds", "2", "--out", str(out), "--json", str(trials)]
+    assert search_efficiency.main(argv) == 0
+    text = out.read_text()
+    assert "torch CPU capability" in text and "command: python -m benchmarks.search_efficiency --quick" in text
+    assert "| tpe_asha | 1 |" in text and "| random | 1 |" in text
+    printed = capsys.readouterr().out
+    assert "[1/2] tpe_asha: 1 studies x 2 trials x 2 rounds" in printed and "trial 2/2 finished" in printed
+    records = json.loads(trials.read_text())
+    assert [(r["searcher"], [t["rounds_run"] for t in r["trials"]]) for r in records] == [
+        ("random", [2, 2]),
+        ("tpe_asha", [2, 2]),  # ASHA's grace period is every round of 2
+    ]
