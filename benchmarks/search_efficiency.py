@@ -54,6 +54,7 @@ SEARCH: dict[str, dict[str, list[float]]] = {  # baselines.yaml's fedavgm ranges
     "server_lr": {"loguniform": [0.3, 3.0]},
     "server_momentum": {"uniform": [0.0, 0.95]},
 }
+STORE = "mlflow.db"  # in the workdir
 WARM_SOURCE_ALPHA = 0.5  # the neighbouring setting a warm-started study takes its first configurations from
 
 
@@ -77,7 +78,8 @@ SEARCHERS: dict[str, Searcher] = {
     "qmc": Searcher({"sampler": "qmc", "scheduler": NO_EARLY_STOP}),
     "hyperband": Searcher({"sampler": "tpe", "scheduler": {**NO_EARLY_STOP, "hyperband": {}}}),
     "median": Searcher({"sampler": "tpe", "scheduler": {**NO_EARLY_STOP, "median": {}}}),
-    "pbt": Searcher({"sampler": "tpe", "scheduler": {**NO_EARLY_STOP, "pbt": {}}}),
+    # PBT exploits the trials that run beside it: a population, not one trial after another
+    "pbt": Searcher({"sampler": "tpe", "scheduler": {**NO_EARLY_STOP, "pbt": {}}, "max_concurrent": 4}),
     "tpe_warm": Searcher({"sampler": "tpe", "scheduler": {"asha": {}}}, warm=True),
 }
 COLD = "tpe_asha"  # what the warm-started studies are compared with
@@ -119,6 +121,7 @@ class Study:
     val_samples: int | None  # the validation images val_acc is a proportion of
     trials: tuple[TrialHistory, ...]  # in start order
     setting: str | None = None  # a per-setting study's setting (the warm start's source or target)
+    wall_s: float = math.nan  # the study's wall time, its start to its end (Ray's start before it not included)
 
 
 def spent_order(trials: Sequence[TrialHistory]) -> list[tuple[int, RoundPoint]]:
@@ -196,10 +199,10 @@ class SearcherResult:
     budget: tuple[int, ...]  # the whole study's trial-rounds
     best_val: tuple[float, ...]
     test_acc: tuple[float, ...]
-    wall_s: float = math.nan  # per study
+    wall_s: float  # per study, the median
 
 
-def searcher_result(name: str, studies: Sequence[Study], target: float, wall_s: float = math.nan) -> SearcherResult:
+def searcher_result(name: str, studies: Sequence[Study], target: float) -> SearcherResult:
     picks = [(study, selected(study.trials, study.rounds)) for study in studies]
     return SearcherResult(
         name,
@@ -207,7 +210,7 @@ def searcher_result(name: str, studies: Sequence[Study], target: float, wall_s: 
         tuple(trial_rounds(s.trials) for s in studies),
         tuple(p.last.val_acc if p else math.nan for _, p in picks),
         tuple(p.last.test_acc if p else math.nan for _, p in picks),
-        wall_s,
+        statistics.median(s.wall_s for s in studies),
     )
 
 
@@ -373,7 +376,7 @@ def trial_history(client: Any, run_id: str) -> TrialHistory:
 
 
 def read_studies(uri: str, rounds: int, since_ms: int = 0) -> list[Study]:
-    """Every tune study logged at `since_ms` or later, with its trials' histories."""
+    """Every tune study that started at `since_ms` or later and ended, with its trials' histories."""
     from raytune_fl.tracking.schema import METRIC_VAL_SAMPLES, TAG_PARENT_RUN, TAG_SETTING, TAG_STAGE, TAG_VARIANT
     from raytune_fl.tracking.store import experiment_id, open_client, search_all
 
@@ -381,7 +384,8 @@ def read_studies(uri: str, rounds: int, since_ms: int = 0) -> list[Study]:
     experiment = experiment_id(client, EXPERIMENT)
     runs = search_all(client, experiment, f"tags.{TAG_STAGE} = 'tune'") if experiment is not None else []
     studies = []
-    for parent in [r for r in runs if TAG_PARENT_RUN not in r.data.tags and r.info.start_time >= since_ms]:
+    parents = [r for r in runs if TAG_PARENT_RUN not in r.data.tags and r.info.start_time >= since_ms]
+    for parent in [r for r in parents if r.info.end_time]:  # one still running (or killed) has no result yet
         searcher, _, seed = parent.data.tags.get(TAG_VARIANT, "").rpartition("-")
         children = sorted(
             (r for r in runs if r.data.tags.get(TAG_PARENT_RUN) == parent.info.run_id), key=lambda r: r.info.start_time
@@ -396,6 +400,7 @@ def read_studies(uri: str, rounds: int, since_ms: int = 0) -> list[Study]:
                 int(samples) if samples else None,
                 tuple(h for h in histories if h.points),
                 parent.data.tags.get(TAG_SETTING),
+                (parent.info.end_time - parent.info.start_time) / 1000,
             )
         )
     return sorted(studies, key=lambda s: (s.searcher, s.setting or "", s.seed))
@@ -417,17 +422,14 @@ def machine_lines(argv: Sequence[str]) -> list[str]:
     ]
 
 
-def report(studies: Sequence[Study], walls: Mapping[str, float], budget: Budget) -> str:
+def report(studies: Sequence[Study], budget: Budget) -> str:
     """The searchers' table and, when warm-started studies ran, the warm-start comparison."""
     setting = main_setting(budget)
     main = [s for s in studies if s.setting in (None, setting)]
     best, samples = best_found(main)
     target = target_of(best, samples)
     order = [name for name in SEARCHERS if any(s.searcher == name for s in main)]
-    results = [
-        searcher_result(n, [s for s in main if s.searcher == n], target, walls.get(n, math.nan) / budget.seeds)
-        for n in order
-    ]
+    results = [searcher_result(n, [s for s in main if s.searcher == n], target) for n in order]
     parts = [format_table(results, best, target)]
     warm = [s for s in main if s.searcher == "tpe_warm"]
     cold = [s for s in main if s.searcher == COLD]
@@ -471,6 +473,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--out", help="also write the tables (markdown, with the machine and command) to this file")
     parser.add_argument("--json", help="also write per study and trial its rounds run and best-so-far val_acc here")
     parser.add_argument("--workdir", help="keep the MLflow store and space files here (default: a temporary one)")
+    parser.add_argument("--reuse", action="store_true", help="run nothing: report the studies --workdir holds "
+                        "(those that ended; give the --rounds they ran)")  # fmt: skip
     args = parser.parse_args(argv)
     chosen = args.searchers or ",".join(QUICK_SEARCHERS if args.quick else SEARCHERS)
     args.searchers = [s.strip() for s in chosen.split(",") if s.strip()]
@@ -480,7 +484,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     quick = {"seeds": 1, "trials": 3, "rounds": 3} if args.quick else {"seeds": 3, "trials": 16, "rounds": 10}
     for key, value in quick.items():
         setattr(args, key, getattr(args, key) or value)
+    if args.reuse and not (args.workdir and (Path(args.workdir) / STORE).exists()):
+        parser.error(f"--reuse: reports the studies of a --workdir's {STORE}; give a --workdir that holds one")
     return args
+
+
+def run_searchers(names: Sequence[str], budget: Budget, workdir: Path, uri: str) -> None:
+    for index, name in enumerate(names, 1):
+        print(f"[{index}/{len(names)}] {name}: {budget.seeds} studies x {budget.trials} trials x "
+              f"{budget.rounds} rounds", flush=True)  # fmt: skip
+        wall = run_searcher(name, budget, workdir, uri)
+        print(f"[{index}/{len(names)}] {name}: done in {wall:.0f} s (Ray's start included)", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -492,14 +506,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-search-efficiency-") as scratch:
         workdir = Path(args.workdir or scratch)
         workdir.mkdir(parents=True, exist_ok=True)
-        uri, since_ms, walls = f"sqlite:///{workdir / 'mlflow.db'}", int(time.time() * 1000), {}
-        for index, name in enumerate(args.searchers, 1):
-            print(f"[{index}/{len(args.searchers)}] {name}: {budget.seeds} studies x {budget.trials} trials x "
-                  f"{budget.rounds} rounds", flush=True)  # fmt: skip
-            walls[name] = run_searcher(name, budget, workdir, uri)
-            print(f"[{index}/{len(args.searchers)}] {name}: done in {walls[name]:.0f} s", flush=True)
-        studies = read_studies(uri, budget.rounds, since_ms)
-    text = report(studies, walls, budget)
+        uri, since_ms = f"sqlite:///{workdir / STORE}", 0 if args.reuse else int(time.time() * 1000)
+        if not args.reuse:
+            run_searchers(args.searchers, budget, workdir, uri)
+        studies = [s for s in read_studies(uri, budget.rounds, since_ms) if s.searcher in args.searchers]
+    text = report(studies, budget)
     print(text)
     if args.out:
         Path(args.out).write_text("\n".join(header) + "\n\n" + text + "\n")

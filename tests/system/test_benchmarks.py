@@ -75,14 +75,21 @@ def test_a_tiny_search_efficiency_run_reports_each_searcher_and_its_trials(tmp_p
 
     out, trials = tmp_path / "table.md", tmp_path / "trials.json"
     argv = ["--quick", "--trials", "2", "--rounds", "2", "--out", str(out), "--json", str(trials)]
+    argv += ["--workdir", str(tmp_path / "work")]
     assert search_efficiency.main(argv) == 0
     text = out.read_text()
     assert "torch CPU capability" in text and "command: python -m benchmarks.search_efficiency --quick" in text
     assert "| tpe_asha | 1 |" in text and "| random | 1 |" in text
     printed = capsys.readouterr().out
-    assert "[1/2] tpe_asha: 1 studies x 2 trials x 2 rounds" in printed and "trial 2/2 finished" in printed
+    assert "[1/2] tpe_asha: 1 studies x 2 trials x 2 rounds" in printed
+    assert "  random: [random-1] trial 2/2 " in printed  # tune.py's line as the trial ended, echoed
     records = json.loads(trials.read_text())
     assert [(r["searcher"], [t["rounds_run"] for t in r["trials"]]) for r in records] == [
         ("random", [2, 2]),
         ("tpe_asha", [2, 2]),  # ASHA's grace period is every round of 2
     ]
+    capsys.readouterr()
+    reuse = ["--reuse", "--workdir", str(tmp_path / "work"), "--searchers", "random", "--rounds", "2"]
+    assert search_efficiency.main(reuse) == 0
+    again = capsys.readouterr().out  # the store's studies reported again, nothing run
+    assert "| random | 1 |" in again and "tpe_asha" not in again.split("command:")[1] and "[1/" not in again

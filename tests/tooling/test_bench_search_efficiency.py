@@ -72,10 +72,10 @@ def test_medians_count_not_reached_and_the_spread_says_so():
 
 
 def test_the_table_and_the_warm_start_comparison_by_hand():
-    cold = [Study("tpe_asha", 1, 3, 100, (A, C)), Study("tpe_asha", 2, 3, 100, (A,))]  # best 0.8: target 0.76
+    cold = [Study("tpe_asha", 1, 3, 100, (A, C), wall_s=20.0), Study("tpe_asha", 2, 3, 100, (A,), wall_s=40.0)]
     warm = [Study("tpe_warm", 1, 3, 100, (C,)), Study("tpe_warm", 2, 3, 100, (B, C))]
     source = [Study("tpe_warm", 1, 3, 100, (A, B), "partition.alpha=0.5")]
-    comparison = bench.warm_comparison(cold, warm, source)
+    comparison = bench.warm_comparison(cold, warm, source)  # the cold studies' best: 0.8, target 0.76
     assert comparison.target == pytest.approx(0.8 - 0.04)
     assert comparison.cold == (6, None) and comparison.warm == (3, 4) and comparison.source_budget == (4,)
     assert math.isnan(comparison.ratio)  # the cold median is "not reached": no ratio to it
@@ -83,9 +83,9 @@ def test_the_table_and_the_warm_start_comparison_by_hand():
     assert "| cold (tpe_asha) | not reached (6-not reached), 1/2 reached |" in text
     assert "| warm-started (tpe_warm) | 3.5 (3-4) |" in text and "spent 4 trial-rounds" in text
     assert "warm / cold (medians): n/a" in text
-    result = bench.searcher_result("tpe_asha", cold, comparison.target, wall_s=30.0)
+    result = bench.searcher_result("tpe_asha", cold, comparison.target)
     assert result.to_target == (6, None) and result.budget == (6, 3)
-    assert result.best_val == (0.8, 0.7) and result.test_acc == pytest.approx((0.75, 0.65))
+    assert result.best_val == (0.8, 0.7) and result.test_acc == pytest.approx((0.75, 0.65)) and result.wall_s == 30
     table = bench.format_table([result], 0.8, comparison.target)
     assert "target: val_acc 0.7600 (the best any study selected, 0.8000, less one SE)" in table
     row = "| tpe_asha | 2 | not reached (6-not reached), 1/2 reached | 4.5 | 0.7500 ± 0.0500 | 0.7000 ± 0.0500 | 30 s |"
@@ -95,17 +95,17 @@ def test_the_table_and_the_warm_start_comparison_by_hand():
 def test_the_report_compares_warm_and_cold_at_the_main_setting_only():
     budget = Budget(trials=2, rounds=3, seeds=1)
     studies = [
-        Study("tpe_asha", 1, 3, 100, (A, C)),
+        Study("tpe_asha", 1, 3, 100, (A, C), wall_s=10.0),
         Study("random", 1, 3, 100, (A,)),
         Study("tpe_warm", 1, 3, 100, (C,), bench.main_setting(budget)),
         Study("tpe_warm", 1, 3, 100, (B, C), "partition.alpha=0.5"),  # the source: not in the table
     ]
-    text = bench.report(studies, {"tpe_asha": 10.0}, budget)
+    text = bench.report(studies, budget)
     assert bench.main_setting(budget) == "partition.alpha=0.1"
     assert "| tpe_asha | 1 | 6 | 6 |" in text and "| 10 s |" in text
     assert "| random | 1 | not reached (0/1) | 3 |" in text and "| tpe_warm | 1 | 3 | 3 |" in text
     assert "warm / cold (medians): 0.50 (target: at most 0.5); the source setting's studies spent 4" in text
-    assert "warm start" not in bench.report(studies[:2], {}, budget)
+    assert "warm start" not in bench.report(studies[:2], budget)
 
 
 def test_each_searcher_runs_one_variant_per_seed_with_its_own_tune_settings():
@@ -121,6 +121,7 @@ def test_each_searcher_runs_one_variant_per_seed_with_its_own_tune_settings():
     assert grid["server_momentum"]["grid"] == pytest.approx([0.0, 0.95 / 3, 0.95 * 2 / 3, 0.95])
     assert bench.grid_points(10, 2) == 3 and bench.grid_points(3, 2) == 2
     assert bench.searcher_space("hyperband", budget)["tune"]["scheduler"] == {"asha": None, "hyperband": {}}
+    assert bench.searcher_space("pbt", budget)["tune"]["max_concurrent"] == 4  # a population runs side by side
     warm = bench.tune_command("tpe_warm", bench.Path("s.yaml"), "sqlite:///m.db", bench.Path("w"), budget)
     assert warm[-2:] == ["--per-setting", "partition.alpha=0.5,0.1"]
     assert "--per-setting" not in bench.tune_command("gp", bench.Path("s.yaml"), "u", bench.Path("w"), budget)
@@ -136,6 +137,7 @@ def test_flags_are_checked_and_the_bad_one_is_named_first(capsys):
         (["--searchers", "tpe,bogus"], "error: --searchers: unknown bogus; known: tpe_asha, tpe, random, grid"),
         (["--seeds", "0"], "error: argument --seeds: at least 1, got 0"),
         (["--trials", "x"], "error: argument --trials: a whole number, got 'x'"),
+        (["--reuse"], "error: --reuse: reports the studies of a --workdir's mlflow.db; give a --workdir that"),
     ]:
         with pytest.raises(SystemExit) as stopped:
             bench.parse_args(argv)
