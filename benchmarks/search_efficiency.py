@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -326,6 +327,21 @@ def searcher_space(name: str, budget: Budget) -> dict[str, Any]:
     return {"name": EXPERIMENT, "base": base, "variants": variants, "tune": tune}
 
 
+def space_problem(name: str, budget: Budget) -> str | None:
+    """Why the searcher's space is refused (a sampler or scheduler this tree does not have), None when it is not:
+    said before any study runs, not an hour in."""
+    from pydantic import ValidationError
+
+    from raytune_fl.config import SearchSpace
+
+    try:
+        SearchSpace.model_validate(searcher_space(name, budget))
+    except ValidationError as error:
+        first = error.errors()[0]
+        return f"{'.'.join(map(str, first['loc']))}: {first['msg']}"
+    return None
+
+
 def main_setting(budget: Budget) -> str:
     """The label `tune --per-setting` gives the main setting's studies."""
     return f"partition.alpha={budget.main_alpha}"
@@ -348,7 +364,7 @@ def run_searcher(name: str, budget: Budget, workdir: Path, uri: str) -> float:
     """A searcher's studies through tune.py, its trial lines echoed; returns its wall time."""
     space = workdir / f"{name}.yaml"
     space.write_text(yaml.safe_dump(searcher_space(name, budget)))
-    started, tail = time.perf_counter(), []
+    started, tail = time.perf_counter(), deque[str](maxlen=60)  # what a failure shows
     environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
     command = tune_command(name, space, uri, workdir, budget)
     with subprocess.Popen(
@@ -356,7 +372,7 @@ def run_searcher(name: str, budget: Budget, workdir: Path, uri: str) -> float:
     ) as process:
         assert process.stdout is not None
         for line in process.stdout:
-            tail = [*tail[-60:], line]
+            tail.append(line)
             if is_progress(line):
                 print(f"  {name}: {line.rstrip()[:200]}", flush=True)
     if process.returncode != 0:
@@ -501,6 +517,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     budget = Budget(args.trials, args.rounds, args.seeds)
+    refused = {name: why for name in args.searchers if not args.reuse and (why := space_problem(name, budget))}
+    if refused:
+        said = "; ".join(f"{name}: {why}" for name, why in refused.items())
+        print(f"error: --searchers: refused by this tree's config: {said}", file=sys.stderr)
+        return 2
     header = machine_lines(argv)
     print("\n".join(header), flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-search-efficiency-") as scratch:

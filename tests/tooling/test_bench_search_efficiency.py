@@ -145,6 +145,16 @@ def test_flags_are_checked_and_the_bad_one_is_named_first(capsys):
         assert capsys.readouterr().err.splitlines()[0].startswith(said)
 
 
+def test_a_searcher_this_trees_config_refuses_is_said_before_anything_runs(monkeypatch, capsys):
+    assert bench.space_problem("tpe_asha", Budget(4, 2, 1)) is None
+    monkeypatch.setitem(bench.SEARCHERS, "bogus", bench.Searcher({"sampler": "bogus"}))
+    assert str(bench.space_problem("bogus", Budget(4, 2, 1))).startswith("tune.sampler: ")
+    assert bench.main(["--searchers", "tpe,bogus"]) == 2
+    said = capsys.readouterr()
+    assert said.err.startswith("error: --searchers: refused by this tree's config: bogus: tune.sampler: ")
+    assert said.out == ""  # nothing ran, not even the header
+
+
 def test_the_pure_part_imports_neither_ray_nor_mlflow():
     code = "import sys, benchmarks.search_efficiency; print(sorted({'ray', 'mlflow', 'torch'} & set(sys.modules)))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
