@@ -280,7 +280,9 @@ def format_table(results: Sequence[SearcherResult], best: float, target: float) 
 
 
 def format_warm(comparison: WarmComparison) -> str:
-    ratio = "n/a" if math.isnan(comparison.ratio) else f"{comparison.ratio:.2f}"
+    ratio = f"{comparison.ratio:.2f}"
+    if not math.isfinite(comparison.ratio):  # one side never reached the target
+        ratio = "n/a (the cold studies never reached it)" if math.isnan(comparison.ratio) else "n/a (warm never did)"
     source = statistics.median(comparison.source_budget) if comparison.source_budget else math.nan
     return "\n".join(
         [

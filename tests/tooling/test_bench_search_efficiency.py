@@ -82,7 +82,9 @@ def test_the_table_and_the_warm_start_comparison_by_hand():
     text = bench.format_warm(comparison)
     assert "| cold (tpe_asha) | not reached (6-not reached), 1/2 reached |" in text
     assert "| warm-started (tpe_warm) | 3.5 (3-4) |" in text and "spent 4 trial-rounds" in text
-    assert "warm / cold (medians): n/a" in text
+    assert "warm / cold (medians): n/a (the cold studies never reached it)" in text
+    swapped = bench.WarmComparison(0.76, (3,), (None,), ())
+    assert "warm / cold (medians): n/a (warm never did)" in bench.format_warm(swapped)
     result = bench.searcher_result("tpe_asha", cold, comparison.target)
     assert result.to_target == (6, None) and result.budget == (6, 3)
     assert result.best_val == (0.8, 0.7) and result.test_acc == pytest.approx((0.75, 0.65)) and result.wall_s == 30
