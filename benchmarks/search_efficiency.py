@@ -79,8 +79,8 @@ SEARCHERS: dict[str, Searcher] = {
     "qmc": Searcher({"sampler": "qmc", "scheduler": NO_EARLY_STOP}),
     "hyperband": Searcher({"sampler": "tpe", "scheduler": {**NO_EARLY_STOP, "hyperband": {}}}),
     "median": Searcher({"sampler": "tpe", "scheduler": {**NO_EARLY_STOP, "median": {}}}),
-    # PBT exploits the trials that run beside it: a population, not one trial after another
-    "pbt": Searcher({"sampler": "tpe", "scheduler": {**NO_EARLY_STOP, "pbt": {}}, "max_concurrent": 4}),
+    # Ray's PBT draws its first population at random (it admits no searcher) and runs it side by side
+    "pbt": Searcher({"sampler": "random", "scheduler": {**NO_EARLY_STOP, "pbt": {}}}),
     "tpe_warm": Searcher({"sampler": "tpe", "scheduler": {"asha": {}}}, warm=True),
 }
 COLD = "tpe_asha"  # what the warm-started studies are compared with
