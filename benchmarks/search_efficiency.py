@@ -303,6 +303,8 @@ def format_warm(comparison: WarmComparison) -> str:
 
 @dataclass(frozen=True)
 class Budget:
+    """What every searcher gets: trials per study, rounds per trial, studies (sampler seeds); and the setting."""
+
     trials: int
     rounds: int
     seeds: int
@@ -311,8 +313,7 @@ class Budget:
 
 def grid_points(budget: int, dimensions: int) -> int:
     """Points per axis of a grid of at most `budget` points (at least 2)."""
-    points = max(2, int(math.floor(budget ** (1 / dimensions) + 1e-9)))
-    return points
+    return max(2, math.floor(budget ** (1 / dimensions) + 1e-9))  # 1e-9: 16 ** 0.5 is 4, not 3.99...
 
 
 def searcher_space(name: str, budget: Budget) -> dict[str, Any]:
