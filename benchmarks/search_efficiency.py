@@ -404,7 +404,7 @@ def read_studies(uri: str, rounds: int, since_ms: int = 0) -> list[Study]:
     runs = search_all(client, experiment, f"tags.{TAG_STAGE} = 'tune'") if experiment is not None else []
     studies = []
     parents = [r for r in runs if TAG_PARENT_RUN not in r.data.tags and r.info.start_time >= since_ms]
-    for parent in [r for r in parents if r.info.end_time]:  # one still running (or killed) has no result yet
+    for parent in [r for r in parents if r.info.status == "FINISHED"]:  # a running or killed study selected nothing
         searcher, _, seed = parent.data.tags.get(TAG_VARIANT, "").rpartition("-")
         children = sorted(
             (r for r in runs if r.data.tags.get(TAG_PARENT_RUN) == parent.info.run_id), key=lambda r: r.info.start_time
