@@ -15,7 +15,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from raytune_fl.config import ExperimentConfig, Objective, SearchSpace, TrialSpec, VariantTrials, flatten
+from raytune_fl.config import (
+    ExperimentConfig,
+    Objective,
+    ParamSchedule,
+    SearchSpace,
+    TrialSpec,
+    VariantTrials,
+    flatten,
+)
 from raytune_fl.data.identity import DataIdentity
 from raytune_fl.metrics import BEST_PREFIX, COLLAPSED, DIVERGED
 from raytune_fl.tracking.describe import ablation_description, cell_description, trial_description, variant_description
@@ -32,6 +40,7 @@ from raytune_fl.tracking.schema import (
     SUMMARY_STATISTICS,
     TAG_BEST_BASIS,
     TAG_BEST_PREFIX,
+    TAG_BEST_SCHEDULE,
     TAG_CELL,
     TAG_CONFIG_SOURCE_PREFIX,
     TAG_DATASET,
@@ -235,11 +244,13 @@ def tune_parent_end(
     edges: Sequence[RangeEdge] = (),
     front: ParetoFront | None = None,
     model_run_id: str | None = None,
+    schedule: ParamSchedule | None = None,
 ) -> RunEnd:
     """A finished study's parent: the selected trial's metrics as best_*, the trial counts, the selected values as
     best.<name> tags, and the `edges` (values near a bound of their range) as edge.<name> tags with a one-line
     `edges` summary; FAILED when no trial gave a score. With several objectives (`front`) the objectives as a tag
-    and the front's trial runs to tag; `model_run_id`: the trial run that logged the selected model."""
+    and the front's trial runs to tag; `model_run_id`: the trial run that logged the selected model; `schedule`
+    (PBT): the selected trial's schedule as the best_schedule tag."""
     objectives = {TAG_OBJECTIVES: ",".join(f"{o.metric}:{o.mode}" for o in front.objectives)} if front else {}
     if not best_metrics:
         return RunEnd(RUN_FAILED, tags=objectives)
@@ -256,6 +267,8 @@ def tune_parent_end(
     tags.update(objectives)
     if model_run_id is not None:
         tags[TAG_MODEL_RUN_ID] = model_run_id
+    if schedule is not None:
+        tags[TAG_BEST_SCHEDULE] = schedule.to_json()
     return RunEnd(RUN_FINISHED, metrics, tags, front.trial_ids if front else ())
 
 
