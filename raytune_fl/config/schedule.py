@@ -75,7 +75,7 @@ class ParamSchedule:
         """One line: `rounds 1-: lr=0.1; rounds 5-: lr=0.05`."""
         return "; ".join(
             f"rounds {s.first_round}-: "
-            + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in s.params.items())
+            + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in s.params.items())
             for s in self.segments
         )
 

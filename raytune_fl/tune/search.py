@@ -117,10 +117,25 @@ def within_ranges(search: Mapping[str, Distribution]) -> Callable[[dict[str, Any
     return clip
 
 
-def make_pbt(pbt: PbtConfig, search: Mapping[str, Distribution]) -> PopulationBasedTraining:
+class RoundsPBT(PopulationBasedTraining):
+    """Ray's PBT, which leaves a trial's last round alone: a perturbation there would restart the trial from a
+    copied state with no round left to run, and its result would be one trial's while its checkpoint is another's."""
+
+    def __init__(self, rounds: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.rounds = rounds
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        if result.get(ROUND, 0) >= self.rounds:
+            return TrialScheduler.CONTINUE
+        return str(super().on_trial_result(tune_controller, trial, result))
+
+
+def make_pbt(pbt: PbtConfig, search: Mapping[str, Distribution], rounds: int) -> PopulationBasedTraining:
     """Synchronous PBT on rounds: a trial that reaches a perturbation waits (paused, its resources freed) until the
     whole population has, so the population advances together whatever the concurrency."""
-    return PopulationBasedTraining(
+    return RoundsPBT(
+        rounds,
         time_attr=ROUND,
         perturbation_interval=pbt.interval,
         hyperparam_mutations=mutations(search),
@@ -155,8 +170,8 @@ def make_search(
         population = {name: tune_domain(spec) for name, spec in variant.search.items()}
         # no max_concurrent: the generator counts a paused trial as running, and the population would never fill
         generator = BasicVariantGenerator(random_state=sampler_seed(settings.seed, variant_name))
-        scheduler = make_pbt(pbt, variant.search)
-        return Search(generator, scheduler, num_samples, param_space=population, checkpoints_kept=pbt.interval + 2)
+        pbt_scheduler = make_pbt(pbt, variant.search, space.experiment_for(variant_name).rounds)
+        return Search(generator, pbt_scheduler, num_samples, param_space=population, checkpoints_kept=pbt.interval + 2)
     sampler = make_sampler(settings, variant_name, num_samples)
     rdb = optuna_db.open_storage(optuna_storage) if optuna_storage else None
     study = None

@@ -43,6 +43,8 @@ def test_a_pbt_space_gets_rays_random_population_and_synchronous_pbt_on_rounds()
     assert search.scheduler._synch and search.scheduler._quantile_fraction == 0.5
     assert set(search.param_space or {}) == {"mu", "lambda"} == set(search.scheduler._hyperparam_mutations)
     assert search.num_samples == 3 and search.checkpoints_kept == 4  # the donor may run an interval ahead
+    # no perturbation at the last round: a copied state would have no round left to run
+    assert search.scheduler.on_trial_result(None, object(), {ROUND: 4, "val_acc": 0.5}) == "CONTINUE"
     # a variant that searches nothing still runs once, without PBT
     once = make_search(_pbt_space(), "fedavg", "stamp")
     assert once.algorithm is None and once.num_samples == 1 and not once.pbt
