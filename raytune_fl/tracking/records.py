@@ -244,13 +244,11 @@ def tune_parent_end(
     edges: Sequence[RangeEdge] = (),
     front: ParetoFront | None = None,
     model_run_id: str | None = None,
-    schedule: ParamSchedule | None = None,
 ) -> RunEnd:
     """A finished study's parent: the selected trial's metrics as best_*, the trial counts, the selected values as
     best.<name> tags, and the `edges` (values near a bound of their range) as edge.<name> tags with a one-line
     `edges` summary; FAILED when no trial gave a score. With several objectives (`front`) the objectives as a tag
-    and the front's trial runs to tag; `model_run_id`: the trial run that logged the selected model; `schedule`
-    (PBT): the selected trial's schedule as the best_schedule tag."""
+    and the front's trial runs to tag; `model_run_id`: the trial run that logged the selected model."""
     objectives = {TAG_OBJECTIVES: ",".join(f"{o.metric}:{o.mode}" for o in front.objectives)} if front else {}
     if not best_metrics:
         return RunEnd(RUN_FAILED, tags=objectives)
@@ -267,9 +265,15 @@ def tune_parent_end(
     tags.update(objectives)
     if model_run_id is not None:
         tags[TAG_MODEL_RUN_ID] = model_run_id
-    if schedule is not None:
-        tags[TAG_BEST_SCHEDULE] = schedule.to_json()
     return RunEnd(RUN_FINISHED, metrics, tags, front.trial_ids if front else ())
+
+
+def with_schedule(end: RunEnd, schedule: ParamSchedule | None) -> RunEnd:
+    """A PBT study's end: with the selected trial's schedule as the best_schedule tag (what `ablate` replays); a
+    study that selected nothing, or a constant configuration, as it was."""
+    if schedule is None or end.status != RUN_FINISHED:
+        return end
+    return RunEnd(end.status, end.metrics, {**end.tags, TAG_BEST_SCHEDULE: schedule.to_json()}, end.front)
 
 
 def tune_parent_metrics(val_samples: int | None) -> dict[str, float]:

@@ -28,6 +28,7 @@ from raytune_fl.tracking.records import (
     tune_parent,
     tune_parent_end,
     tune_parent_metrics,
+    with_schedule,
 )
 from raytune_fl.tracking.schema import setting_folder, study_key
 from raytune_fl.tune.callbacks import BestSoFar, ForwardInterrupt, MlflowTrialLogger, TrialEventsCallback, print_line
@@ -291,9 +292,8 @@ def _end_parent(
         outcome.edges,
         front,
         model[1] if model else None,
-        outcome.schedule,
     )
-    logged.parent.end_with(end)
+    logged.parent.end_with(with_schedule(end, outcome.schedule))
 
 
 def _log_best_model(

@@ -26,6 +26,7 @@ from ray import tune
 
 from raytune_fl.actors.client import PROCESS_ACTORS
 from raytune_fl.config import ParamSchedule, Segment, VariantTrials
+from raytune_fl.errors import RaytuneFLError
 from raytune_fl.metrics import HP_PREFIX
 
 if TYPE_CHECKING:
@@ -34,8 +35,9 @@ if TYPE_CHECKING:
 SCHEDULE_FILE = "schedule.json"  # beside the federation's state in a scheduled trial's checkpoint
 
 
-class SegmentEnd(Exception):
-    """A segment's last round was reported: its federation stops there (the next segment's continues)."""
+class SegmentEnd(RaytuneFLError):
+    """A segment's last round was reported: its federation stops there (the next segment's continues). Not a
+    failure: raised by the round's report and caught by the trial around that federation's run."""
 
 
 def read_schedule(directory: str | Path) -> ParamSchedule:
@@ -87,12 +89,7 @@ def federated_trial(
     device = choose_device(resources.device, bool(ray.get_gpu_ids()))
     # Tune runs the next trial in this same process (reuse_actors): the client actors wait here for it
     pool = ray_pool_factory(resources, experiment.faults, PROCESS_ACTORS) if resources.actors > 0 else in_process_pool
-    state: Mapping[str, Any] | None = None
-    schedule = ParamSchedule()
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:  # resumed (Tuner.restore), or restarted by PBT from a better trial's checkpoint
-        with checkpoint.as_directory() as directory:
-            state, schedule = load_state(directory), read_schedule(directory)
+    state, schedule = _restored(load_state)
     follows = scheduled or replay is not None
     # the variant's fixed values, then Tune's (or a segment's)
     segments = replay.spans(experiment.rounds) if replay is not None else [(Segment(1, config), experiment.rounds)]
@@ -118,6 +115,16 @@ def federated_trial(
             return  # it ran the last round, or diverged
         except SegmentEnd:  # the next segment continues from here
             state, data = federation.state_dict(), federation.data
+
+
+def _restored(load_state: Callable[[str], dict[str, Any]]) -> tuple[Mapping[str, Any] | None, ParamSchedule]:
+    """The federation state and schedule of the trial's checkpoint: resumed (Tuner.restore), or restarted by PBT
+    from a better trial's checkpoint; (None, an empty schedule) for a fresh start."""
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        return None, ParamSchedule()
+    with checkpoint.as_directory() as directory:
+        return load_state(directory), read_schedule(directory)
 
 
 @dataclass(frozen=True)
