@@ -17,7 +17,7 @@ from typing import Any
 from raytune_fl.ablation.grid import GridAxis, check_partition_seeds, settings, split_label, splits
 from raytune_fl.ablation.seeds import AUTO_START, WITH_TUNING, SeedPlan
 from raytune_fl.ablation.sources import VariantSource
-from raytune_fl.config import ExperimentConfig, OptimizerConfig, SearchSpace, TrialSpec, VariantTrials
+from raytune_fl.config import ExperimentConfig, OptimizerConfig, ParamSchedule, SearchSpace, TrialSpec, VariantTrials
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class AblationCell:
     params: dict[str, Any]
     study_run_id: str | None
     split: int | None = None  # its partition seed when the plan varies the split; None: the setting's own
+    schedule: ParamSchedule | None = None  # a PBT study's schedule, replayed over `params` (ablation/trainable.py)
 
     @property
     def key(self) -> str:  # the run name: what a person filters and reads in the MLflow UI
@@ -85,7 +86,9 @@ class AblationPlan:
         if self.auto is not None:  # seeds are added as it runs: the plan is its first seed's cells and the target
             cells = [cell for cell in cells if cell.seed == self.seeds[0]]
         described: list[Any] = [
+            # a replayed schedule is part of the cell (a constant cell described as cells always were)
             [cell.key, cell.method, cell.experiment.model_dump(mode="json"), cell.params]
+            + ([cell.schedule.to_json()] if cell.schedule is not None else [])
             for cell in sorted(cells, key=lambda c: c.key)
         ]
         if self.seed_plan is not None and self.seed_plan.rule != WITH_TUNING:  # with_tuning: as plans always were
@@ -170,7 +173,14 @@ def build_cells(
                     trained = experiment.model_copy(update=update)
                     cells.append(
                         AblationCell(
-                            source.variant, source.method, seed, setting, trained, source.params, source.study_run_id
+                            source.variant,
+                            source.method,
+                            seed,
+                            setting,
+                            trained,
+                            source.params,
+                            source.study_run_id,
+                            schedule=source.schedule,
                         )
                     )
                     continue
@@ -188,6 +198,7 @@ def build_cells(
                             source.params,
                             source.study_run_id,
                             split,
+                            source.schedule,
                         )
                     )
     return cells

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from raytune_fl.ablation.grid import GridAxis, as_fields, settings
-from raytune_fl.config import ConfigError, SearchSpace
+from raytune_fl.config import ConfigError, ParamSchedule, SearchSpace
 from raytune_fl.methods import METHODS
 from raytune_fl.tracking.store import StudyRecord, latest_study
 
@@ -22,6 +22,7 @@ class VariantSource:
     study_run_id: str | None  # the tune-stage parent run it came from
     note: str  # one line for the terminal and the MLflow tag
     tuning_seeds: tuple[int, ...] = ()  # the training seeds its study's trials used (the ablation holds them out)
+    schedule: ParamSchedule | None = None  # a PBT study's selected schedule: the cells replay it (`params`: the rest)
 
 
 def variant_source(space: SearchSpace, name: str, study: StudyRecord | None) -> VariantSource:
@@ -51,7 +52,9 @@ def variant_source(space: SearchSpace, name: str, study: StudyRecord | None) -> 
         note += f" (the YAML's fixed {', '.join(changed)} changed since; the study's values are used)"
     if study.dataset and study.dataset != space.base.dataset:
         note += f" (tuned on {study.dataset}, ablated on {space.base.dataset})"
-    return VariantSource(name, variant.method, params, study.run_id, note, study.tuning_seeds)
+    if study.schedule is not None:
+        note += f", replaying its PBT schedule ({study.schedule.describe()})"
+    return VariantSource(name, variant.method, params, study.run_id, note, study.tuning_seeds, study.schedule)
 
 
 def setting_sources(

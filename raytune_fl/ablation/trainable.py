@@ -9,9 +9,10 @@ from raytune_fl.config import VariantTrials
 
 
 def ablation_trial(config: dict[str, Any], *, cells: dict[str, AblationCell], system_metrics: bool = False) -> None:
-    """The cell Tune's `config` names, run as a trial with every hyperparameter fixed (nothing is searched)."""
+    """The cell Tune's `config` names, run as a trial with every hyperparameter fixed (nothing is searched); a cell
+    of a PBT study replays its schedule, segment by segment."""
     from raytune_fl.tune.trainable import federated_trial
 
     cell = cells[config["cell"]]
     trials = VariantTrials(cell.experiment, cell.method, cell.trial.params)
-    federated_trial({}, trials=trials, system_metrics=system_metrics)
+    federated_trial({}, trials=trials, system_metrics=system_metrics, replay=cell.schedule)

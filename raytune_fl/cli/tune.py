@@ -451,6 +451,8 @@ def _print_scores(outcomes: list, metric: str, val_samples: int | None) -> None:
             f"{o.variant:>16}: {score}  {test} (round {int(m.get(ROUND, 0))}) "
             f"[{params or 'no hyperparameters'}] trials {trial_counts(o.trials)} {o.wall_time_s:.0f}s"
         )
+        if o.schedule is not None:  # PBT: the values in force round by round, what `ablate` replays
+            print(f"{'':>18}schedule: {o.schedule.describe()}")
         for edge in o.edges:  # the range may have cut off a better value (tune/edges.py)
             print(f"{'':>18}edge: {edge.describe()}")
     if errors:

@@ -40,12 +40,14 @@ from raytune_fl.config.io import (
     override,
     parse_space,
 )
+from raytune_fl.config.schedule import ParamSchedule, Segment
 from raytune_fl.config.space import (
     OBJECTIVES,
     AshaConfig,
     Distribution,
     Mode,
     Objective,
+    PbtConfig,
     SchedulerConfig,
     SearchSpace,
     TuneSettings,
@@ -82,6 +84,9 @@ __all__ = [
     "VariantConfig",
     "AshaConfig",
     "SchedulerConfig",
+    "PbtConfig",
+    "ParamSchedule",
+    "Segment",
     "OBJECTIVES",
     "Mode",
     "Objective",

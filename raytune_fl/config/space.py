@@ -192,10 +192,52 @@ class AshaConfig(_Strict):
         return min(self.grace_period or (4 * rounds + 4) // 5, rounds)  # ceil(0.8 rounds) in integers
 
 
+class PbtConfig(_Strict):
+    """Population-based training over rounds: every `interval` rounds the worse trials take a better trial's state
+    (weights, server and client state) and perturb its hyperparameters (tune/search.py)."""
+
+    # 2: a perturbation needs a round or more of the new values to be judged, and a 10-round study still gets 4
+    interval: int = Field(default=2, ge=1, description="rounds between perturbations (below base.rounds)")
+    # Ray's default and the PBT paper's: the bottom quarter copies the top quarter
+    quantile: float = Field(
+        default=0.25, gt=0, le=0.5, description="the share of trials that copy a better one, and that are copied"
+    )
+    # Ray's default: most steps stay near the copied values (x 0.8 or x 1.2), one in four draws afresh
+    resample_probability: float = Field(
+        default=0.25, ge=0, le=1, description="the chance a perturbed value is drawn afresh from its range"
+    )
+    # Ray's default factors: a step of 20 % either way
+    perturbation_factors: tuple[float, float] = Field(
+        default=(1.2, 0.8), description="what a numeric value is multiplied by (one at random), kept in its range"
+    )
+
+    @field_validator("perturbation_factors")
+    @classmethod
+    def _positive_factors(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if min(value) <= 0:
+            raise ValueError(f"factors must be > 0, or a value could leave its range's sign (got {list(value)})")
+        return value
+
+
 class SchedulerConfig(_Strict):
     asha: AshaConfig | None = Field(
         default=AshaConfig(), description="ASHA early stopping ({} = its defaults); null turns early stopping off"
     )
+    pbt: PbtConfig | None = Field(
+        default=None,
+        description="population-based training over rounds ({} = its defaults) in place of ASHA: the searched "
+        "hyperparameters change between rounds, and the selection is a schedule (unset: none)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pbt_replaces_asha(cls, data: Any) -> Any:
+        """PBT is the scheduler when it is given: the default ASHA gives way; an ASHA written beside it is refused."""
+        if not isinstance(data, dict) or data.get("pbt") is None:
+            return data
+        if data.get("asha") is not None:
+            raise ValueError("pbt: one scheduler at a time, and asha is set too; drop asha (or set it to null)")
+        return {**data, "asha": None}
 
 
 # what a study may select on: validation scores and the spread over clients (the test set never steers tuning),
@@ -248,7 +290,8 @@ class TuneSettings(_Strict):
     )
     scheduler: SchedulerConfig = Field(
         default=SchedulerConfig(),
-        description="the trial scheduler: ASHA, or none (several objectives: none, as ASHA ranks trials on one number)",
+        description="the trial scheduler: ASHA, PBT, or none (several objectives: none, as ASHA ranks trials on one "
+        "number)",
     )
     sampler: Literal["tpe", "random"] = Field(
         default="tpe", description="Optuna's TPE, or random sampling (the baseline a search strategy must beat)"
@@ -281,6 +324,28 @@ class TuneSettings(_Strict):
             raise ValueError(
                 f"scheduler.asha: ASHA stops trials by one number, and tune.metric lists {len(self.objectives)} "
                 "(a trial it cut may be on the Pareto front); set scheduler: {asha: null} or select on one metric"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _pbt_needs_a_population(self) -> TuneSettings:
+        pbt = self.scheduler.pbt
+        if pbt is None:
+            return self
+        if self.multi_objective:
+            raise ValueError(
+                f"scheduler.pbt: PBT ranks trials by one number, and tune.metric lists {len(self.objectives)}; "
+                "select on one metric, or drop pbt"
+            )
+        if self.num_samples < 2:
+            raise ValueError(
+                f"scheduler.pbt: a population of num_samples {self.num_samples} has no better trial to copy; "
+                "set num_samples >= 2 (4 or more: the top and bottom quarters are then trials apart)"
+            )
+        if "sampler" in self.model_fields_set and self.sampler != "random":
+            raise ValueError(
+                f"scheduler.pbt: Ray's PBT draws its first population at random and admits no searcher, so "
+                f"sampler {self.sampler!r} would not be used; drop tune.sampler (or set it to random)"
             )
         return self
 
@@ -375,6 +440,27 @@ class SearchSpace(_Strict):
         if spread and not self.base.diagnostics.client_accuracy:
             raise ValueError(
                 f"tune.metric: {spread[0]} is measured by base.diagnostics.client_accuracy, which is off; turn it on"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _pbt_fits_the_rounds(self) -> SearchSpace:
+        pbt = self.tune.scheduler.pbt
+        if pbt is None:
+            return self
+        for name, variant in self.variants.items():
+            experiment = self.experiment_for(name)
+            if variant.search and pbt.interval >= experiment.rounds:
+                raise ValueError(
+                    f"tune.scheduler.pbt.interval: {pbt.interval} rounds between perturbations, and variant {name!r} "
+                    f"runs {experiment.rounds}: nothing would be perturbed; set an interval below the rounds"
+                )
+        every = self.base.checkpoint_every
+        if every == 0 or pbt.interval % every:
+            raise ValueError(
+                f"tune.scheduler.pbt.interval: a trial is copied from its checkpoint at every perturbation, and "
+                f"base.checkpoint_every {every} does not checkpoint every {pbt.interval} rounds; set checkpoint_every "
+                "to a divisor of the interval (1 does)"
             )
         return self
 

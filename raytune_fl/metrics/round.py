@@ -72,6 +72,9 @@ STALENESS_MAX: Final = "staleness_max"
 UPLOAD_BYTES: Final = "upload_bytes"
 UPLOAD_BYTES_PER_CLIENT: Final = "upload_bytes_per_client"
 
+# the hyperparameters in force at the round, under PBT (tune/trainable.py): hp.<name>
+HP_PREFIX: Final = "hp."
+
 # system metrics (opt-in: tracking/system_metrics.py), MLflow's names under its prefix
 SYSTEM_PREFIX: Final = "system/"
 
@@ -169,6 +172,10 @@ GROUPS: Final[Mapping[str, Mapping[str, str]]] = {
         "FedPAC's class statistics, q-FFL's loss); not a client's own state, which a real client keeps; dropped, "
         "late and lost clients add nothing",
         UPLOAD_BYTES_PER_CLIENT: "upload_bytes over the clients aggregated (absent from a round none reported)",
+    },
+    "hyperparameters in force (tune.scheduler.pbt, and an ablation replaying its schedule)": {
+        HP_PREFIX: "hp.<name>: a searched hyperparameter's value at the round (a number; a boolean as 0/1; a text "
+        "choice is in the schedule only): its curve is the trial's schedule",
     },
     "system metrics (opt-in: --system-metrics or MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING=true)": {
         SYSTEM_PREFIX: "system/<name>: MLflow's CPU, memory and GPU monitors sampled in the trial's process at each "

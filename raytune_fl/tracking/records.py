@@ -15,7 +15,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from raytune_fl.config import ExperimentConfig, Objective, SearchSpace, TrialSpec, VariantTrials, flatten
+from raytune_fl.config import (
+    ExperimentConfig,
+    Objective,
+    ParamSchedule,
+    SearchSpace,
+    TrialSpec,
+    VariantTrials,
+    flatten,
+)
 from raytune_fl.data.identity import DataIdentity
 from raytune_fl.metrics import BEST_PREFIX, COLLAPSED, DIVERGED
 from raytune_fl.tracking.describe import ablation_description, cell_description, trial_description, variant_description
@@ -32,6 +40,7 @@ from raytune_fl.tracking.schema import (
     SUMMARY_STATISTICS,
     TAG_BEST_BASIS,
     TAG_BEST_PREFIX,
+    TAG_BEST_SCHEDULE,
     TAG_CELL,
     TAG_CONFIG_SOURCE_PREFIX,
     TAG_DATASET,
@@ -257,6 +266,14 @@ def tune_parent_end(
     if model_run_id is not None:
         tags[TAG_MODEL_RUN_ID] = model_run_id
     return RunEnd(RUN_FINISHED, metrics, tags, front.trial_ids if front else ())
+
+
+def with_schedule(end: RunEnd, schedule: ParamSchedule | None) -> RunEnd:
+    """A PBT study's end: with the selected trial's schedule as the best_schedule tag (what `ablate` replays); a
+    study that selected nothing, or a constant configuration, as it was."""
+    if schedule is None or end.status != RUN_FINISHED:
+        return end
+    return RunEnd(end.status, end.metrics, {**end.tags, TAG_BEST_SCHEDULE: schedule.to_json()}, end.front)
 
 
 def tune_parent_metrics(val_samples: int | None) -> dict[str, float]:

@@ -34,6 +34,8 @@ TAG_SEARCHED = "searched"  # tune parent: the searched hyperparameters, comma-se
 TAG_OPTUNA_STUDY = "optuna_study"  # tune parent of a searched variant: its Optuna study name
 TAG_OPTUNA_STORAGE = "optuna_storage"  # tune parent: that study's Optuna storage URL (password masked)
 TAG_BEST_PREFIX = "best."  # tune parent: best.<hyperparameter> = the selected value (params codec)
+# tune parent of a PBT study: the selected trial's schedule (config/schedule.py's JSON), what `ablate` replays
+TAG_BEST_SCHEDULE = "best_schedule"
 TAG_PLAN = "plan"  # ablation parent: the plan's fingerprint (what --resume matches on)
 TAG_SEEDS = "seeds"
 # tune parent: the training seeds its trials used (comma-separated); ablation parent: the ones every tuned study used

@@ -21,6 +21,7 @@ import yaml
 from mlflow.entities import Metric, Run
 from mlflow.tracking import MlflowClient
 
+from raytune_fl.config import ParamSchedule
 from raytune_fl.metrics import (
     BEST_PREFIX,
     CLIENT_ACC_BOTTOM10,
@@ -45,6 +46,7 @@ from raytune_fl.tracking.schema import (
     STAGE_TUNE,
     TAG_BEST_BASIS,
     TAG_BEST_PREFIX,
+    TAG_BEST_SCHEDULE,
     TAG_CELL,
     TAG_DATASET,
     TAG_INTERRUPTED,
@@ -161,6 +163,7 @@ class StudyRecord:
     stopped: str = ""
     resume_command: str = ""
     tuning_seeds: tuple[int, ...] = ()  # the training seeds its trials used; () for a study that did not record them
+    schedule: ParamSchedule | None = None  # a PBT study: the selected trial's schedule (what `ablate` replays)
 
 
 def recorded_tuning_seeds(tags: dict[str, str]) -> tuple[int, ...]:
@@ -238,6 +241,7 @@ def latest_study(client: MlflowClient, experiment: str, variant: str, setting: s
             run.info.start_time,
             tags.get(TAG_DATASET, ""),
             tuning_seeds=recorded_tuning_seeds(tags),
+            schedule=ParamSchedule.from_json(tags[TAG_BEST_SCHEDULE]) if TAG_BEST_SCHEDULE in tags else None,
         )
     return None
 

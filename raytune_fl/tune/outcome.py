@@ -11,7 +11,7 @@ from typing import Any, cast
 from ray import tune
 from ray.tune.result import TRIAL_ID
 
-from raytune_fl.config import Objective, TuneSettings, VariantTrials
+from raytune_fl.config import Objective, ParamSchedule, TuneSettings, VariantTrials
 from raytune_fl.methods import METHODS
 from raytune_fl.metrics import (
     CLIENT_ACC_BOTTOM10,
@@ -74,10 +74,25 @@ class VariantOutcome:
     front: list[FrontTrial] = field(default_factory=list)  # several objectives: the Pareto front, else empty
     setting: str | None = None  # the grid setting it was tuned at (tune --per-setting), as fields=values
     edges: list[Edge] = field(default_factory=list)  # selected values near a bound of their range (tune/edges.py)
+    # a PBT study: the selected trial's schedule, what `ablate` replays (best_params: its last segment's values)
+    schedule: ParamSchedule | None = None
 
     def __post_init__(self) -> None:
-        # a study manifest stores the outcome as JSON (dataclasses.asdict): its edges come back as dicts
+        # a study manifest stores the outcome as JSON (dataclasses.asdict): its edges and schedule come back as dicts
         self.edges = [e if isinstance(e, Edge) else Edge(**e) for e in self.edges]
+        self.schedule = ParamSchedule.of(self.schedule)
+
+
+def selected_schedule(best: tune.Result) -> ParamSchedule | None:
+    """The schedule a PBT trial ran, from its last checkpoint (tune/trainable.py writes it there); None without
+    one."""
+    from raytune_fl.tune.trainable import read_schedule
+
+    if best.checkpoint is None:
+        return None
+    with best.checkpoint.as_directory() as directory:
+        schedule = read_schedule(directory)
+    return schedule if schedule.segments else None
 
 
 def summarise(

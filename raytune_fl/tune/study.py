@@ -28,13 +28,14 @@ from raytune_fl.tracking.records import (
     tune_parent,
     tune_parent_end,
     tune_parent_metrics,
+    with_schedule,
 )
 from raytune_fl.tracking.schema import setting_folder, study_key
 from raytune_fl.tune.callbacks import BestSoFar, ForwardInterrupt, MlflowTrialLogger, TrialEventsCallback, print_line
 from raytune_fl.tune.edges import edge_flags
 from raytune_fl.tune.events import Watch, Watcher
 from raytune_fl.tune.interrupt import resume_command
-from raytune_fl.tune.outcome import VariantOutcome, summarise
+from raytune_fl.tune.outcome import VariantOutcome, selected_schedule, summarise
 from raytune_fl.tune.search import Search, close_optuna_trials, make_search
 from raytune_fl.tune.tuner import fit, new_tuner, restorable, restore_tuner, run_config, study_trainable
 
@@ -102,7 +103,7 @@ def run_variant(
         results = fit(_tuner(trials, restore_from, storage, callbacks, name, search, settings))
         if search.optuna_study is not None and options.optuna_storage is not None:  # the study is in that storage
             close_optuna_trials(options.optuna_storage, search.optuna_study, variant_name, options.out)
-        selected = _select(results, variant_name, trials, space, val_samples)
+        selected = _select(results, variant_name, trials, space, val_samples, search.pbt)
         outcome, best = _placed(selected[0], parent_run_id, storage, search, started, setting), selected[1]
         if logged is not None:
             _end_parent(logged, outcome, best, trials, options, settings)
@@ -204,10 +205,10 @@ def _tuner(
     settings: TuneSettings,
 ) -> tune.Tuner:
     """The study's Tuner: restored from `restore_from`, else new under `name`."""
-    trainable = study_trainable(trials)
+    trainable = study_trainable(trials, scheduled=search.pbt)
     if restore_from is not None:
         return restore_tuner(restore_from, trainable, storage, callbacks)
-    config = run_config(name, storage, callbacks, trials.experiment.faults.trial_retries)
+    config = run_config(name, storage, callbacks, trials.experiment.faults.trial_retries, search.checkpoints_kept)
     return new_tuner(trainable, settings, search, config)
 
 
@@ -227,12 +228,19 @@ def _best_so_far(
 
 
 def _select(
-    results: tune.ResultGrid, name: str, trials: VariantTrials, space: SearchSpace, val_samples: int | None
+    results: tune.ResultGrid,
+    name: str,
+    trials: VariantTrials,
+    space: SearchSpace,
+    val_samples: int | None,
+    scheduled: bool = False,
 ) -> tuple[VariantOutcome, tune.Result | None]:
     """The study's outcome by its selection rule, with its Pareto front when it has several objectives, and the
-    selected values that lie at an edge of their range."""
+    selected values that lie at an edge of their range; `scheduled` (PBT): with the selected trial's schedule."""
     outcome, best = summarise(results, name, trials, space.tune, val_samples)
-    return replace(outcome, edges=edge_flags(space.variants[name].search, outcome.best_params)), best
+    schedule = selected_schedule(best) if scheduled and best is not None else None
+    edges = edge_flags(space.variants[name].search, outcome.best_params)
+    return replace(outcome, edges=edges, schedule=schedule), best
 
 
 def _rule(settings: TuneSettings) -> tuple[str, str]:
@@ -285,7 +293,7 @@ def _end_parent(
         front,
         model[1] if model else None,
     )
-    logged.parent.end_with(end)
+    logged.parent.end_with(with_schedule(end, outcome.schedule))
 
 
 def _log_best_model(

@@ -21,10 +21,13 @@ from raytune_fl.tune.search import Search
 from raytune_fl.tune.trainable import federated_trial
 
 
-def study_trainable(trials: VariantTrials) -> Any:
-    """A variant's trials: the federated trial with the variant's experiment, on its placement group."""
+def study_trainable(trials: VariantTrials, scheduled: bool = False) -> Any:
+    """A variant's trials: the federated trial with the variant's experiment, on its placement group; `scheduled`
+    (PBT): each trial keeps and reports its hyperparameter schedule."""
     # the driver's MLflow switch, handed to the trials: they sample their node and send it with each round
-    trainable = tune.with_parameters(federated_trial, trials=trials, system_metrics=system_metrics_on())
+    trainable = tune.with_parameters(
+        federated_trial, trials=trials, system_metrics=system_metrics_on(), scheduled=scheduled
+    )
     return tune.with_resources(trainable, placement_group_factory(trials.experiment.resources))
 
 
@@ -36,6 +39,7 @@ def new_tuner(
 ) -> tune.Tuner:
     return tune.Tuner(
         trainable,
+        param_space=search.param_space,
         tune_config=tune.TuneConfig(
             # several objectives: the searcher holds them, and no scheduler ranks trials on one number
             metric=None if settings.multi_objective else settings.primary,
@@ -43,7 +47,8 @@ def new_tuner(
             search_alg=search.algorithm,
             scheduler=search.scheduler,
             num_samples=search.num_samples,
-            max_concurrent_trials=settings.max_concurrent,
+            # PBT: its generator draws the whole population (a limit would count paused trials as running)
+            max_concurrent_trials=None if search.pbt else settings.max_concurrent,
             reuse_actors=True,  # the next trial runs in the finished trial's process, with its client actors
         ),
         run_config=run,
@@ -85,7 +90,11 @@ def fit(tuner: tune.Tuner) -> tune.ResultGrid:
 
 
 def run_config(
-    name: str, storage: str | Path | Storage, callbacks: list[tune.Callback], trial_retries: int
+    name: str,
+    storage: str | Path | Storage,
+    callbacks: list[tune.Callback],
+    trial_retries: int,
+    checkpoints_kept: int = 2,
 ) -> tune.RunConfig:
     """Where a Tune run writes, who hears of its trials, how many checkpoints it keeps, how often a dead trial is
     restarted from its last checkpoint (tune and ablation alike)."""
@@ -99,8 +108,9 @@ def run_config(
         callbacks=with_result_files(callbacks),
         failure_config=tune.FailureConfig(max_failures=trial_retries),
         verbose=0,  # cli/progress.py shows a status line and a line per trial instead of Tune's tables
-        # the latest checkpoint is what a resume needs; one more in case the newest was being written
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+        # the latest checkpoint is what a resume needs; one more in case the newest was being written (PBT: more,
+        # tune/search.py's Search.checkpoints_kept)
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=checkpoints_kept),
     )
 
 

@@ -45,6 +45,7 @@ NOT_UNIT: dict[str, frozenset[str]] = {
             "tune/test_interrupt.py",
             "tune/test_objectives.py",
             "tune/test_outcome_counts.py",
+            "tune/test_pbt.py",  # and trains: a PBT restart and its replay, 4 rounds each
             "tune/test_samplers.py",
             "tune/test_search.py",
         }
