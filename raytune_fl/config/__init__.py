@@ -41,7 +41,9 @@ from raytune_fl.config.io import (
     parse_space,
 )
 from raytune_fl.config.space import (
+    MLFLOW_SOURCE,
     OBJECTIVES,
+    PREVIOUS_SETTING,
     AshaConfig,
     Distribution,
     Mode,
@@ -50,6 +52,7 @@ from raytune_fl.config.space import (
     SearchSpace,
     TuneSettings,
     VariantConfig,
+    WarmStart,
 )
 from raytune_fl.config.trial import (
     TrialSpec,
@@ -86,6 +89,9 @@ __all__ = [
     "Mode",
     "Objective",
     "TuneSettings",
+    "WarmStart",
+    "PREVIOUS_SETTING",
+    "MLFLOW_SOURCE",
     "SearchSpace",
     "format_validation_error",
     "parse_space",
