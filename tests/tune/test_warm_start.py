@@ -310,3 +310,27 @@ def test_the_summary_says_which_studies_were_warm_started(capsys):
     assert "[prox@partition.alpha=0.5] warm-started with 2 configurations from x" in out
     assert out.count("warm-started") == 1
     assert _warm_line("k", "", "a=1") == "[k] warm start: a=1 has no trial that ran every round; it starts cold"
+
+
+# ------------------------------------------------------------------ the tune command: each study's points
+
+
+def test_each_study_takes_its_sources_top_when_it_starts_and_refuses_one_that_does_not_fit(tmp_path):
+    from raytune_fl.cli.tune import VariantStudy, _warm_points, _warm_started
+
+    space = _space(warm_start={"from": "prox", "top": 2})
+    unplanned = [VariantStudy(variant, None, space, data=None) for variant in ("prox", "prox2")]  # no data needed
+    studies = _warm_started(space, unplanned, "unused")
+    assert studies[0].warm_start is None and studies[1].warm_start is not None
+
+    def ran(ranked: list[dict]) -> VariantOutcome:
+        return VariantOutcome("prox", "fedprox", {}, {}, {}, "run1", "", 1.0, ranked=ranked)
+
+    points = _warm_points(studies[1], [ran([{"mu": 0.3}, {"mu": 0.02}, {"mu": 0.1}])])
+    assert points == WarmPoints("variant prox", ({"mu": 0.3}, {"mu": 0.02}), "run1")
+    assert _warm_points(studies[1], [ran([])]) == WarmPoints("variant prox", (), "run1")  # nothing finished: cold
+    with pytest.raises(ConfigError) as caught:  # prox2 searches mu in [0.01, 0.5]
+        _warm_points(studies[1], [ran([{"mu": 0.9}])])
+    assert "tune.warm_start.from: variant prox tried mu=0.9, outside the loguniform [0.01, 0.5] study 'prox2'" in str(
+        caught.value
+    )
