@@ -120,3 +120,16 @@ def test_the_summary_says_which_studies_were_warm_started(capsys):
     assert "[prox@partition.alpha=0.5] warm-started with 2 configurations from x" in out
     assert out.count("warm-started") == 1
     assert _warm_line("k", "", "a=1") == "[k] warm start: a=1 has no trial that ran every round; it starts cold"
+
+
+def test_a_finished_study_kept_by_the_study_record_still_gives_its_ranked_configurations(tmp_path):
+    """--resume keeps a finished source study from the study record: a study after it is warm-started alike."""
+    from raytune_fl.tune.manifest import StudyManifest
+
+    space = _space()
+    manifest = StudyManifest.start(tmp_path, space, "sqlite:///m.db")
+    ranked = [{"mu": 0.3}, {"mu": 0.02}]
+    outcome = VariantOutcome("prox", "fedprox", {}, {}, {}, "run1", "", 1.0, ranked=ranked, warm_start="2 from x")
+    manifest.finished("prox@a=1", outcome)
+    kept = StudyManifest.load(tmp_path, space, "sqlite:///m.db").outcome("prox@a=1")
+    assert kept is not None and kept.ranked == ranked and kept.warm_start == "2 from x"
