@@ -28,6 +28,10 @@ from raytune_fl.tracking.schema import (
 )
 
 
+class WarmStartError(ConfigError):
+    """A warm start's source cannot serve its study: it runs later, or its configurations do not fit."""
+
+
 @dataclass(frozen=True)
 class WarmPoints:
     """The configurations a study is warm-started with, and where they came from."""
@@ -82,13 +86,13 @@ def plan(space: SearchSpace, studies: Sequence[tuple[str, str | None]]) -> dict[
         elif warm.source != variant:  # tune.warm_start's own source variant starts cold (config/space.py)
             source = study_key(warm.source, setting)
             if source not in keys:
-                raise ConfigError(
+                raise WarmStartError(
                     f"{field}.from: variant {warm.source!r} is not tuned in this run; add it to --variants, before "
                     f"{variant!r}"
                 )
             if keys.index(source) > index:
                 order = ", ".join(dict.fromkeys(v for v, _ in studies))
-                raise ConfigError(
+                raise WarmStartError(
                     f"{field}.from: variant {warm.source!r} is tuned after {variant!r} (the variants run in the "
                     f"order {order}); list {warm.source!r} first (in the file, or in --variants)"
                 )
@@ -109,7 +113,7 @@ def fitted(points: WarmPoints, search: dict[str, Distribution], plan: WarmPlan, 
 
 def _same_names(searched: Iterable[str], search: dict[str, Distribution], plan: WarmPlan, study: str) -> None:
     if sorted(searched) != sorted(search):
-        raise ConfigError(
+        raise WarmStartError(
             f"{plan.field}.from: {plan.source} searched {', '.join(sorted(searched)) or 'nothing'}, study {study!r} "
             f"searches {', '.join(sorted(search))}: its configurations do not fit; warm-start from a study of the "
             "same hyperparameters"
@@ -129,7 +133,7 @@ def _fitted_value(name: str, value: Any, spec: Distribution, plan: WarmPlan, stu
         fits = number and low <= value <= high and (kind != "int" or float(value).is_integer())
         if fits:
             return int(value) if kind == "int" else float(value)
-    raise ConfigError(
+    raise WarmStartError(
         f"{plan.field}.from: {plan.source} tried {name}={value!r}, outside the {kind} {list(getattr(spec, kind))} "
         f"study {study!r} searches; widen its search.{name}, or warm-start from a study of the same ranges"
     )
@@ -152,10 +156,10 @@ def from_mlflow(
     try:
         parent, trials = store.study_with_trials(uri, run_id)
     except LookupError as error:
-        raise ConfigError(f"{where}: {error}") from None
+        raise WarmStartError(f"{where}: {error}") from None
     tags = parent.data.tags
     if tags.get(TAG_STAGE) != STAGE_TUNE or TAG_PARENT_RUN in tags:
-        raise ConfigError(f"{where}: MLflow run {run_id} is not a tune study's parent run (its variant's study)")
+        raise WarmStartError(f"{where}: MLflow run {run_id} is not a tune study's parent run (its variant's study)")
     searched = [name for name in tags.get(TAG_SEARCHED, "").split(",") if name and name != "(none)"]
     candidates = [
         (True, float(run.data.metrics[metric]), _searched_values(run.data.params, searched))
