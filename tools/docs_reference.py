@@ -251,7 +251,7 @@ def model_fields_table(model: type[BaseModel], link: Callable[[type[BaseModel]],
         text = info.description or comments.get(name, "")
         rows.append(
             [
-                f"`{name}`",
+                f"`{info.alias or name}`",  # as a file writes it: `from` is a Python keyword, its field `source`
                 cell(type_name(info.annotation, link)),
                 default_text(info),
                 cell(constraints(info)),

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from raytune_fl.tune.manifest import StudyManifest
     from raytune_fl.tune.outcome import VariantOutcome
     from raytune_fl.tune.study import StudyOptions
+    from raytune_fl.tune.warm_start import WarmPlan, WarmPoints
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,7 +114,7 @@ def _main(args: argparse.Namespace, state: stopping.StopState) -> int:
         common.check_address(args.address)
         common.check_cluster_fits(args.address, space.base.resources)
         manifest = _resumed_manifest(args, space, uri, optuna_url) if args.resume else None
-        studies = _studies(args, space, variants)
+        studies = _warm_started(space, _studies(args, space, variants), uri)
     except (ConfigError, UnknownNameError) as error:
         return common.fail(error)
     _print_data(studies)
@@ -165,6 +166,8 @@ class VariantStudy:
     setting: str | None  # as fields, e.g. partition.alpha=0.1 (what `ablate --per-setting` finds it by)
     space: SearchSpace  # the file's, its base at the setting
     data: FederatedData
+    warm_start: WarmPlan | None = None  # the configurations it tries first: where from (tune/warm_start.py)
+    warm_points: WarmPoints | None = None  # those of an MLflow source, read before anything runs
 
     @property
     def key(self) -> str:  # the study manifest's entry
@@ -188,6 +191,41 @@ def _studies(args: argparse.Namespace, space: SearchSpace, variants: list[str]) 
         at_setting = space.model_copy(update={"base": experiment})
         studies += [VariantStudy(name, setting, at_setting, data) for name in variants]
     return studies
+
+
+def _warm_started(space: SearchSpace, studies: list[VariantStudy], uri: str) -> list[VariantStudy]:
+    """The studies with their warm starts planned (a source that runs later is refused), those from a study in
+    MLflow read and fitted now, before anything is written."""
+    from raytune_fl.tracking.store import store_exists
+    from raytune_fl.tune.warm_start import from_mlflow, plan
+
+    plans = plan(space, [(study.variant, study.setting) for study in studies])
+    planned = []
+    for study in studies:
+        warm = plans.get(study.key)
+        points = None
+        if warm is not None and warm.mlflow_run is not None:
+            if not store_exists(uri):  # a client would make the store; a refusal writes nothing
+                raise ConfigError(f"{warm.field}.from: no MLflow store at {uri} to read run {warm.mlflow_run} from")
+            search, tune = space.variants[study.variant].search, space.tune
+            points = from_mlflow(uri, warm, search, study.key, tune.primary, tune.mode == "max")
+        planned.append(replace(study, warm_start=warm, warm_points=points))
+    return planned
+
+
+def _warm_points(study: VariantStudy, outcomes: list[VariantOutcome]) -> WarmPoints | None:
+    """What `study` tries first: the top of its source's study (which ran before it), fitted to its ranges, or of
+    the MLflow study read before Ray started; refused (ConfigError) where they do not fit."""
+    from raytune_fl.tune.warm_start import fitted, from_outcome
+
+    warm = study.warm_start
+    if warm is None or warm.study is None:
+        return study.warm_points
+    source = next((o for o in outcomes if _key(o) == warm.study), None)
+    if source is None:  # tune/warm_start.py's plan: it ran first
+        raise RuntimeError(f"warm start of {study.key}: its source study {warm.study} has not run")
+    search = study.space.variants[study.variant].search
+    return fitted(from_outcome(warm, source.ranked, source.parent_run_id), search, warm, study.key)
 
 
 def _run_variants(
@@ -217,7 +255,12 @@ def _run_variants(
     options = StudyOptions(
         args.storage, stores.tracker, log_model=not args.no_models, optuna_storage=stores.optuna_url, exporter=exporter
     )
-    outcomes = _each_study(args, studies, stores.manifest, options, state)
+    from raytune_fl.tune.warm_start import WarmStartError
+
+    try:
+        outcomes = _each_study(args, studies, stores.manifest, options, state)
+    except WarmStartError as error:  # a source's configurations do not fit: said before that study started
+        return common.fail(error)
     state.cut = "every variant had finished; the summary was not printed"
     # every variant's scores are over the same validation images (a setting's own partition: the outcomes say)
     val_samples = None if args.per_setting else len(studies[0].data.val_indices)
@@ -252,7 +295,11 @@ def _each_study(
             outcomes.append(kept)
             continue
         method = study.space.variants[name].method
+        warm_start = _warm_points(study, outcomes)  # before the study's header: a refusal starts nothing
         print(f"=== variant {key} (method {method}){_RESUMING.get(run_state, '')} ===", flush=True)
+        if warm_start is not None:
+            described = warm_start.describe() if warm_start.configs else ""
+            print(_warm_line(key, described, warm_start.source), flush=True)
         try:
             outcome = run_variant(
                 study.space,
@@ -262,6 +309,7 @@ def _each_study(
                 resume=manifest.run(key) if args.resume else None,
                 on_start=partial(manifest.started, key),
                 setting=study.setting,
+                warm_start=warm_start,
             )
         except stopping.StudyInterrupted as stop:
             manifest.interrupted(key, stop.name)
@@ -277,6 +325,13 @@ _RESUMING = {
     "interrupted": ": interrupted; its finished trials kept, the cut ones resumed from their checkpoints",
     "killed": ": its driver was killed; its finished trials kept, the cut ones resumed from their checkpoints",
 }
+
+
+def _warm_line(key: str, described: str, source: str = "") -> str:
+    """One line on a study's warm start: what it tried first, or that its source had nothing to give."""
+    if described:
+        return f"[{key}] warm-started with {described}"
+    return f"[{key}] warm start: {source or 'its source'} has no trial that ran every round; it starts cold"
 
 
 def _key(outcome: VariantOutcome) -> str:
@@ -388,6 +443,11 @@ def print_summary(
             print(f"--- tuned at {setting} ---")
         _print_scores([o for o in outcomes if o.setting == setting], metric, val_samples)
     print_fronts(outcomes, objectives)
+    warmed = [o for o in outcomes if getattr(o, "warm_start", "")]  # an API caller's outcome may predate the field
+    if warmed:
+        print()
+    for o in warmed:
+        print(_warm_line(_key(o), o.warm_start))
     print(f"\ntotal wall time: {wall_s:.0f}s")
     if tuning_seed is not None:  # which seeds were searched, and which the ablation scores (ablation/seeds.py)
         from raytune_fl.ablation.seeds import held_out_seeds

@@ -42,7 +42,9 @@ from raytune_fl.config.io import (
 )
 from raytune_fl.config.schedule import ParamSchedule, Segment
 from raytune_fl.config.space import (
+    MLFLOW_SOURCE,
     OBJECTIVES,
+    PREVIOUS_SETTING,
     AshaConfig,
     Distribution,
     Mode,
@@ -52,6 +54,7 @@ from raytune_fl.config.space import (
     SearchSpace,
     TuneSettings,
     VariantConfig,
+    WarmStart,
 )
 from raytune_fl.config.trial import (
     TrialSpec,
@@ -91,6 +94,9 @@ __all__ = [
     "Mode",
     "Objective",
     "TuneSettings",
+    "WarmStart",
+    "PREVIOUS_SETTING",
+    "MLFLOW_SOURCE",
     "SearchSpace",
     "format_validation_error",
     "parse_space",

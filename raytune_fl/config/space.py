@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import (
+    ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
@@ -87,6 +88,48 @@ class Distribution(_Strict):
         return next(k for k in ("loguniform", "uniform", "int", "choice") if getattr(self, k) is not None)
 
 
+# a warm start's sources besides another variant's name: the same variant's study at the previous setting of
+# `tune --per-setting` (the default), or a finished study in MLflow named by its parent run
+PREVIOUS_SETTING = "previous_setting"
+MLFLOW_SOURCE = "mlflow:"
+
+
+class WarmStart(_Strict):
+    """The configurations a study tries first, before its sampler proposes: the best of an earlier study's."""
+
+    # `from` is a Python keyword: the field is `source`, written `from` in a file (either is read)
+    model_config = ConfigDict(**_Strict.model_config, populate_by_name=True)
+
+    source: str = Field(
+        default=PREVIOUS_SETTING,
+        alias="from",
+        min_length=1,
+        description="previous_setting (the same variant's study at the previous setting of tune --per-setting; "
+        "nothing without it), another variant's name (its study in this run, which must run first), or "
+        "mlflow:<parent run id> (a finished study in MLflow)",
+    )
+    top: int = Field(
+        default=2, ge=0, description="how many of the source's best finished configurations are tried first; 0: none"
+    )
+
+    @property
+    def mlflow_run(self) -> str | None:
+        """The MLflow parent run a `mlflow:<run id>` source names, else None."""
+        return self.source.removeprefix(MLFLOW_SOURCE) if self.source.startswith(MLFLOW_SOURCE) else None
+
+    @property
+    def variant(self) -> str | None:
+        """The variant a source names, else None (the previous setting, or MLflow)."""
+        return None if self.source == PREVIOUS_SETTING or self.mlflow_run is not None else self.source
+
+    @field_validator("source")
+    @classmethod
+    def _run_id_given(cls, value: str) -> str:
+        if value.startswith(MLFLOW_SOURCE) and not value.removeprefix(MLFLOW_SOURCE).strip():
+            raise ValueError("mlflow: needs the study's parent run id, e.g. mlflow:3f2a... (the MLflow UI shows it)")
+        return value
+
+
 class VariantConfig(_Strict):
     """An ablation variant: a method, the hyperparameters it fixes, the ones it searches."""
 
@@ -103,6 +146,11 @@ class VariantConfig(_Strict):
         default=None,
         description="the local optimiser this variant trains with instead of base.optimizer, in both stages; "
         "unset = base.optimizer",
+    )
+    warm_start: WarmStart | None = Field(
+        default=None,
+        description="this variant's own warm start in place of tune.warm_start (e.g. {from: fedavg, top: 3}); "
+        "unset = tune.warm_start",
     )
 
     @model_validator(mode="before")
@@ -299,6 +347,12 @@ class TuneSettings(_Strict):
     seed: Seed = Field(
         default=0, description="the sampler's seed; each variant's sampler draws from (seed, variant name)"
     )
+    warm_start: WarmStart | None = Field(
+        default=WarmStart(),
+        description="configurations each searched variant's study tries first: the top k of a source study "
+        "({from: <variant> | previous_setting | mlflow:<run id>, top: k}); the default, the previous setting's 2 best "
+        "under tune --per-setting; null turns it off",
+    )
 
     @field_validator("metric")
     @classmethod
@@ -441,6 +495,43 @@ class SearchSpace(_Strict):
             raise ValueError(
                 f"tune.metric: {spread[0]} is measured by base.diagnostics.client_accuracy, which is off; turn it on"
             )
+        return self
+
+    def warm_start_for(self, variant: str) -> tuple[WarmStart | None, str]:
+        """The warm start a variant's study takes (its own, else tune's; None or top 0: none), and the field that
+        says so (what a refusal names)."""
+        own = self.variants[variant].warm_start
+        if own is not None:
+            return (own if own.top else None), f"variants.{variant}.warm_start"
+        shared = self.tune.warm_start
+        return (shared if shared is not None and shared.top else None), "tune.warm_start"
+
+    @model_validator(mode="after")
+    def _warm_start_sources_fit(self) -> SearchSpace:
+        """A variant named as a warm start's source exists, is not the variant itself, and searches the same
+        hyperparameters (its values are checked against this variant's ranges when its study has run)."""
+        for name, variant in self.variants.items():
+            warm, field = self.warm_start_for(name)
+            source = warm.variant if warm is not None else None
+            if source is None or not variant.search:
+                continue
+            if source not in self.variants:
+                hint = did_you_mean(source, self.variants)
+                raise ValueError(
+                    f"{field}.from: {source!r} is no variant of the file, nor {PREVIOUS_SETTING} or "
+                    f"{MLFLOW_SOURCE}<run id>; {hint}variants: {', '.join(self.variants)}"
+                )
+            if source == name:
+                if field == "tune.warm_start":
+                    continue  # the shared source's own study starts cold
+                raise ValueError(f"{field}.from: {name!r} cannot warm-start from itself; name an earlier variant")
+            theirs, ours = sorted(self.variants[source].search), sorted(variant.search)
+            if theirs != ours:
+                raise ValueError(
+                    f"{field}.from: variant {source!r} searches {', '.join(theirs) or 'nothing'}, {name!r} searches "
+                    f"{', '.join(ours)}: its configurations do not fit; warm-start from a variant searching the same "
+                    "hyperparameters"
+                )
         return self
 
     @model_validator(mode="after")

@@ -69,10 +69,14 @@ from raytune_fl.tracking.schema import (
     TAG_TUNING_SEEDS,
     TAG_VARIANT,
     TAG_VARIANTS,
+    TAG_WARM_START,
+    TAG_WARM_START_CONFIGS,
     TRIAL_COLLAPSED,
     TRIAL_DIVERGED,
     TRIAL_FINISHED,
     TRIAL_STOPPED_EARLY,
+    WARM_START_ENQUEUED,
+    encode_value,
     setting_folder,
     study_key,
 )
@@ -147,6 +151,27 @@ def partition_title(experiment: ExperimentConfig) -> str:
     return f"{experiment.dataset}: {experiment.partition.kind}, {experiment.partition.clients} clients"
 
 
+class WarmStartFacts(Protocol):
+    """What a warm-started study tried first (tune/warm_start.py's WarmPoints)."""
+
+    @property
+    def configs(self) -> tuple[dict[str, Any], ...]: ...
+    @property
+    def run_id(self) -> str | None: ...
+    def describe(self) -> str: ...
+
+
+def warm_start_tags(warm_start: WarmStartFacts | None) -> dict[str, str]:
+    """A tune parent's warm start: where its first configurations came from, and those configurations (JSON)."""
+    if warm_start is None or not warm_start.configs:
+        return {}
+    run = f" (MLflow run {warm_start.run_id})" if warm_start.run_id else ""
+    return {
+        TAG_WARM_START: warm_start.describe() + run,
+        TAG_WARM_START_CONFIGS: encode_value(list(warm_start.configs)),
+    }
+
+
 @dataclass(frozen=True)
 class OptunaStudy:
     """The Optuna study a variant's search persists to."""
@@ -163,15 +188,17 @@ def tune_parent(
     optuna: OptunaStudy | None = None,
     setting: str | None = None,
     resume_command: str = "",
+    warm_start: WarmStartFacts | None = None,
 ) -> RunRecord:
     """A variant study's parent run (stage=tune); `setting`: the grid setting it was tuned at (tune --per-setting,
     as fields: partition.alpha=0.1), which `ablate --per-setting` finds it by; `resume_command`: what continues
-    the study if it is stopped."""
+    the study if it is stopped; `warm_start`: the configurations it tried first, and where they came from."""
     variant, base = space.variants[variant_name], space.experiment_for(variant_name)
     unsearched = VariantTrials.of(space, variant_name).trial()
     params = {k: v for k, v in trial_params(unsearched).items() if k not in variant.search}
     extra: dict[str, Any] = {TAG_OPTUNA_STUDY: optuna.name, TAG_OPTUNA_STORAGE: optuna.storage} if optuna else {}
     extra |= {TAG_SETTING: setting} if setting else {}
+    extra |= warm_start_tags(warm_start)
     return RunRecord(
         study_key(variant_name, setting),
         tags={
@@ -197,9 +224,14 @@ def tune_parent(
     )
 
 
-def tune_trial(variant_name: str, trial: TrialSpec, sampled: dict[str, Any], index: int, datasets=()) -> RunRecord:
-    """A tune-stage trial's run, `<variant>-<index>`: `sampled` is what its searcher drew."""
+def tune_trial(
+    variant_name: str, trial: TrialSpec, sampled: dict[str, Any], index: int, datasets=(), enqueued: bool = False
+) -> RunRecord:
+    """A tune-stage trial's run, `<variant>-<index>`: `sampled` is what its searcher drew; `enqueued`: a warm
+    start's configuration, tried before the sampler proposed."""
     tags = {TAG_VARIANT: variant_name, TAG_METHOD: trial.method, TAG_STAGE: STAGE_TUNE}
+    if enqueued:
+        tags[TAG_WARM_START] = WARM_START_ENQUEUED
     text = trial_description(variant_name, trial.method, sampled, index)
     return RunRecord(
         f"{variant_name}-{index:03d}", tags, trial_params(trial), datasets=tuple(datasets), description=text
@@ -213,9 +245,12 @@ class TuneTrials:
     variant: str
     trials: VariantTrials
     datasets: tuple[DataIdentity, ...] = ()
+    enqueued: tuple[dict[str, Any], ...] = ()  # a warm start's configurations: the study's first trials try them
 
     def record(self, config: dict[str, Any], index: int) -> RunRecord:
-        return tune_trial(self.variant, self.trials.trial(config), config, index, self.datasets)
+        # the first trials take the enqueued configurations in order: a later draw of the same values is the sampler's
+        enqueued = index < len(self.enqueued) and config in self.enqueued
+        return tune_trial(self.variant, self.trials.trial(config), config, index, self.datasets, enqueued)
 
 
 class RangeEdge(Protocol):

@@ -186,3 +186,12 @@ TAG_PARTITION_SEEDS = "partition_seeds"
 # of the mean) as metrics named ablation/<variant>/<setting folder>/<metric>_<statistic>
 SUMMARY_STATISTICS = ("mean", "sd", "n", "ci_low", "ci_high")
 ABLATION_SUMMARY_FILE = "summary.csv"  # ablation parent, under ablation/: summarise()'s rows
+
+# ---------------------------------------------------------------- warm starts (tune/warm_start.py)
+
+# tune parent of a warm-started study: where its first configurations came from ("2 configurations from
+# partition.alpha=0.1 (MLflow run <id>)") and, as JSON, the configurations enqueued; a trial run that tried one of
+# them first: warm_start = "enqueued"
+TAG_WARM_START = "warm_start"
+TAG_WARM_START_CONFIGS = "warm_start_configs"
+WARM_START_ENQUEUED = "enqueued"

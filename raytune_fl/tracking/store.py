@@ -121,6 +121,12 @@ def existing_experiment(tracking_uri: str, name: str) -> tuple[MlflowClient, str
     return None if found is None else (client, found)
 
 
+def store_exists(tracking_uri: str) -> bool:
+    """Whether a store is there to read (a server or a database: assumed); nothing is made."""
+    local = _local_store(tracking_uri)
+    return local is None or local.exists()
+
+
 def _local_store(uri: str) -> Path | None:
     """The file (SQLite) or folder (a directory store) a local store keeps; None for a server or a database."""
     if uri.startswith("sqlite:///"):
@@ -327,6 +333,18 @@ def child_runs(client: MlflowClient, experiment: str, parent_run_id: str, *, run
     if running:
         clauses.append(f"attributes.status = '{RUN_RUNNING}'")
     return client.search_runs([experiment], filter_string=_and(*clauses))
+
+
+def study_with_trials(tracking_uri: str, parent_run_id: str) -> tuple[Run, list[Run]]:
+    """A study's parent run and its trial runs, oldest first (a warm start reads another study's best); LookupError
+    where the store has no such run."""
+    client = open_client(tracking_uri)
+    try:
+        parent = client.get_run(parent_run_id)
+    except Exception as error:  # each tracking backend says "no such run" with its own exception type
+        raise LookupError(f"no MLflow run {parent_run_id} at {tracking_uri} ({type(error).__name__})") from None
+    trials = child_runs(client, parent.info.experiment_id, parent_run_id)
+    return parent, sorted(trials, key=lambda run: run.info.start_time)
 
 
 def trial_run(client: MlflowClient, experiment: str, parent_run_id: str, trial_id: str) -> Run | None:

@@ -30,6 +30,7 @@ from raytune_fl.tracking.schema import TRIAL_DIVERGED, TRIAL_ERROR
 from raytune_fl.tune.edges import Edge
 from raytune_fl.tune.selection import best_of, candidacy, pareto_front
 from raytune_fl.tune.uncertainty import accuracy_se
+from raytune_fl.tune.warm_start import ranked_configs
 
 # the selected trial's last round, as the outcome keeps it: the selection metric, the test scores reported beside
 # it, and the diagnostics a comparison of variants reads
@@ -76,6 +77,10 @@ class VariantOutcome:
     edges: list[Edge] = field(default_factory=list)  # selected values near a bound of their range (tune/edges.py)
     # a PBT study: the selected trial's schedule, what `ablate` replays (best_params: its last segment's values)
     schedule: ParamSchedule | None = None
+    # the searched values of the trials that ran every round, best first by the primary metric: what a warm start of
+    # another study takes the top of (tune/warm_start.py)
+    ranked: list[dict[str, Any]] = field(default_factory=list)
+    warm_start: str = ""  # how its study was warm-started ("2 configurations from partition.alpha=0.1"); "": cold
 
     def __post_init__(self) -> None:
         # a study manifest stores the outcome as JSON (dataclasses.asdict): its edges and schedule come back as dicts
@@ -111,12 +116,14 @@ def summarise(
     selected trial is the front's best on that metric."""
     counts, candidates, errors = _counted(results, settings.primary, trials.experiment.rounds)
     empty = VariantOutcome(variant, trials.method, {}, {}, counts, None, "", 0.0, errors, val_samples=val_samples)
+    maximize = settings.mode == "max"
+    empty.ranked = ranked_configs([(full, value, dict(r.config or {})) for full, value, r in candidates], maximize)
     objectives = settings.objectives
     front = _front([c[2] for c in candidates if c[0]], objectives) if len(objectives) > 1 else []
     if front:  # the selection comes from the front: of equal first scores, one another trial dominates never does
         on_front = {id(result) for result, _ in front}
         candidates = [c for c in candidates if id(c[2]) in on_front]
-    best = best_of(candidates, maximize=settings.mode == "max")  # trials that ran every round first (selection.py)
+    best = best_of(candidates, maximize=maximize)  # trials that ran every round first (selection.py)
     if best is None:
         return empty, None
     best_metrics = {k: float(best.metrics[k]) for k in KEPT_METRICS if k in best.metrics}

@@ -4,7 +4,7 @@ with PBT (tune.scheduler.pbt), Ray's random population and its population-based 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,11 +156,14 @@ def make_search(
     resumed_study: str | None = None,
     resuming: bool = False,
     key: str | None = None,
+    warm_start: Sequence[dict[str, Any]] = (),
 ) -> Search:
     """The variant's search. With `optuna_storage` (a SQLAlchemy URL) a searched variant's Optuna study persists
     there as `<space name>-<variant>` (`-<stamp>` appended when a fresh run finds that name taken); a resume
     reopens `resumed_study`, the one the interrupted run wrote to (None: it started in memory). `key` names the study
-    in place of the variant (a study per setting: `<variant>@<setting>`)."""
+    in place of the variant (a study per setting: `<variant>@<setting>`). `warm_start`: configurations (fitted to
+    the variant's ranges: tune/warm_start.py) the study tries first, before its sampler proposes; a resume enqueues
+    none (its study, restored by Tune, already holds those it has not yet tried)."""
     settings, variant = space.tune, space.variants[variant_name]
     if not variant.search:  # deterministic: repeating it would only repeat the same run
         return Search(None, FIFOScheduler(), 1)
@@ -169,7 +172,10 @@ def make_search(
         pbt = settings.scheduler.pbt
         population = {name: tune_domain(spec) for name, spec in variant.search.items()}
         # no max_concurrent: the generator counts a paused trial as running, and the population would never fill
-        generator = BasicVariantGenerator(random_state=sampler_seed(settings.seed, variant_name))
+        generator = BasicVariantGenerator(
+            points_to_evaluate=[dict(point) for point in warm_start] if warm_start and not resuming else None,
+            random_state=sampler_seed(settings.seed, variant_name),
+        )
         pbt_scheduler = make_pbt(pbt, variant.search, space.experiment_for(variant_name).rounds)
         return Search(generator, pbt_scheduler, num_samples, param_space=population, checkpoints_kept=pbt.interval + 2)
     sampler = make_sampler(settings, variant_name, num_samples)
@@ -186,6 +192,8 @@ def make_search(
         sampler=sampler,
         study_name=study,
         storage=rdb if study else None,
+        # Optuna's enqueue_trial underneath; a second enqueue into a resumed study's storage would try them twice
+        points_to_evaluate=[dict(point) for point in warm_start] if warm_start and not resuming else None,
     )
     scheduler = make_scheduler(settings.early_stopping, space.experiment_for(variant_name).rounds)
     return Search(

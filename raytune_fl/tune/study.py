@@ -38,6 +38,7 @@ from raytune_fl.tune.interrupt import resume_command
 from raytune_fl.tune.outcome import VariantOutcome, selected_schedule, summarise
 from raytune_fl.tune.search import Search, close_optuna_trials, make_search
 from raytune_fl.tune.tuner import fit, new_tuner, restorable, restore_tuner, run_config, study_trainable
+from raytune_fl.tune.warm_start import WarmPoints
 
 
 @dataclass
@@ -72,16 +73,20 @@ def run_variant(
     resume: VariantRun | None = None,
     on_start: Callable[[VariantRun], None] | None = None,
     setting: str | None = None,
+    warm_start: WarmPoints | None = None,
 ) -> VariantOutcome:
     """One variant's study (with `setting`, its study at that grid setting: `space` holds the setting's base).
     With `resume` (a study a stopped or killed driver left behind), Tune restores its trials
     from their last checkpoints and the searcher from its saved state (its Optuna study too: search.py), and MLflow
-    continues in the same runs. `on_start` is told where the study lives once its parent run exists."""
+    continues in the same runs. `on_start` is told where the study lives once its parent run exists. `warm_start`:
+    configurations (fitted to the variant's ranges: tune/warm_start.py) its first trials try, before the sampler
+    proposes; recorded on its parent run, their trial runs tagged."""
     started, stamp = time.time(), time.strftime("%Y%m%d-%H%M%S")
     trials, settings, tracker = VariantTrials.of(space, variant_name), space.tune, options.tracker
     base, key = trials.experiment, study_key(variant_name, setting)
     resumed_study = resume.optuna_study if resume else None
-    search = make_search(space, variant_name, stamp, options.optuna_storage, resumed_study, bool(resume), key)
+    enqueued = warm_start.configs if warm_start is not None and space.variants[variant_name].search else ()
+    search = make_search(space, variant_name, stamp, options.optuna_storage, resumed_study, bool(resume), key, enqueued)
     storage = resolve_storage(options.storage)
     restore_from = _restore_path(resume, storage, variant_name, options.out)
     data = data or (prepare_data(base) if tracker is not None else None)  # what every trial builds, seeded
@@ -89,11 +94,12 @@ def run_variant(
     callbacks = _followers(
         options.watch, Watch(variant_name, search.num_samples, base.rounds, *_rule(settings)), search
     )
-    record = _record(space, variant_name, search, identity, setting)
+    warmed = warm_start if enqueued else None
+    record = _record(space, variant_name, search, identity, setting, warmed)
     with _parent_run(tracker, record, resume, data, base, started, tune_parent_metrics(val_samples)) as logged:
         parent_run_id = logged.parent.run_id if logged is not None else None
         if logged is not None:
-            records = TuneTrials(variant_name, trials, (identity,) if identity else ())
+            records = TuneTrials(variant_name, trials, (identity,) if identity else (), enqueued)
             callbacks += _trial_loggers(logged, options, records, resume, settings)
         name = f"{space.name}-{setting_folder(key)}-{stamp}"
         experiment_path = restore_from or storage.join(name)  # within the storage's filesystem, as restore takes it
@@ -105,6 +111,7 @@ def run_variant(
             close_optuna_trials(options.optuna_storage, search.optuna_study, variant_name, options.out)
         selected = _select(results, variant_name, trials, space, val_samples, search.pbt)
         outcome, best = _placed(selected[0], parent_run_id, storage, search, started, setting), selected[1]
+        outcome.warm_start = warmed.describe() if warmed is not None else ""
         if logged is not None:
             _end_parent(logged, outcome, best, trials, options, settings)
         return outcome
@@ -117,12 +124,17 @@ def _identity(base: ExperimentConfig, data: FederatedData | None) -> tuple[DataI
 
 
 def _record(
-    space: SearchSpace, variant: str, search: Search, identity: DataIdentity | None, setting: str | None
+    space: SearchSpace,
+    variant: str,
+    search: Search,
+    identity: DataIdentity | None,
+    setting: str | None,
+    warm_start: WarmPoints | None,
 ) -> RunRecord:
     """The study's parent run, as tracking/records.py describes it."""
     optuna = OptunaStudy(search.optuna_study, search.optuna_storage) if search.optuna_study else None
     datasets = [identity] if identity else []
-    return tune_parent(space, variant, search.num_samples, datasets, optuna, setting, resume_command())
+    return tune_parent(space, variant, search.num_samples, datasets, optuna, setting, resume_command(), warm_start)
 
 
 def _restore_path(resume: VariantRun | None, storage: Storage, variant: str, out: Callable[[str], None]) -> str | None:

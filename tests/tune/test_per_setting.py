@@ -3,6 +3,8 @@ its own selection, and without the flag never mistakes a per-setting study for t
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
@@ -39,6 +41,25 @@ def test_a_study_per_setting_and_an_ablation_that_runs_each_settings_own_selecti
     assert {p.info.run_name for p in parents.values()} == {"prox@partition.alpha=0.3", "prox@partition.alpha=5.0"}
     assert {p.data.tags["partition"] for p in parents.values()} == {"dirichlet(alpha=0.3)", "dirichlet(alpha=5.0)"}
     tuned = {setting: float(p.data.tags["best.mu"]) for setting, p in parents.items()}
+
+    # the second setting's study is warm-started (by default) with the first's two best configurations: its first
+    # trials try them, best first, tagged so; its parent run and the summary say so
+    def trials(setting):
+        parent = parents[setting].info.run_id
+        children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent]
+        return sorted(children, key=lambda r: r.info.start_time)
+
+    first = sorted(trials("partition.alpha=0.3"), key=lambda r: -r.data.metrics["val_acc"])
+    best_first = [float(r.data.params["mu"]) for r in first if r.data.tags["trial_status"] == "finished"][:2]
+    warmed = trials("partition.alpha=5.0")
+    assert len(best_first) == 2 and [float(r.data.params["mu"]) for r in warmed[:2]] == best_first
+    assert [r.data.tags.get("warm_start") for r in warmed] == ["enqueued", "enqueued"]
+    assert not any("warm_start" in r.data.tags for r in trials("partition.alpha=0.3"))
+    tags = parents["partition.alpha=5.0"].data.tags
+    assert tags["warm_start"].startswith("2 configurations from partition.alpha=0.3 (MLflow run ")
+    assert [c["mu"] for c in json.loads(tags["warm_start_configs"])] == best_first
+    assert "[prox@partition.alpha=5.0] warm-started with 2 configurations from partition.alpha=0.3" in out
+    assert "warm_start" not in parents["partition.alpha=0.3"].data.tags
 
     # the ablation: each setting's cells run that setting's mu (the grid written with the short name)
     ablation = [*common[:4], "--seeds", "1", "--no-dashboard", "--out", str(tmp_path / "report")]
