@@ -148,23 +148,30 @@ def make_pbt(pbt: PbtConfig, search: Mapping[str, Distribution], rounds: int) ->
     )
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """A study `--resume` continues: the Optuna study its interrupted run wrote to (None: it ran in memory)."""
+
+    study: str | None
+
+
 def make_search(
     space: SearchSpace,
     variant_name: str,
     stamp: str,
     optuna_storage: str | None = None,
-    resumed_study: str | None = None,
-    resuming: bool = False,
+    resumed: Resumed | None = None,
     key: str | None = None,
     warm_start: Sequence[dict[str, Any]] = (),
 ) -> Search:
     """The variant's search. With `optuna_storage` (a SQLAlchemy URL) a searched variant's Optuna study persists
     there as `<space name>-<variant>` (`-<stamp>` appended when a fresh run finds that name taken); a resume
-    reopens `resumed_study`, the one the interrupted run wrote to (None: it started in memory). `key` names the study
+    reopens `resumed.study`, the one the interrupted run wrote to (None: it started in memory). `key` names the study
     in place of the variant (a study per setting: `<variant>@<setting>`). `warm_start`: configurations (fitted to
     the variant's ranges: tune/warm_start.py) the study tries first, before its sampler proposes; a resume enqueues
     none (its study, restored by Tune, already holds those it has not yet tried)."""
     settings, variant = space.tune, space.variants[variant_name]
+    resuming = resumed is not None
     if not variant.search:  # deterministic: repeating it would only repeat the same run
         return Search(None, FIFOScheduler(), 1)
     num_samples = settings.num_samples
@@ -183,7 +190,7 @@ def make_search(
     study = None
     if rdb is not None:  # a fresh run never joins an earlier run's study
         named = f"{space.name}-{key or variant_name}"
-        study = resumed_study if resuming else optuna_db.unused_study_name(rdb, named, stamp)
+        study = resumed.study if resumed is not None else optuna_db.unused_study_name(rdb, named, stamp)
     metric, mode = objective_args(settings)
     algorithm = OptunaSearch(
         space=optuna_space(variant.search),

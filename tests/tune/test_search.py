@@ -7,7 +7,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
 from raytune_fl.config import parse_space
 from raytune_fl.runtime import optuna_storage as optuna_db
-from raytune_fl.tune.search import make_search
+from raytune_fl.tune.search import Resumed, make_search
 from tests.support import tiny_space
 
 
@@ -43,7 +43,7 @@ def test_a_fresh_run_never_joins_an_earlier_study_and_a_resume_reopens_its_own(t
     assert optuna.study.get_all_study_names(url) == [first.optuna_study]  # the searcher made it
     second = make_search(space, "full", "s2", url)
     assert second.optuna_study == f"{space.name}-full-s2"
-    resumed = make_search(space, "full", "s3", url, resumed_study=first.optuna_study, resuming=True)
+    resumed = make_search(space, "full", "s3", url, resumed=Resumed(first.optuna_study))
     assert resumed.optuna_study == first.optuna_study
     in_memory = make_search(space, "full", "s4")
     assert in_memory.optuna_study is None and in_memory.optuna_storage is None

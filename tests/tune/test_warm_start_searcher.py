@@ -12,7 +12,7 @@ import pytest
 from raytune_fl.cli.tune import VariantStudy, _warm_line, _warm_points, _warm_started, print_summary
 from raytune_fl.config import ConfigError, SearchSpace, parse_space
 from raytune_fl.tune.outcome import VariantOutcome
-from raytune_fl.tune.search import make_search
+from raytune_fl.tune.search import Resumed, make_search
 from raytune_fl.tune.warm_start import WarmPoints
 from tests.support import tiny_space
 
@@ -52,7 +52,7 @@ def test_a_restored_searcher_never_proposes_an_enqueued_configuration_twice(tmp_
     searcher = make_search(_space(), "prox", "stamp", warm_start=points).algorithm
     assert searcher.suggest("t0") == points[0]
     searcher.save(str(tmp_path / "searcher.pkl"))
-    restored = pickle.loads(pickle.dumps(make_search(_space(), "prox", "other", resuming=True).algorithm))
+    restored = pickle.loads(pickle.dumps(make_search(_space(), "prox", "other", resumed=Resumed(None)).algorithm))
     restored.restore(str(tmp_path / "searcher.pkl"))
     assert restored.suggest("t1") == points[1]
     assert all(restored.suggest(f"t{i}") not in points for i in range(2, 5))
@@ -65,7 +65,7 @@ def test_a_resume_does_not_enqueue_again_into_its_optuna_storage(tmp_path):
     study = optuna.load_study(study_name=first.optuna_study, storage=url)
     waiting = study.get_trials(states=[optuna.trial.TrialState.WAITING])
     assert [t.system_attrs["fixed_params"] for t in waiting] == list(points)  # enqueue_trial's
-    make_search(_space(), "prox", "s2", url, resumed_study=first.optuna_study, resuming=True, warm_start=points)
+    make_search(_space(), "prox", "s2", url, resumed=Resumed(first.optuna_study), warm_start=points)
     assert len(study.get_trials()) == 2  # still the two it enqueued first
 
 
