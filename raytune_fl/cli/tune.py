@@ -282,6 +282,7 @@ def _each_study(
     """Each study in turn (with --resume, a finished one kept), recorded in the study record as it goes; `state`
     says what a stop would cut."""
     from raytune_fl.tune import run_variant
+    from raytune_fl.tune.study import StudyAt
 
     outcomes: list[VariantOutcome] = []
     keys = [study.key for study in studies]
@@ -308,8 +309,7 @@ def _each_study(
                 data=study.data,
                 resume=manifest.run(key) if args.resume else None,
                 on_start=partial(manifest.started, key),
-                setting=study.setting,
-                warm_start=warm_start,
+                at=StudyAt(study.setting, warm_start),
             )
         except stopping.StudyInterrupted as stop:
             manifest.interrupted(key, stop.name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from raytune_fl.config import (
@@ -161,6 +161,12 @@ class WarmStartFacts(Protocol):
     def describe(self) -> str: ...
 
 
+def with_warm_start(record: RunRecord, warm_start: WarmStartFacts | None) -> RunRecord:
+    """A tune parent's record with its warm start's tags (where its first configurations came from); a study
+    started cold as it was."""
+    return replace(record, tags={**record.tags, **warm_start_tags(warm_start)})
+
+
 def warm_start_tags(warm_start: WarmStartFacts | None) -> dict[str, str]:
     """A tune parent's warm start: where its first configurations came from, and those configurations (JSON)."""
     if warm_start is None or not warm_start.configs:
@@ -188,17 +194,15 @@ def tune_parent(
     optuna: OptunaStudy | None = None,
     setting: str | None = None,
     resume_command: str = "",
-    warm_start: WarmStartFacts | None = None,
 ) -> RunRecord:
     """A variant study's parent run (stage=tune); `setting`: the grid setting it was tuned at (tune --per-setting,
     as fields: partition.alpha=0.1), which `ablate --per-setting` finds it by; `resume_command`: what continues
-    the study if it is stopped; `warm_start`: the configurations it tried first, and where they came from."""
+    the study if it is stopped. A warm start's tags: with_warm_start."""
     variant, base = space.variants[variant_name], space.experiment_for(variant_name)
     unsearched = VariantTrials.of(space, variant_name).trial()
     params = {k: v for k, v in trial_params(unsearched).items() if k not in variant.search}
     extra: dict[str, Any] = {TAG_OPTUNA_STUDY: optuna.name, TAG_OPTUNA_STORAGE: optuna.storage} if optuna else {}
     extra |= {TAG_SETTING: setting} if setting else {}
-    extra |= warm_start_tags(warm_start)
     return RunRecord(
         study_key(variant_name, setting),
         tags={

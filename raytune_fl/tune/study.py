@@ -29,6 +29,7 @@ from raytune_fl.tracking.records import (
     tune_parent_end,
     tune_parent_metrics,
     with_schedule,
+    with_warm_start,
 )
 from raytune_fl.tracking.schema import setting_folder, study_key
 from raytune_fl.tune.callbacks import BestSoFar, ForwardInterrupt, MlflowTrialLogger, TrialEventsCallback, print_line
@@ -52,6 +53,15 @@ class VariantRun:
 
 
 @dataclass(frozen=True)
+class StudyAt:
+    """Where a study sits in its command's run: the grid setting it is tuned at (tune --per-setting, as fields:
+    partition.alpha=0.1; None: the file's base) and the configurations it tries first (a warm start; None: cold)."""
+
+    setting: str | None = None
+    warm_start: WarmPoints | None = None
+
+
+@dataclass(frozen=True)
 class StudyOptions:
     """How a command runs its variants' studies: the same for each of them."""
 
@@ -72,16 +82,16 @@ def run_variant(
     data: FederatedData | None = None,
     resume: VariantRun | None = None,
     on_start: Callable[[VariantRun], None] | None = None,
-    setting: str | None = None,
-    warm_start: WarmPoints | None = None,
+    at: StudyAt = StudyAt(),
 ) -> VariantOutcome:
-    """One variant's study (with `setting`, its study at that grid setting: `space` holds the setting's base).
+    """One variant's study (with `at.setting`, its study at that grid setting: `space` holds the setting's base).
     With `resume` (a study a stopped or killed driver left behind), Tune restores its trials
     from their last checkpoints and the searcher from its saved state (its Optuna study too: search.py), and MLflow
-    continues in the same runs. `on_start` is told where the study lives once its parent run exists. `warm_start`:
+    continues in the same runs. `on_start` is told where the study lives once its parent run exists. `at.warm_start`:
     configurations (fitted to the variant's ranges: tune/warm_start.py) its first trials try, before the sampler
     proposes; recorded on its parent run, their trial runs tagged."""
     started, stamp = time.time(), time.strftime("%Y%m%d-%H%M%S")
+    setting, warm_start = at.setting, at.warm_start
     trials, settings, tracker = VariantTrials.of(space, variant_name), space.tune, options.tracker
     base, key = trials.experiment, study_key(variant_name, setting)
     resumed = Resumed(resume.optuna_study) if resume else None
@@ -134,7 +144,8 @@ def _record(
     """The study's parent run, as tracking/records.py describes it."""
     optuna = OptunaStudy(search.optuna_study, search.optuna_storage) if search.optuna_study else None
     datasets = [identity] if identity else []
-    return tune_parent(space, variant, search.num_samples, datasets, optuna, setting, resume_command(), warm_start)
+    record = tune_parent(space, variant, search.num_samples, datasets, optuna, setting, resume_command())
+    return with_warm_start(record, warm_start)
 
 
 def _restore_path(resume: VariantRun | None, storage: Storage, variant: str, out: Callable[[str], None]) -> str | None:

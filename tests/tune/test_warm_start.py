@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from raytune_fl.config import ConfigError, Distribution, SearchSpace, WarmStart, parse_space
-from raytune_fl.tracking.records import TuneTrials, tune_parent, tune_trial
+from raytune_fl.tracking.records import TuneTrials, tune_parent, tune_trial, with_warm_start
 from raytune_fl.tracking.schema import TAG_WARM_START, TAG_WARM_START_CONFIGS, decode_value
 from raytune_fl.tune.warm_start import WarmPlan, WarmPoints, fitted, from_mlflow, plan, ranked_configs
 from tests.support import tiny_space
@@ -221,11 +221,11 @@ def test_an_mlflow_study_gives_its_best_finished_configurations(tmp_path):
 def test_the_warm_start_is_recorded_on_the_parent_and_its_enqueued_trials():
     space = _space()
     points = WarmPoints("partition.alpha=0.1", ({"mu": 0.1}, {"mu": 0.2}), "run1")
-    tags = tune_parent(space, "prox", 4, warm_start=points).tags
+    tags = with_warm_start(tune_parent(space, "prox", 4), points).tags
     assert tags[TAG_WARM_START] == "2 configurations from partition.alpha=0.1 (MLflow run run1)"
     assert decode_value(tags[TAG_WARM_START_CONFIGS]) == [{"mu": 0.1}, {"mu": 0.2}]
     assert TAG_WARM_START not in tune_parent(space, "prox", 4).tags
-    assert TAG_WARM_START not in tune_parent(space, "prox", 4, warm_start=WarmPoints("x", ())).tags
+    assert TAG_WARM_START not in with_warm_start(tune_parent(space, "prox", 4), WarmPoints("x", ())).tags
     from raytune_fl.config import VariantTrials
 
     records = TuneTrials("prox", VariantTrials.of(space, "prox"), enqueued=points.configs)
