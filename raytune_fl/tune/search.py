@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import warnings
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import optuna
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+from optuna.trial import FrozenTrial, TrialState
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, HyperBandScheduler, MedianStoppingRule, TrialScheduler
 from ray.tune.search.optuna import OptunaSearch
 
-from raytune_fl.config import AshaConfig, SearchSpace, TuneSettings
+from raytune_fl.config import AshaConfig, Distribution, HyperbandConfig, MedianConfig, SearchSpace, TuneSettings
+from raytune_fl.config.space import Stopping, grid_size
 from raytune_fl.metrics import ROUND
 from raytune_fl.runtime import optuna_storage as optuna_db
 from raytune_fl.tune.space import optuna_space
@@ -29,7 +33,11 @@ class Search:
 
     @property
     def may_stop_early(self) -> bool:
-        return isinstance(self.scheduler, ASHAScheduler)
+        return isinstance(self.scheduler, STOPPING_SCHEDULERS)
+
+
+# the schedulers that may stop a trial before its last round (each subclasses FIFOScheduler, which never does)
+STOPPING_SCHEDULERS = (ASHAScheduler, HyperBandScheduler, MedianStoppingRule)
 
 
 def sampler_seed(seed: int, variant: str) -> int:
@@ -38,11 +46,52 @@ def sampler_seed(seed: int, variant: str) -> int:
     return int(np.random.SeedSequence([seed, zlib.crc32(variant.encode())]).generate_state(1)[0])
 
 
-def make_sampler(settings: TuneSettings, variant: str, num_samples: int) -> optuna.samplers.BaseSampler:
+class TellOnlyGridSampler(optuna.samplers.GridSampler):
+    """Optuna's grid sampler for ask-and-tell: its after_trial calls study.stop() once the grid is done, which raises
+    outside study.optimize (Tune's OptunaSearch tells, and logs that as a warning). Tune asks exactly the grid's
+    size (make_search), so there is nothing to stop."""
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None):
+        return None
+
+
+def make_sampler(
+    settings: TuneSettings, variant: str, num_samples: int, search: dict[str, Distribution] | None = None
+) -> optuna.samplers.BaseSampler:
+    """The variant's sampler, seeded from (tune.seed, variant name); `search`: the variant's ranges (the grid's
+    points; config validation made sure each has some)."""
     seed = sampler_seed(settings.seed, variant)
     if settings.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
+    if settings.sampler == "grid":
+        return TellOnlyGridSampler(grid_points(search or {}), seed=seed)
+    if settings.sampler == "gp":
+        # as TPE: Optuna's 10 random start-up trials would leave a small study little to fit
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=tpe_startup_trials(num_samples))
+    if settings.sampler == "cmaes":
+        # a choice list beside the numbers is drawn by CMA-ES's independent (random) sampler: said once, not per trial
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    if settings.sampler == "qmc":
+        with warnings.catch_warnings():  # chosen in the file: Optuna's "experimental" note is no news to its user
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.QMCSampler(
+                qmc_type="sobol", scramble=True, seed=seed, warn_independent_sampling=False
+            )
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=tpe_startup_trials(num_samples))
+
+
+def grid_points(search: dict[str, Distribution]) -> dict[str, list[Any]]:
+    """Each searched hyperparameter's grid points (SearchSpace refuses a grid sampler where one has none)."""
+    points = {name: dist.grid_points for name, dist in search.items()}
+    missing = [name for name, values in points.items() if values is None]
+    if missing:
+        raise ValueError(f"the grid sampler has no points for {', '.join(missing)}")
+    return {name: values for name, values in points.items() if values is not None}
+
+
+def trial_count(settings: TuneSettings, search: dict[str, Distribution]) -> int:
+    """How many trials a searched variant runs: tune.num_samples, or with the grid sampler the grid's size."""
+    return grid_size(search) if settings.sampler == "grid" else settings.num_samples
 
 
 def objective_args(settings: TuneSettings) -> tuple[str | list[str], str | list[str]]:
@@ -58,13 +107,32 @@ def tpe_startup_trials(num_samples: int) -> int:
     return max(2, min(10, num_samples // 3))
 
 
-def make_scheduler(asha: AshaConfig | None, rounds: int) -> TrialScheduler:
-    """ASHA on rounds when the space asks for it, else every trial runs every round."""
-    if asha is None:
-        return FIFOScheduler()
-    return ASHAScheduler(
-        time_attr=ROUND, max_t=rounds, grace_period=asha.grace(rounds), reduction_factor=asha.reduction_factor
+def grid_notice(settings: TuneSettings, search: Search, variant: str) -> str | None:
+    """The line that says a grid study runs its grid's size, where that is not tune.num_samples."""
+    if settings.sampler != "grid" or search.algorithm is None or search.num_samples == settings.num_samples:
+        return None
+    return (
+        f"[{variant}] grid sampler: {search.num_samples} grid points, each run once "
+        f"(tune.num_samples {settings.num_samples} does not apply)"
     )
+
+
+def make_scheduler(stopping: Stopping | None, rounds: int) -> TrialScheduler:
+    """The scheduler the space names, on rounds (ASHA by default); None: every trial runs every round."""
+    if isinstance(stopping, AshaConfig):
+        return ASHAScheduler(
+            time_attr=ROUND,
+            max_t=rounds,
+            grace_period=stopping.grace(rounds),
+            reduction_factor=stopping.reduction_factor,
+        )
+    if isinstance(stopping, HyperbandConfig):
+        return HyperBandScheduler(time_attr=ROUND, max_t=rounds, reduction_factor=stopping.reduction_factor)
+    if isinstance(stopping, MedianConfig):
+        return MedianStoppingRule(
+            time_attr=ROUND, grace_period=stopping.grace(rounds), min_samples_required=stopping.min_samples_required
+        )
+    return FIFOScheduler()
 
 
 def make_search(
@@ -83,8 +151,8 @@ def make_search(
     settings, variant = space.tune, space.variants[variant_name]
     if not variant.search:  # deterministic: repeating it would only repeat the same run
         return Search(None, FIFOScheduler(), 1)
-    num_samples = settings.num_samples
-    sampler = make_sampler(settings, variant_name, num_samples)
+    num_samples = trial_count(settings, variant.search)
+    sampler = make_sampler(settings, variant_name, num_samples, variant.search)
     rdb = optuna_db.open_storage(optuna_storage) if optuna_storage else None
     study = None
     if rdb is not None:  # a fresh run never joins an earlier run's study
@@ -99,6 +167,8 @@ def make_search(
         study_name=study,
         storage=rdb if study else None,
     )
+    if rdb is not None and study is not None:
+        optuna_db.record_search(rdb, study, {"sampler": settings.sampler, "scheduler": settings.scheduler_name})
     scheduler = make_scheduler(settings.early_stopping, space.experiment_for(variant_name).rounds)
     return Search(
         algorithm, scheduler, num_samples, study, optuna_db.masked(optuna_storage) if study and optuna_storage else None

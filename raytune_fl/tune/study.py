@@ -35,7 +35,7 @@ from raytune_fl.tune.edges import edge_flags
 from raytune_fl.tune.events import Watch, Watcher
 from raytune_fl.tune.interrupt import resume_command
 from raytune_fl.tune.outcome import VariantOutcome, summarise
-from raytune_fl.tune.search import Search, close_optuna_trials, make_search
+from raytune_fl.tune.search import Search, close_optuna_trials, grid_notice, make_search
 from raytune_fl.tune.tuner import fit, new_tuner, restorable, restore_tuner, run_config, study_trainable
 
 
@@ -81,6 +81,8 @@ def run_variant(
     base, key = trials.experiment, study_key(variant_name, setting)
     resumed_study = resume.optuna_study if resume else None
     search = make_search(space, variant_name, stamp, options.optuna_storage, resumed_study, bool(resume), key)
+    if (notice := grid_notice(settings, search, variant_name)) is not None:
+        options.out(notice)
     storage = resolve_storage(options.storage)
     restore_from = _restore_path(resume, storage, variant_name, options.out)
     data = data or (prepare_data(base) if tracker is not None else None)  # what every trial builds, seeded
