@@ -27,7 +27,8 @@ def test_a_killed_grid_study_under_hyperband_resumes_to_its_whole_grid(ray_clust
     data["tune"].update(sampler="grid", scheduler={"hyperband": {}}, num_samples=3)  # the grid has 2 points
     path.write_text(yaml.safe_dump(data))
     uri, storage, url = f"sqlite:///{tmp_path}/m.db", tmp_path / "killed", f"sqlite:///{tmp_path}/optuna.db"
-    args = ["--space", str(path), "--storage", str(storage), "--mlflow-uri", uri]
+    # --no-models: the models are no part of this (and their low-priority helper waits long on a busy machine)
+    args = ["--space", str(path), "--storage", str(storage), "--mlflow-uri", uri, "--no-models"]
     ray_tmp = tempfile.mkdtemp(prefix="rg", dir="/tmp")  # short: Ray's socket paths have a length limit
     request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
     before = kill_when(start_script("tune.py", [*args, "--verbose"], ray_tmp), "[full] trial 2/2 round 3/4", 400)
