@@ -53,7 +53,6 @@ def _typed(param: Any, value: Any) -> Any:
 
 # an int range without grid values is a grid of every integer in it up to this many; more needs `grid:` values
 GRID_MAX_INTEGERS = 32
-RANGES = ("loguniform", "uniform", "int")
 
 
 class Distribution(_Strict):
