@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, HyperBandScheduler, MedianStoppingRule, TrialScheduler
 from ray.tune.search.optuna import OptunaSearch
 
@@ -53,6 +54,20 @@ class TellOnlyGridSampler(optuna.samplers.GridSampler):
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None):
         return None
+
+
+class ResumableHyperBand(HyperBandScheduler):
+    """Ray Tune's Hyperband, resumable: a restore adds back the trials that had already ended, and one placed in a
+    bracket never reports again, so the bracket waits for it with its other trials paused, for ever (Ray 2.60). An
+    ended trial joins no bracket."""
+
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
+        if trial.status != Trial.TERMINATED:
+            super().on_trial_add(tune_controller, trial)
+
+    def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
+        if trial in self._trial_info:  # an ended trial restored: in no bracket
+            super().on_trial_remove(tune_controller, trial)
 
 
 def make_sampler(
@@ -127,7 +142,7 @@ def make_scheduler(stopping: Stopping | None, rounds: int) -> TrialScheduler:
             reduction_factor=stopping.reduction_factor,
         )
     if isinstance(stopping, HyperbandConfig):
-        return HyperBandScheduler(time_attr=ROUND, max_t=rounds, reduction_factor=stopping.reduction_factor)
+        return ResumableHyperBand(time_attr=ROUND, max_t=rounds, reduction_factor=stopping.reduction_factor)
     if isinstance(stopping, MedianConfig):
         return MedianStoppingRule(
             time_attr=ROUND, grace_period=stopping.grace(rounds), min_samples_required=stopping.min_samples_required

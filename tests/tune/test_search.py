@@ -102,3 +102,20 @@ def test_the_summary_names_a_sampler_or_scheduler_other_than_tpe_and_asha():
         "search: sampler gp, scheduler asha (tune.sampler, tune.scheduler)"
     )
     assert search_line(TuneSettings(scheduler={"median": {}})).startswith("search: sampler tpe, scheduler median")
+
+
+def test_a_restored_hyperband_puts_no_ended_trial_in_a_bracket():
+    """Tune's restore adds back the ended trials; one in a bracket would hold its bracket's trials paused for ever."""
+    from ray.tune.experiment import Trial
+
+    from raytune_fl.tune.search import ResumableHyperBand
+
+    scheduler = ResumableHyperBand(time_attr="round", metric="val_acc", mode="max", max_t=4)
+    ended, running = Trial("f", stub=True), Trial("f", stub=True)
+    ended.status = Trial.TERMINATED
+    scheduler.on_trial_add(None, ended)
+    scheduler.on_trial_add(None, running)
+    assert ended not in scheduler._trial_info and running in scheduler._trial_info
+    scheduler.on_trial_complete(None, ended, {})  # an ended trial's late news is no error
+    [bracket] = [b for band in scheduler._hyperbands for b in band if b is not None]
+    assert list(bracket._live_trials) == [running]
