@@ -415,6 +415,13 @@ def _open_stores(
     return tracker, manifest
 
 
+def search_line(tune: TuneSettings) -> str | None:
+    """The summary's word on how the trials were proposed and stopped, where that is not TPE with ASHA (or none)."""
+    if tune.sampler == "tpe" and tune.scheduler_name in ("asha", "none"):
+        return None
+    return f"search: sampler {tune.sampler}, scheduler {tune.scheduler_name} (tune.sampler, tune.scheduler)"
+
+
 def print_summary(
     outcomes: list,
     uri: str,
@@ -449,6 +456,8 @@ def print_summary(
     for o in warmed:
         print(_warm_line(_key(o), o.warm_start))
     print(f"\ntotal wall time: {wall_s:.0f}s")
+    if tune is not None and (line := search_line(tune)) is not None:
+        print(line)
     if tuning_seed is not None:  # which seeds were searched, and which the ablation scores (ablation/seeds.py)
         from raytune_fl.ablation.seeds import held_out_seeds
 

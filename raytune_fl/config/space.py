@@ -6,7 +6,8 @@ from __future__ import annotations
 import builtins
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from importlib.metadata import version
+from typing import Any, Literal, get_args
 
 from pydantic import (
     ConfigDict,
@@ -51,8 +52,12 @@ def _typed(param: Any, value: Any) -> Any:
     return value
 
 
+# an int range without grid values is a grid of every integer in it up to this many; more needs `grid:` values
+GRID_MAX_INTEGERS = 32
+
+
 class Distribution(_Strict):
-    """One search range: exactly one of loguniform / uniform / int / choice."""
+    """One search range: exactly one of loguniform / uniform / int / choice, and for a range optional grid points."""
 
     loguniform: tuple[float, float] | None = Field(
         default=None, description="[low, high]: a float drawn log-uniformly (low > 0)"
@@ -65,6 +70,12 @@ class Distribution(_Strict):
     choice: list[Any] | None = Field(
         default=None, description="[a, b, ...]: one of these values (types may mix, e.g. [median, 0.5, 2.0])"
     )
+    grid: list[Any] | None = Field(
+        default=None,
+        description="[a, b, ...] beside a range: the points tune.sampler: grid runs, each inside the range (e.g. "
+        "{loguniform: [0.001, 1.0], grid: [0.001, 0.01, 0.1, 1.0]}); every other sampler ignores them and draws "
+        "from the range",
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Distribution:
@@ -75,17 +86,52 @@ class Distribution(_Strict):
         if kind == "choice":
             if not self.choice:
                 raise ValueError("choice needs at least one value")
+            if self.grid is not None:
+                raise ValueError("grid: a choice list is already the grid sampler's points; give grid beside a range")
             return self
         low, high = getattr(self, kind)
         if not (math.isfinite(low) and math.isfinite(high)) or low >= high:
             raise ValueError(f"{kind} range needs low < high (got [{low}, {high}])")
         if kind == "loguniform" and low <= 0:
             raise ValueError(f"loguniform range needs low > 0 (got {low})")
+        self._check_grid(kind, low, high)
         return self
+
+    def _check_grid(self, kind: str, low: float, high: float) -> None:
+        if self.grid is None:
+            return
+        if not self.grid:
+            raise ValueError("grid: give at least one value, or leave it out")
+        for value in self.grid:
+            number = isinstance(value, (builtins.int, float)) and not isinstance(value, bool)
+            if not number or (kind == "int" and not isinstance(value, builtins.int)):
+                raise ValueError(f"grid: {value!r} is not {'an integer' if kind == 'int' else 'a number'}")
+            if not low <= value <= high:
+                raise ValueError(f"grid: {value!r} lies outside the {kind} range [{low}, {high}]")
+        if len(set(self.grid)) != len(self.grid):
+            raise ValueError(f"grid: a value is listed twice in {self.grid}")
 
     @property
     def kind(self) -> str:
         return next(k for k in ("loguniform", "uniform", "int", "choice") if getattr(self, k) is not None)
+
+    @property
+    def grid_points(self) -> list[Any] | None:
+        """What the grid sampler runs: the choices, the grid values, or every integer of a small int range; None
+        where a range has no points (a continuous range without grid values, an int range over GRID_MAX_INTEGERS)."""
+        if self.choice is not None:
+            return list(self.choice)
+        if self.grid is not None:
+            return list(self.grid) if self.int is not None else [float(value) for value in self.grid]
+        if self.int is not None and self.int[1] - self.int[0] + 1 <= GRID_MAX_INTEGERS:
+            return list(range(self.int[0], self.int[1] + 1))
+        return None
+
+
+def grid_size(search: dict[str, Distribution]) -> builtins.int:
+    """How many points the grid sampler runs over a variant's search: the product of its points per hyperparameter
+    (SearchSpace checks that each has points)."""
+    return math.prod(len(dist.grid_points or ()) for dist in search.values())
 
 
 # a warm start's sources besides another variant's name: the same variant's study at the previous setting of
@@ -174,7 +220,7 @@ class VariantConfig(_Strict):
                 if isinstance(dist, dict):
                     dist = {
                         kind: [_typed(params.get(name), v) for v in values]
-                        if kind in ("choice", "int") and isinstance(values, (list, tuple))
+                        if kind in ("choice", "int", "grid") and isinstance(values, (list, tuple))
                         else values
                         for kind, values in dist.items()
                     }
@@ -214,11 +260,12 @@ class VariantConfig(_Strict):
                 )
             # a range's ends (and every choice) must be allowed: the declared bounds are an interval, so the
             # ends stand for the whole range a trial may draw from
-            for value in getattr(dist, dist.kind):  # (low, high), or the choices
-                try:
-                    spec.check(name, value)
-                except ValueError as error:
-                    raise ValueError(f"search.{name}: {dist.kind} value {value!r} is not allowed: {error}") from None
+            for kind in (dist.kind, "grid"):
+                for value in getattr(dist, kind) or ():  # (low, high), the choices, or the grid points
+                    try:
+                        spec.check(name, value)
+                    except ValueError as error:
+                        raise ValueError(f"search.{name}: {kind} value {value!r} is not allowed: {error}") from None
         return self
 
 
@@ -242,7 +289,7 @@ class AshaConfig(_Strict):
 
 class PbtConfig(_Strict):
     """Population-based training over rounds: every `interval` rounds the worse trials take a better trial's state
-    (weights, server and client state) and perturb its hyperparameters (tune/search.py)."""
+    (weights, server and client state) and perturb its hyperparameters (tune/pbt.py)."""
 
     # 2: a perturbation needs a round or more of the new values to be judged, and a 10-round study still gets 4
     interval: int = Field(default=2, ge=1, description="rounds between perturbations (below base.rounds)")
@@ -267,9 +314,53 @@ class PbtConfig(_Strict):
         return value
 
 
+class HyperbandConfig(_Strict):
+    reduction_factor: float = Field(
+        default=3.0,
+        gt=1,
+        description="Hyperband's reduction factor (eta): each bracket keeps about 1/reduction_factor of its trials at "
+        "each halving; max_t is base.rounds",
+    )
+
+
+class MedianConfig(_Strict):
+    # the same late default as ASHA's: early FL curves cross (AshaConfig)
+    grace_period: int | None = Field(
+        default=None,
+        ge=1,
+        description="rounds before a trial may be stopped; unset = 80 % of the rounds, rounded up",
+    )
+    min_samples_required: int = Field(
+        default=3, ge=1, description="trials that must have reached a round before the median there stops any"
+    )
+
+    def grace(self, rounds: int) -> int:
+        """The grace period a run of `rounds` rounds gets: the given one (at most `rounds`), else 80 % of them."""
+        return min(self.grace_period or (4 * rounds + 4) // 5, rounds)
+
+
+# the schedulers a file may name, in SchedulerConfig's field order; asha is the one in force when none is named
+SCHEDULERS = ("asha", "hyperband", "median", "pbt")
+Stopping = AshaConfig | HyperbandConfig | MedianConfig
+
+
 class SchedulerConfig(_Strict):
+    """At most one trial scheduler; ASHA when the file names none."""
+
     asha: AshaConfig | None = Field(
-        default=AshaConfig(), description="ASHA early stopping ({} = its defaults); null turns early stopping off"
+        default=AshaConfig(),
+        description="ASHA early stopping ({} = its defaults); null turns early stopping off; the default when no "
+        "other scheduler is named",
+    )
+    hyperband: HyperbandConfig | None = Field(
+        default=None,
+        description="Ray Tune's synchronous Hyperband on rounds ({} = its defaults), in place of ASHA: it pauses "
+        "trials at each rung and resumes the promoted ones from their checkpoints",
+    )
+    median: MedianConfig | None = Field(
+        default=None,
+        description="the median stopping rule on rounds ({} = its defaults), in place of ASHA: a trial below the "
+        "median of the others' running averages at the same round stops",
     )
     pbt: PbtConfig | None = Field(
         default=None,
@@ -279,13 +370,32 @@ class SchedulerConfig(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _pbt_replaces_asha(cls, data: Any) -> Any:
-        """PBT is the scheduler when it is given: the default ASHA gives way; an ASHA written beside it is refused."""
-        if not isinstance(data, dict) or data.get("pbt") is None:
-            return data
-        if data.get("asha") is not None:
-            raise ValueError("pbt: one scheduler at a time, and asha is set too; drop asha (or set it to null)")
-        return {**data, "asha": None}
+    def _named_replaces_asha(cls, data: Any) -> Any:
+        """`{hyperband: {}}` means Hyperband alone: the default ASHA gives way to a scheduler the file names."""
+        if isinstance(data, dict) and "asha" not in data and any(data.get(k) is not None for k in SCHEDULERS[1:]):
+            return {**data, "asha": None}
+        return data
+
+    @model_validator(mode="after")
+    def _at_most_one(self) -> SchedulerConfig:
+        named = [name for name in SCHEDULERS if getattr(self, name) is not None]
+        if len(named) > 1:
+            raise ValueError(
+                f"{named[1]}: give at most one scheduler, one scheduler at a time (got {', '.join(named)}); drop "
+                "the others"
+            )
+        return self
+
+    @property
+    def name(self) -> str | None:
+        """The scheduler in force (None: every trial runs every round)."""
+        return next((name for name in SCHEDULERS if getattr(self, name) is not None), None)
+
+    @property
+    def chosen(self) -> Stopping | None:
+        """The early-stopping scheduler in force (PBT stops nothing: None)."""
+        chosen = getattr(self, self.name) if self.name else None
+        return None if isinstance(chosen, PbtConfig) else chosen
 
 
 # what a study may select on: validation scores and the spread over clients (the test set never steers tuning),
@@ -301,6 +411,14 @@ OBJECTIVES: dict[str, str] = {
     ROUND_TIME_S: "min",
 }
 Mode = Literal["max", "min"]
+Sampler = Literal["tpe", "random", "grid", "gp", "cmaes", "qmc"]
+
+
+def single_objective_samplers() -> tuple[str, ...]:
+    """The samplers the installed Optuna cannot use with several objectives: CMA-ES in every release, the GP sampler
+    before Optuna 4.4 (pyproject.toml admits 4.0)."""
+    major, minor = (int(part) for part in version("optuna").split(".")[:2])
+    return ("cmaes",) if (major, minor) >= (4, 4) else ("cmaes", "gp")
 
 
 @dataclass(frozen=True)
@@ -338,11 +456,15 @@ class TuneSettings(_Strict):
     )
     scheduler: SchedulerConfig = Field(
         default=SchedulerConfig(),
-        description="the trial scheduler: ASHA, PBT, or none (several objectives: none, as ASHA ranks trials on one "
-        "number)",
+        description="the trial scheduler: ASHA, Hyperband, median stopping, PBT, or none (several objectives: none, "
+        "as each ranks trials on one number)",
     )
-    sampler: Literal["tpe", "random"] = Field(
-        default="tpe", description="Optuna's TPE, or random sampling (the baseline a search strategy must beat)"
+    sampler: Sampler = Field(
+        default="tpe",
+        description="Optuna's sampler: tpe; random (the baseline a search strategy must beat); grid (every point of "
+        "the choices and grid: values once, as many trials as the grid has, whatever num_samples says); gp "
+        "(Gaussian-process Bayesian optimisation: few trials, continuous ranges); cmaes (CMA-ES: continuous ranges, "
+        "many trials, one objective); qmc (scrambled Sobol points: a space-filling baseline)",
     )
     seed: Seed = Field(
         default=0, description="the sampler's seed; each variant's sampler draws from (seed, variant name)"
@@ -374,10 +496,25 @@ class TuneSettings(_Strict):
 
     @model_validator(mode="after")
     def _one_number_for_asha(self) -> TuneSettings:
-        if self.multi_objective and "asha" in self.scheduler.model_fields_set and self.scheduler.asha is not None:
+        """A scheduler the file names ranks trials on one number; the default ASHA gives way to several objectives."""
+        name = self.scheduler.name
+        if not self.multi_objective or name is None or name not in self.scheduler.model_fields_set:
+            return self
+        shown = {"asha": "ASHA", "hyperband": "Hyperband", "median": "the median stopping rule", "pbt": "PBT"}[name]
+        raise ValueError(
+            f"scheduler.{name}: {shown} stops trials by one number, and tune.metric lists {len(self.objectives)} "
+            f"(a trial it cut may be on the Pareto front); set scheduler: {{{name}: null}} or select on one metric"
+        )
+
+    @model_validator(mode="after")
+    def _sampler_takes_the_objectives(self) -> TuneSettings:
+        # Optuna's CmaEsSampler raises on a multi-objective study (its GPSampler too before 4.4)
+        single = single_objective_samplers()
+        if self.multi_objective and self.sampler in single:
+            others = ", ".join(s for s in get_args(Sampler) if s not in single)
             raise ValueError(
-                f"scheduler.asha: ASHA stops trials by one number, and tune.metric lists {len(self.objectives)} "
-                "(a trial it cut may be on the Pareto front); set scheduler: {asha: null} or select on one metric"
+                f"sampler: {self.sampler} optimises one objective, and tune.metric lists {len(self.objectives)}; "
+                f"choose another sampler ({others}) or select on one metric"
             )
         return self
 
@@ -424,9 +561,17 @@ class TuneSettings(_Strict):
         return self.objectives[0].mode
 
     @property
-    def early_stopping(self) -> AshaConfig | None:
-        """ASHA's settings, or None: off in the file, or several objectives (the default scheduler gives way)."""
-        return None if self.multi_objective else self.scheduler.asha
+    def early_stopping(self) -> Stopping | None:
+        """The scheduler in force's settings, or None: off in the file, or several objectives (the default scheduler
+        gives way)."""
+        return None if self.multi_objective else self.scheduler.chosen
+
+    @property
+    def scheduler_name(self) -> str:
+        """The scheduler in force by its field name (asha, hyperband, median, pbt), or none."""
+        if self.scheduler.pbt is not None:
+            return "pbt"
+        return "none" if self.early_stopping is None or self.scheduler.name is None else self.scheduler.name
 
 
 class SearchSpace(_Strict):
@@ -553,6 +698,33 @@ class SearchSpace(_Strict):
                 f"base.checkpoint_every {every} does not checkpoint every {pbt.interval} rounds; set checkpoint_every "
                 "to a divisor of the interval (1 does)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _sampler_serves_every_variant(self) -> SearchSpace:
+        """Before Ray: the grid sampler needs points for every searched hyperparameter, and CMA-ES a number to
+        move (on choices alone it would only fall back to random sampling)."""
+        sampler = self.tune.sampler
+        for name, variant in self.variants.items():
+            if sampler == "grid":
+                for param, dist in variant.search.items():
+                    if dist.grid_points is None:
+                        low, high = getattr(dist, dist.kind)
+                        why = (
+                            f"more than {GRID_MAX_INTEGERS} integers"
+                            if dist.kind == "int"
+                            else "a continuous range without grid: values"
+                        )
+                        raise ValueError(
+                            f"tune.sampler: grid needs points for every searched hyperparameter; variant {name!r} "
+                            f"searches {param} over {why}; give them, e.g. {param}: {{{dist.kind}: [{low}, {high}], "
+                            f"grid: [...]}}, or search it with choice"
+                        )
+            if sampler == "cmaes" and variant.search and all(d.kind == "choice" for d in variant.search.values()):
+                raise ValueError(
+                    f"tune.sampler: cmaes moves numbers, and variant {name!r} searches only choice lists "
+                    f"({', '.join(variant.search)}); use tpe, random or grid for it"
+                )
         return self
 
     @model_validator(mode="after")

@@ -181,3 +181,11 @@ def fail_running_trials(url: str, study_name: str) -> int:
         return len(running)
     finally:
         storage.engine.dispose()
+
+
+def record_search(storage: RDBStorage, study_name: str, attrs: dict[str, str]) -> None:
+    """The study's user attributes say how it was searched (its sampler, its scheduler): optuna-dashboard shows
+    them, and `optuna.load_study` users read them with study.user_attrs."""
+    study_id = storage.get_study_id_from_name(study_name)
+    for key, value in attrs.items():
+        storage.set_study_user_attr(study_id, key, value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raytune_fl.config import ExperimentConfig, SearchSpace, TuneSettings
+from raytune_fl.config import AshaConfig, ExperimentConfig, HyperbandConfig, MedianConfig, SearchSpace, TuneSettings
 from raytune_fl.methods import METHODS
 
 
@@ -46,6 +46,32 @@ def _selection(settings: TuneSettings) -> str:
     return f"a Pareto front over {listed}, the configuration selected on `{settings.primary}`"
 
 
+# how a parent run's description names tune.sampler
+SAMPLER_NAMES = {
+    "tpe": "TPE",
+    "random": "random sampling",
+    "grid": "grid search (every point once)",
+    "gp": "Gaussian-process sampling",
+    "cmaes": "CMA-ES",
+    "qmc": "quasi-Monte Carlo (scrambled Sobol) sampling",
+}
+
+
+def stopping_text(settings: TuneSettings, rounds: int) -> str:
+    """The scheduler in force, in words."""
+    stopping = settings.early_stopping
+    if isinstance(stopping, AshaConfig):
+        return f"ASHA on rounds (grace {stopping.grace(rounds)}, reduction {stopping.reduction_factor:g})"
+    if isinstance(stopping, HyperbandConfig):
+        return f"Hyperband on rounds (max {rounds}, reduction {stopping.reduction_factor:g})"
+    if isinstance(stopping, MedianConfig):
+        return (
+            f"median stopping on rounds (grace {stopping.grace(rounds)}, "
+            f"at least {stopping.min_samples_required} trials)"
+        )
+    return "no early stopping"
+
+
 def variant_description(space: SearchSpace, variant_name: str, num_trials: int) -> str:
     """A tune-stage parent run: the variant, its method, what is fixed and what is searched, and how."""
     variant, settings = space.variants[variant_name], space.tune
@@ -61,16 +87,10 @@ def variant_description(space: SearchSpace, variant_name: str, num_trials: int) 
         ranges = ", ".join(
             f"`{name}` ~ {_distribution(dist.model_dump(exclude_none=True))}" for name, dist in variant.search.items()
         )
-        asha = settings.early_stopping
-        stopping = (
-            f"ASHA on rounds (grace {asha.grace(space.base.rounds)}, reduction {asha.reduction_factor:g})"
-            if asha is not None
-            else "no early stopping"
-        )
         lines += [
             f"- Searched: {ranges}",
-            f"- Search: {num_trials} trials, Optuna {'TPE' if settings.sampler == 'tpe' else 'random sampling'} "
-            f"(seed {settings.seed}, drawn per variant), {stopping}; "
+            f"- Search: {num_trials} trials, Optuna {SAMPLER_NAMES[settings.sampler]} "
+            f"(seed {settings.seed}, drawn per variant), {stopping_text(settings, space.base.rounds)}; "
             f"{_selection(settings)} (validation), test reported beside.",
         ]
     else:

@@ -57,6 +57,8 @@ from raytune_fl.tracking.schema import (
     TAG_PARTITION_SEEDS,
     TAG_PLAN,
     TAG_ROLE,
+    TAG_SAMPLER,
+    TAG_SCHEDULER,
     TAG_SEARCHED,
     TAG_SEED,
     TAG_SEED_RULE,
@@ -203,6 +205,8 @@ def tune_parent(
     params = {k: v for k, v in trial_params(unsearched).items() if k not in variant.search}
     extra: dict[str, Any] = {TAG_OPTUNA_STUDY: optuna.name, TAG_OPTUNA_STORAGE: optuna.storage} if optuna else {}
     extra |= {TAG_SETTING: setting} if setting else {}
+    if variant.search:  # how its trials were proposed and stopped (a variant that searches nothing runs once)
+        extra |= {TAG_SAMPLER: space.tune.sampler, TAG_SCHEDULER: space.tune.scheduler_name}
     return RunRecord(
         study_key(variant_name, setting),
         tags={

@@ -33,6 +33,8 @@ TAG_PARTITION = "partition"  # tune parent: e.g. dirichlet(alpha=0.5)
 TAG_SEARCHED = "searched"  # tune parent: the searched hyperparameters, comma-separated
 TAG_OPTUNA_STUDY = "optuna_study"  # tune parent of a searched variant: its Optuna study name
 TAG_OPTUNA_STORAGE = "optuna_storage"  # tune parent: that study's Optuna storage URL (password masked)
+TAG_SAMPLER = "sampler"  # tune parent of a searched variant: tune.sampler (tpe, random, grid, gp, cmaes, qmc)
+TAG_SCHEDULER = "scheduler"  # tune parent of a searched variant: the scheduler in force (asha, hyperband, median, none)
 TAG_BEST_PREFIX = "best."  # tune parent: best.<hyperparameter> = the selected value (params codec)
 # tune parent of a PBT study: the selected trial's schedule (config/schedule.py's JSON), what `ablate` replays
 TAG_BEST_SCHEDULE = "best_schedule"

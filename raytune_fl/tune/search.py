@@ -1,23 +1,34 @@
 """A variant's search: the Optuna sampler (seeded per variant) and its study's storage, and the trial scheduler;
-with PBT (tune.scheduler.pbt), Ray's random population and its population-based training over rounds."""
+with PBT (tune.scheduler.pbt), Ray's random population and its population-based training over rounds (pbt.py)."""
 
 from __future__ import annotations
 
+import warnings
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import optuna
-from ray import tune
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining, TrialScheduler
+from optuna.trial import FrozenTrial, TrialState
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import (
+    ASHAScheduler,
+    FIFOScheduler,
+    HyperBandScheduler,
+    MedianStoppingRule,
+    PopulationBasedTraining,
+    TrialScheduler,
+)
 from ray.tune.search import BasicVariantGenerator
 from ray.tune.search.optuna import OptunaSearch
 
-from raytune_fl.config import AshaConfig, Distribution, PbtConfig, SearchSpace, TuneSettings
+from raytune_fl.config import AshaConfig, Distribution, HyperbandConfig, MedianConfig, SearchSpace, TuneSettings
+from raytune_fl.config.space import Stopping, grid_size
 from raytune_fl.metrics import ROUND
 from raytune_fl.runtime import optuna_storage as optuna_db
+from raytune_fl.tune.pbt import make_pbt, tune_domain
 from raytune_fl.tune.space import optuna_space
 
 
@@ -38,12 +49,16 @@ class Search:
 
     @property
     def may_stop_early(self) -> bool:
-        return isinstance(self.scheduler, ASHAScheduler)
+        return isinstance(self.scheduler, STOPPING_SCHEDULERS)
 
     @property
     def pbt(self) -> bool:
         """Whether the trials' hyperparameters change between rounds (a trial runs a schedule)."""
         return isinstance(self.scheduler, PopulationBasedTraining)
+
+
+# the schedulers that may stop a trial before its last round (each subclasses FIFOScheduler, which never does)
+STOPPING_SCHEDULERS = (ASHAScheduler, HyperBandScheduler, MedianStoppingRule)
 
 
 def sampler_seed(seed: int, variant: str) -> int:
@@ -52,11 +67,66 @@ def sampler_seed(seed: int, variant: str) -> int:
     return int(np.random.SeedSequence([seed, zlib.crc32(variant.encode())]).generate_state(1)[0])
 
 
-def make_sampler(settings: TuneSettings, variant: str, num_samples: int) -> optuna.samplers.BaseSampler:
+class TellOnlyGridSampler(optuna.samplers.GridSampler):
+    """Optuna's grid sampler for ask-and-tell: its after_trial calls study.stop() once the grid is done, which raises
+    outside study.optimize (Tune's OptunaSearch tells, and logs that as a warning). Tune asks exactly the grid's
+    size (make_search), so there is nothing to stop."""
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None):
+        return None
+
+
+class ResumableHyperBand(HyperBandScheduler):
+    """Ray Tune's Hyperband, resumable: a restore adds back the trials that had already ended, and one placed in a
+    bracket never reports again, so the bracket waits for it with its other trials paused, for ever (Ray 2.60). An
+    ended trial joins no bracket."""
+
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
+        if trial.status != Trial.TERMINATED:
+            super().on_trial_add(tune_controller, trial)
+
+    def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
+        if trial in self._trial_info:  # an ended trial restored: in no bracket
+            super().on_trial_remove(tune_controller, trial)
+
+
+def make_sampler(
+    settings: TuneSettings, variant: str, num_samples: int, search: dict[str, Distribution] | None = None
+) -> optuna.samplers.BaseSampler:
+    """The variant's sampler, seeded from (tune.seed, variant name); `search`: the variant's ranges (the grid's
+    points; config validation made sure each has some)."""
     seed = sampler_seed(settings.seed, variant)
     if settings.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
+    if settings.sampler == "grid":
+        return TellOnlyGridSampler(grid_points(search or {}), seed=seed)
+    if settings.sampler == "gp":
+        # as TPE: Optuna's 10 random start-up trials would leave a small study little to fit
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=tpe_startup_trials(num_samples))
+    if settings.sampler == "cmaes":
+        # a choice list beside the numbers is drawn by CMA-ES's independent (random) sampler: said once, not per trial
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    if settings.sampler == "qmc":
+        with warnings.catch_warnings():  # chosen in the file: Optuna's "experimental" note is no news to its user
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.QMCSampler(
+                qmc_type="sobol", scramble=True, seed=seed, warn_independent_sampling=False
+            )
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=tpe_startup_trials(num_samples))
+
+
+def grid_points(search: dict[str, Distribution]) -> dict[str, list[Any]]:
+    """Each searched hyperparameter's grid points (SearchSpace refuses a grid sampler where one has none)."""
+    points = {name: dist.grid_points for name, dist in search.items()}
+    missing = [name for name, values in points.items() if values is None]
+    if missing:
+        raise ValueError(f"the grid sampler has no points for {', '.join(missing)}")
+    return {name: values for name, values in points.items() if values is not None}
+
+
+def trial_count(settings: TuneSettings, search: dict[str, Distribution]) -> int:
+    """How many trials a searched variant runs: tune.num_samples, or with the grid sampler the grid's size."""
+    return grid_size(search) if settings.sampler == "grid" else settings.num_samples
 
 
 def objective_args(settings: TuneSettings) -> tuple[str | list[str], str | list[str]]:
@@ -72,80 +142,32 @@ def tpe_startup_trials(num_samples: int) -> int:
     return max(2, min(10, num_samples // 3))
 
 
-def make_scheduler(asha: AshaConfig | None, rounds: int) -> TrialScheduler:
-    """ASHA on rounds when the space asks for it, else every trial runs every round."""
-    if asha is None:
-        return FIFOScheduler()
-    return ASHAScheduler(
-        time_attr=ROUND, max_t=rounds, grace_period=asha.grace(rounds), reduction_factor=asha.reduction_factor
+def grid_notice(settings: TuneSettings, search: Search, variant: str) -> str | None:
+    """The line that says a grid study runs its grid's size, where that is not tune.num_samples."""
+    if settings.sampler != "grid" or search.algorithm is None or search.num_samples == settings.num_samples:
+        return None
+    return (
+        f"[{variant}] grid sampler: {search.num_samples} grid points, each run once "
+        f"(tune.num_samples {settings.num_samples} does not apply)"
     )
 
 
-def tune_domain(spec: Distribution) -> Any:
-    """The range as Ray Tune's domain (what PBT draws and resamples from); an int range includes its high end."""
-    if spec.loguniform is not None:
-        return tune.loguniform(*spec.loguniform)
-    if spec.uniform is not None:
-        return tune.uniform(*spec.uniform)
-    if spec.int is not None:
-        low, high = spec.int
-        return tune.randint(low, high + 1)
-    return tune.choice(list(spec.choice or []))
-
-
-def mutations(search: Mapping[str, Distribution]) -> dict[str, Any]:
-    """PBT's hyperparam_mutations: a numeric range as its domain (perturbed by a factor, or drawn afresh), a choice
-    as its list (a step to a neighbouring value, or drawn afresh)."""
-    return {name: list(spec.choice) if spec.choice is not None else tune_domain(spec) for name, spec in search.items()}
-
-
-def within_ranges(search: Mapping[str, Distribution]) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """PBT's custom_explore_fn: a perturbed value (x 1.2 of a range's high end) clipped back into its range, so the
-    method's checks (config/space.py holds the ranges' ends to them) never refuse what PBT proposes; an int range's
-    value rounded (Ray rounds only a Python int, and its draws are numpy's)."""
-
-    def clip(config: dict[str, Any]) -> dict[str, Any]:
-        clipped = dict(config)
-        for name, spec in search.items():
-            if name not in clipped or spec.choice is not None:
-                continue
-            low, high = spec.loguniform or spec.uniform or spec.int or (0, 0)
-            value = min(max(float(clipped[name]), low), high)
-            clipped[name] = int(round(value)) if spec.int is not None else value
-        return clipped
-
-    return clip
-
-
-class RoundsPBT(PopulationBasedTraining):
-    """Ray's PBT, which leaves a trial's last round alone: a perturbation there would restart the trial from a
-    copied state with no round left to run, and its result would be one trial's while its checkpoint is another's."""
-
-    def __init__(self, rounds: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.rounds = rounds
-
-    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
-        if result.get(ROUND, 0) >= self.rounds:
-            return TrialScheduler.CONTINUE
-        return str(super().on_trial_result(tune_controller, trial, result))
-
-
-def make_pbt(pbt: PbtConfig, search: Mapping[str, Distribution], rounds: int) -> PopulationBasedTraining:
-    """Synchronous PBT on rounds: a trial that reaches a perturbation waits (paused, its resources freed) until the
-    whole population has, so the population advances together whatever the concurrency."""
-    return RoundsPBT(
-        rounds,
-        time_attr=ROUND,
-        perturbation_interval=pbt.interval,
-        hyperparam_mutations=mutations(search),
-        quantile_fraction=pbt.quantile,
-        resample_probability=pbt.resample_probability,
-        perturbation_factors=pbt.perturbation_factors,
-        custom_explore_fn=within_ranges(search),
-        log_config=False,  # the schedule is in each trial's checkpoint and metrics (tune/trainable.py)
-        synch=True,
-    )
+def make_scheduler(stopping: Stopping | None, rounds: int) -> TrialScheduler:
+    """The scheduler the space names, on rounds (ASHA by default); None: every trial runs every round."""
+    if isinstance(stopping, AshaConfig):
+        return ASHAScheduler(
+            time_attr=ROUND,
+            max_t=rounds,
+            grace_period=stopping.grace(rounds),
+            reduction_factor=stopping.reduction_factor,
+        )
+    if isinstance(stopping, HyperbandConfig):
+        return ResumableHyperBand(time_attr=ROUND, max_t=rounds, reduction_factor=stopping.reduction_factor)
+    if isinstance(stopping, MedianConfig):
+        return MedianStoppingRule(
+            time_attr=ROUND, grace_period=stopping.grace(rounds), min_samples_required=stopping.min_samples_required
+        )
+    return FIFOScheduler()
 
 
 @dataclass(frozen=True)
@@ -174,7 +196,7 @@ def make_search(
     resuming = resumed is not None
     if not variant.search:  # deterministic: repeating it would only repeat the same run
         return Search(None, FIFOScheduler(), 1)
-    num_samples = settings.num_samples
+    num_samples = trial_count(settings, variant.search)
     if settings.scheduler.pbt is not None:  # Ray's PBT admits no searcher: its population is drawn at random
         pbt = settings.scheduler.pbt
         population = {name: tune_domain(spec) for name, spec in variant.search.items()}
@@ -185,7 +207,7 @@ def make_search(
         )
         pbt_scheduler = make_pbt(pbt, variant.search, space.experiment_for(variant_name).rounds)
         return Search(generator, pbt_scheduler, num_samples, param_space=population, checkpoints_kept=pbt.interval + 2)
-    sampler = make_sampler(settings, variant_name, num_samples)
+    sampler = make_sampler(settings, variant_name, num_samples, variant.search)
     rdb = optuna_db.open_storage(optuna_storage) if optuna_storage else None
     study = None
     if rdb is not None:  # a fresh run never joins an earlier run's study
@@ -202,6 +224,8 @@ def make_search(
         # Optuna's enqueue_trial underneath; a second enqueue into a resumed study's storage would try them twice
         points_to_evaluate=[dict(point) for point in warm_start] if warm_start and not resuming else None,
     )
+    if rdb is not None and study is not None:
+        optuna_db.record_search(rdb, study, {"sampler": settings.sampler, "scheduler": settings.scheduler_name})
     scheduler = make_scheduler(settings.early_stopping, space.experiment_for(variant_name).rounds)
     return Search(
         algorithm, scheduler, num_samples, study, optuna_db.masked(optuna_storage) if study and optuna_storage else None

@@ -55,6 +55,8 @@ def test_a_parent_logs_its_trials_params_minus_the_searched_names_and_the_ranges
         "tuning_seeds": "0",  # every trial's training seed: the ablation holds it out
         "optuna_study": "s-full",
         "optuna_storage": "sqlite:///o.db",
+        "sampler": "tpe",  # how its trials were proposed and stopped
+        "scheduler": "asha",
     }
     assert trial.name == "full-004" and trial.tags == {"variant": "full", "method": "univarfl", "stage": "tune"}
     assert trial.description == "Trial 4 of variant `full` (method `univarfl`): `mu=0.25`."

@@ -18,7 +18,8 @@ from ray.tune.search import BasicVariantGenerator
 from raytune_fl.config import Distribution, ParamSchedule, Segment, VariantTrials, parse_space
 from raytune_fl.metrics import ROUND, TEST_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
 from raytune_fl.tune import trainable as trainable_module
-from raytune_fl.tune.search import make_search, mutations, within_ranges
+from raytune_fl.tune.pbt import mutations, within_ranges
+from raytune_fl.tune.search import make_search
 from tests.support import tiny_space
 
 SEARCH = {

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import optuna
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+import pytest
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, HyperBandScheduler, MedianStoppingRule
 
 from raytune_fl.config import parse_space
 from raytune_fl.runtime import optuna_storage as optuna_db
-from raytune_fl.tune.search import Resumed, make_search
-from tests.support import tiny_space
+from raytune_fl.tune.search import Resumed, grid_notice, make_search
+from tests.support import changed_space, tiny_space
 
 
 def _space(asha: bool = True):
@@ -47,3 +48,74 @@ def test_a_fresh_run_never_joins_an_earlier_study_and_a_resume_reopens_its_own(t
     assert resumed.optuna_study == first.optuna_study
     in_memory = make_search(space, "full", "s4")
     assert in_memory.optuna_study is None and in_memory.optuna_storage is None
+
+
+def test_hyperband_and_median_stopping_run_on_rounds_and_may_stop_early():
+    hyperband = parse_space(changed_space(("tune.scheduler", {"hyperband": {"reduction_factor": 2}})))
+    search = make_search(hyperband, "full", "stamp")
+    assert isinstance(search.scheduler, HyperBandScheduler) and search.may_stop_early
+    assert search.scheduler._time_attr == "round" and search.scheduler._max_t_attr == hyperband.base.rounds
+    assert search.scheduler._eta == 2
+    median = parse_space(changed_space(("tune.scheduler", {"median": {"min_samples_required": 2}})))
+    search = make_search(median, "full", "stamp")
+    assert isinstance(search.scheduler, MedianStoppingRule) and search.may_stop_early
+    assert search.scheduler._time_attr == "round" and search.scheduler._min_samples_required == 2
+    assert search.scheduler._grace_period == 3  # 80 % of tiny_space's 3 rounds, rounded up
+
+
+@pytest.mark.parametrize("num_samples", [3, 6])
+def test_a_grid_study_runs_its_grid_once_whatever_num_samples_says(num_samples):
+    space = parse_space(
+        changed_space(
+            ("tune.sampler", "grid"),
+            ("tune.num_samples", num_samples),
+            (
+                "variants.full.search",
+                {"mu": {"loguniform": [0.01, 1.0], "grid": [0.01, 0.1, 1.0]}, "lambda": {"choice": [1.0, 2.0]}},
+            ),
+        )
+    )
+    search = make_search(space, "full", "stamp")
+    assert search.num_samples == 6 and make_search(space, "fedavg", "stamp").num_samples == 1
+    notice = grid_notice(space.tune, search, "full")
+    if num_samples == 6:
+        assert notice is None
+    else:
+        assert notice == "[full] grid sampler: 6 grid points, each run once (tune.num_samples 3 does not apply)"
+    assert grid_notice(space.tune, make_search(space, "fedavg", "stamp"), "fedavg") is None
+
+
+def test_a_persisted_study_records_its_sampler_and_scheduler(tmp_path):
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    space = parse_space(changed_space(("tune.sampler", "qmc"), ("tune.scheduler", {"median": {}})))
+    search = make_search(space, "full", "s1", url)
+    study = optuna.load_study(study_name=search.optuna_study, storage=url)
+    assert study.user_attrs == {"sampler": "qmc", "scheduler": "median"}
+
+
+def test_the_summary_names_a_sampler_or_scheduler_other_than_tpe_and_asha():
+    from raytune_fl.cli.tune import search_line
+    from raytune_fl.config import TuneSettings
+
+    assert search_line(TuneSettings()) is None and search_line(TuneSettings(scheduler={"asha": None})) is None
+    assert search_line(TuneSettings(sampler="gp")) == (
+        "search: sampler gp, scheduler asha (tune.sampler, tune.scheduler)"
+    )
+    assert search_line(TuneSettings(scheduler={"median": {}})).startswith("search: sampler tpe, scheduler median")
+
+
+def test_a_restored_hyperband_puts_no_ended_trial_in_a_bracket():
+    """Tune's restore adds back the ended trials; one in a bracket would hold its bracket's trials paused for ever."""
+    from ray.tune.experiment import Trial
+
+    from raytune_fl.tune.search import ResumableHyperBand
+
+    scheduler = ResumableHyperBand(time_attr="round", metric="val_acc", mode="max", max_t=4)
+    ended, running = Trial("f", stub=True), Trial("f", stub=True)
+    ended.status = Trial.TERMINATED
+    scheduler.on_trial_add(None, ended)
+    scheduler.on_trial_add(None, running)
+    assert ended not in scheduler._trial_info and running in scheduler._trial_info
+    scheduler.on_trial_complete(None, ended, {})  # an ended trial's late news is no error
+    [bracket] = [b for band in scheduler._hyperbands for b in band if b is not None]
+    assert list(bracket._live_trials) == [running]
