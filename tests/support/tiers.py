@@ -302,6 +302,7 @@ NOT_COVERED: dict[str, frozenset[str]] = {
             "raytune_fl.tune.edges",
             "raytune_fl.tune.events",
             "raytune_fl.tune.importance",
+            "raytune_fl.tune.pbt",
             "raytune_fl.tune.search",
             "raytune_fl.tune.study",
             "raytune_fl.tune.trainable",

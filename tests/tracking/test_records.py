@@ -133,3 +133,17 @@ def test_the_records_import_neither_mlflow_nor_torch():
     code = "import sys, raytune_fl.tracking.records; print(sorted({'mlflow', 'torch'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_each_scheduler_is_described_in_words():
+    from raytune_fl.config import TuneSettings
+    from raytune_fl.tracking.describe import stopping_text
+
+    def text(scheduler):
+        return stopping_text(TuneSettings.model_validate({"sampler": "random", "scheduler": scheduler}), 10)
+
+    assert text({}) == "ASHA on rounds (grace 8, reduction 2)"
+    assert text({"hyperband": {}}) == "Hyperband on rounds (max 10, reduction 3)"
+    assert text({"median": {"grace_period": 3}}) == "median stopping on rounds (grace 3, at least 3 trials)"
+    assert text({"pbt": {"interval": 3}}) == "PBT over rounds (every 3 rounds, quantile 0.25)"
+    assert text({"asha": None}) == "no early stopping"
