@@ -381,7 +381,7 @@ class SchedulerConfig(_Strict):
         named = [name for name in SCHEDULERS if getattr(self, name) is not None]
         if len(named) > 1:
             raise ValueError(
-                f"{named[1]}: give at most one scheduler, one scheduler at a time (got {', '.join(named)}); drop "
+                f"{named[1]}: give at most one scheduler (got {', '.join(named)}): one scheduler at a time; drop "
                 "the others"
             )
         return self
@@ -498,9 +498,10 @@ class TuneSettings(_Strict):
     def _one_number_for_asha(self) -> TuneSettings:
         """A scheduler the file names ranks trials on one number; the default ASHA gives way to several objectives."""
         name = self.scheduler.name
-        if not self.multi_objective or name is None or name not in self.scheduler.model_fields_set:
+        # PBT's own check says why it needs one number (_pbt_needs_a_population)
+        if not self.multi_objective or name in (None, "pbt") or name not in self.scheduler.model_fields_set:
             return self
-        shown = {"asha": "ASHA", "hyperband": "Hyperband", "median": "the median stopping rule", "pbt": "PBT"}[name]
+        shown = {"asha": "ASHA", "hyperband": "Hyperband", "median": "the median stopping rule"}[name]
         raise ValueError(
             f"scheduler.{name}: {shown} stops trials by one number, and tune.metric lists {len(self.objectives)} "
             f"(a trial it cut may be on the Pareto front); set scheduler: {{{name}: null}} or select on one metric"
