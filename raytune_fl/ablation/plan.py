@@ -152,6 +152,20 @@ class AutoSeeds:
     start: int = AUTO_START  # seeds in the first round
 
 
+def _cell(
+    source: VariantSource, seed: int, setting: str, experiment: ExperimentConfig, split: int | None
+) -> AblationCell:
+    """The cell of `source` at `seed`, trained on `experiment` (on its partition seed `split`, if given)."""
+    if split is not None:
+        experiment = experiment.model_copy(
+            update={"partition": experiment.partition.model_copy(update={"seed": split})}
+        )
+    params, run_id = source.params, source.study_run_id
+    return AblationCell(
+        source.variant, source.method, seed, setting, experiment, params, run_id, split, source.schedule
+    )
+
+
 def build_cells(
     sources: dict[str, VariantSource],
     experiments: dict[str, ExperimentConfig],
@@ -164,41 +178,16 @@ def build_cells(
     partition.seed + 0..N-1: crossed with the training seeds, so runs pair by (seed, split) across variants); a
     variant in `optimizers` trains with its own optimiser in every setting."""
     optimizers = optimizers or {}
-    cells = []
+    cells: list[AblationCell] = []
     for setting, experiment in experiments.items():
         for source in (per_setting[setting] if per_setting else sources).values():
             for seed in seeds:
                 update = {"seed": seed, "optimizer": optimizers.get(source.variant, experiment.optimizer)}
-                if partition_seeds == 1:  # the setting's own split: the cells (keys, fingerprint) as they always were
-                    trained = experiment.model_copy(update=update)
-                    cells.append(
-                        AblationCell(
-                            source.variant,
-                            source.method,
-                            seed,
-                            setting,
-                            trained,
-                            source.params,
-                            source.study_run_id,
-                            schedule=source.schedule,
-                        )
-                    )
-                    continue
-                for offset in range(partition_seeds):
-                    split = experiment.partition.seed + offset
-                    partition = experiment.partition.model_copy(update={"seed": split})
-                    trained = experiment.model_copy(update={**update, "partition": partition})
-                    cells.append(
-                        AblationCell(
-                            source.variant,
-                            source.method,
-                            seed,
-                            setting,
-                            trained,
-                            source.params,
-                            source.study_run_id,
-                            split,
-                            source.schedule,
-                        )
-                    )
+                # one split: the setting's own (the cells' keys and fingerprints as they always were)
+                splits = (
+                    [None] if partition_seeds == 1 else [experiment.partition.seed + k for k in range(partition_seeds)]
+                )
+                cells.extend(
+                    _cell(source, seed, setting, experiment.model_copy(update=update), split) for split in splits
+                )
     return cells
