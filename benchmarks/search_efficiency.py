@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.search import axis, base_config
+from benchmarks.search import base_config
 from benchmarks.workload import WORKLOAD
 from raytune_fl.tune.selection import best_of
 from raytune_fl.tune.uncertainty import accuracy_se
@@ -316,13 +316,23 @@ def grid_points(budget: int, dimensions: int) -> int:
     return max(2, math.floor(budget ** (1 / dimensions) + 1e-9))  # 1e-9: 16 ** 0.5 is 4, not 3.99...
 
 
+def centred_axis(distribution: Mapping[str, Sequence[float]], points: int) -> list[float]:
+    """`points` grid values over a YAML range, each at the centre of one of `points` equal cells (log cells for
+    loguniform): a grid as a researcher lays it, inside the range; a 2-point grid of the ends tries only extremes."""
+    (kind, (low, high)), *_ = ((k, v) for k, v in distribution.items() if k in ("loguniform", "uniform"))
+    centres = [(i + 0.5) / points for i in range(points)]
+    if kind == "loguniform":
+        return [low * (high / low) ** c for c in centres]
+    return [low + (high - low) * c for c in centres]
+
+
 def searcher_space(name: str, budget: Budget) -> dict[str, Any]:
     """The search-space file a searcher's `tune.py` run takes: one variant per sampler seed."""
     searcher = SEARCHERS[name]
     search: dict[str, dict[str, Any]] = {k: dict(v) for k, v in SEARCH.items()}
     if searcher.grid:
         points = grid_points(budget.trials, len(search))
-        search = {k: {**v, "grid": axis(v, points)} for k, v in search.items()}
+        search = {k: {**v, "grid": centred_axis(v, points)} for k, v in search.items()}
     base = base_config(budget.rounds, actors=0)
     base["partition"] = {**base["partition"], "alpha": budget.main_alpha}
     variants = {f"{name}-{k}": {"method": METHOD, "search": search} for k in range(1, budget.seeds + 1)}

@@ -119,7 +119,8 @@ def test_each_searcher_runs_one_variant_per_seed_with_its_own_tune_settings():
     assert space["base"]["resources"]["actors"] == 0 and space["base"]["rounds"] == 10
     assert space["base"]["partition"]["val_fraction"] == 0.1
     grid = bench.searcher_space("grid", budget)["variants"]["grid-1"]["search"]
-    assert grid["server_lr"]["grid"] == pytest.approx([0.3, 0.3 * 10 ** (1 / 3), 0.3 * 10 ** (2 / 3), 3.0])  # 4 x 4
+    # 4 x 4, each value at the centre of a quarter of the range in log space
+    assert grid["server_lr"]["grid"] == pytest.approx([0.3 * 10 ** ((i + 0.5) / 4) for i in range(4)])
     assert grid["server_momentum"]["grid"] == pytest.approx([0.0, 0.95 / 3, 0.95 * 2 / 3, 0.95])
     assert bench.grid_points(10, 2) == 3 and bench.grid_points(3, 2) == 2
     assert bench.searcher_space("hyperband", budget)["tune"]["scheduler"] == {"asha": None, "hyperband": {}}
@@ -160,3 +161,9 @@ def test_a_searcher_this_trees_config_refuses_is_said_before_anything_runs(monke
 def test_the_pure_part_imports_neither_ray_nor_mlflow():
     code = "import sys, benchmarks.search_efficiency; print(sorted({'ray', 'mlflow', 'torch'} & set(sys.modules)))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
+def test_a_grid_axis_lies_at_the_centres_of_equal_cells_inside_the_range():
+    low, high = bench.centred_axis({"loguniform": [0.01, 1.0]}, 2)
+    assert math.isclose(low, 10**-1.5) and math.isclose(high, 10**-0.5)
+    assert bench.centred_axis({"uniform": [0.0, 1.0]}, 4) == [0.125, 0.375, 0.625, 0.875]
