@@ -121,7 +121,7 @@ def test_each_searcher_runs_one_variant_per_seed_with_its_own_tune_settings():
     grid = bench.searcher_space("grid", budget)["variants"]["grid-1"]["search"]
     # 4 x 4, each value at the centre of a quarter of the range in log space
     assert grid["server_lr"]["grid"] == pytest.approx([0.3 * 10 ** ((i + 0.5) / 4) for i in range(4)])
-    assert grid["server_momentum"]["grid"] == pytest.approx([0.0, 0.95 / 3, 0.95 * 2 / 3, 0.95])
+    assert grid["server_momentum"]["grid"] == pytest.approx([0.95 * (i + 0.5) / 4 for i in range(4)])
     assert bench.grid_points(10, 2) == 3 and bench.grid_points(3, 2) == 2
     assert bench.searcher_space("hyperband", budget)["tune"]["scheduler"] == {"asha": None, "hyperband": {}}
     assert bench.searcher_space("pbt", budget)["tune"]["sampler"] == "random"  # PBT's first population: random
