@@ -269,6 +269,11 @@ class VariantConfig(_Strict):
         return self
 
 
+def late_grace(given: int | None, rounds: int) -> int:
+    """The grace period a run of `rounds` rounds gets: the given one (at most `rounds`), else 80 % of them."""
+    return min(given or (4 * rounds + 4) // 5, rounds)  # ceil(0.8 rounds) in integers
+
+
 class AshaConfig(_Strict):
     # Early FL curves cross: on the benchmark workload (docs/explanation/workload.md; UniVarFL, 10 rounds) val_acc
     # at rounds 2-5 ranks 50 grid runs against their final order (Spearman -0.46 to -0.04), at round 8 with it
@@ -283,8 +288,7 @@ class AshaConfig(_Strict):
     )
 
     def grace(self, rounds: int) -> int:
-        """The grace period a run of `rounds` rounds gets: the given one (at most `rounds`), else 80 % of them."""
-        return min(self.grace_period or (4 * rounds + 4) // 5, rounds)  # ceil(0.8 rounds) in integers
+        return late_grace(self.grace_period, rounds)
 
 
 class PbtConfig(_Strict):
@@ -335,8 +339,7 @@ class MedianConfig(_Strict):
     )
 
     def grace(self, rounds: int) -> int:
-        """The grace period a run of `rounds` rounds gets: the given one (at most `rounds`), else 80 % of them."""
-        return min(self.grace_period or (4 * rounds + 4) // 5, rounds)
+        return late_grace(self.grace_period, rounds)
 
 
 # the schedulers a file may name, in SchedulerConfig's field order; asha is the one in force when none is named
