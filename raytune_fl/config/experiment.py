@@ -341,6 +341,51 @@ class BatchNormConfig(_Strict):
     )
 
 
+class PrivacyConfig(_Strict):
+    """Differential privacy (docs/explanation/privacy.md): client-level DP-FedAvg on the server (central) or DP-SGD
+    inside each client (local), with an accountant that reports the epsilon spent every round."""
+
+    mechanism: Literal["central", "local"] = Field(
+        default="central",
+        description="central = each client's whole update clipped, Gaussian noise on the server's sum (client-level "
+        "DP, clients Poisson-sampled); local = DP-SGD in each client (per-sample clipping and noise; sample-level DP)",
+    )
+    # 1.0: DP-FedAvg's and DP-SGD's usual starting point; worth searching (it trades bias against noise)
+    clip_norm: float = Field(
+        default=1.0,
+        gt=0,
+        description="L2 bound: central = on a client's whole update (every float entry it sends, flattened); local = "
+        "on each sample's gradient",
+    )
+    noise_multiplier: float | None = Field(
+        default=None,
+        ge=0,
+        description="the Gaussian noise's standard deviation over clip_norm; unset = 1.0, or derived from "
+        "target_epsilon",
+    )
+    target_epsilon: float | None = Field(
+        default=None,
+        gt=0,
+        description="the epsilon the planned rounds may spend: the noise multiplier is derived to spend exactly it "
+        "(refused when unreachable); instead of noise_multiplier",
+    )
+    # 1e-5: below 1/(the units protected) for the federations this runs (clients or samples in the thousands)
+    delta: float = Field(default=1.0e-5, gt=0, lt=1, description="the delta of the (epsilon, delta) guarantee")
+    accountant: Literal["rdp", "prv"] = Field(
+        default="rdp",
+        description="rdp = Renyi DP of the sampled Gaussian (this package's); prv = Opacus's privacy random variable "
+        "accountant (tighter; needs opacus)",
+    )
+
+    @model_validator(mode="after")
+    def _one_noise_setting(self) -> PrivacyConfig:
+        if self.noise_multiplier is not None and self.target_epsilon is not None:
+            raise ValueError(
+                "target_epsilon: set either noise_multiplier or target_epsilon (which derives the noise), not both"
+            )
+        return self
+
+
 class ExperimentConfig(_Strict):
     """One federated experiment: everything a trial needs except the method's hyperparameters."""
 
@@ -421,6 +466,11 @@ class ExperimentConfig(_Strict):
     )
     reproducibility: ReproducibilityConfig = Field(
         default=ReproducibilityConfig(), description="deterministic GPU kernels (off by default)"
+    )
+    privacy: PrivacyConfig | None = Field(
+        default=None,
+        description="differential privacy: central (DP-FedAvg) or local (DP-SGD), its clip norm, noise or target "
+        "epsilon, delta and accountant; unset = none",
     )
     checkpoint_every: int = Field(
         default=1, ge=0, description="rounds between trial checkpoints (what --resume restarts from); 0 = none"
