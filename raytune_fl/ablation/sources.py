@@ -8,6 +8,7 @@ from typing import Any
 
 from raytune_fl.ablation.grid import GridAxis, as_fields, settings
 from raytune_fl.config import ConfigError, ParamSchedule, SearchSpace
+from raytune_fl.config.privacy import variant_spec
 from raytune_fl.methods import METHODS
 from raytune_fl.tracking.store import StudyRecord, latest_study
 
@@ -27,7 +28,7 @@ class VariantSource:
 
 def variant_source(space: SearchSpace, name: str, study: StudyRecord | None) -> VariantSource:
     variant = space.variants[name]
-    spec = METHODS.get(variant.method)
+    spec = variant_spec(METHODS.get(variant.method))  # a tuned privacy.clip_norm is kept too
     if study is None:
         searched = f"; the method's defaults for the searched {', '.join(variant.search)}" if variant.search else ""
         note = f"no tuned study in MLflow: the YAML's fixed values{searched}"

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from raytune_fl.metrics import DIVERGED, DIVERGENCE_KEY, ROUND, ROUND_TIME_S, TEST_ACC, TRAIN_LOSS
+from raytune_fl.metrics import DIVERGED, DIVERGENCE_KEY, EPSILON, ROUND, ROUND_TIME_S, TEST_ACC, TRAIN_LOSS
 from raytune_fl.tracking.records import ENDED_STATUSES, ended_status
 from raytune_fl.tracking.schema import (
     TRIAL_COLLAPSED,
@@ -266,7 +266,9 @@ def status_line(state: ProgressState, final: bool = False) -> str:
 
 def _values(state: ProgressState, result: dict[str, Any]) -> str:
     keys = [state.metric] + [k for k in (TEST_ACC,) if k != state.metric]
-    return " ".join(f"{k}={result[k]:.4f}" for k in keys if isinstance(result.get(k), (int, float)))
+    text = " ".join(f"{k}={result[k]:.4f}" for k in keys if isinstance(result.get(k), (int, float)))
+    spent = result.get(EPSILON)  # base.privacy: the budget the trial spent
+    return text + (f" {EPSILON}={spent:.3g}" if isinstance(spent, (int, float)) and state.metric != EPSILON else "")
 
 
 def ended_line(state: ProgressState, trial: TrialProgress) -> str:

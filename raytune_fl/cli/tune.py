@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from raytune_fl.cli import common, progress, stopping
 from raytune_fl.config import ConfigError, Objective, SearchSpace, TuneSettings
-from raytune_fl.metrics import ROUND, TEST_ACC, VAL_ACC
+from raytune_fl.metrics import EPSILON, ROUND, TEST_ACC, VAL_ACC
 from raytune_fl.registry import UnknownNameError
 from raytune_fl.tracking.records import ENDED_STATUSES
 from raytune_fl.tracking.schema import TRIAL_ERROR, study_key
@@ -516,6 +516,8 @@ def _print_scores(outcomes: list, metric: str, val_samples: int | None) -> None:
             test = f"{TEST_ACC} {100 * m.get(TEST_ACC, nan):.1f} %"
         else:
             score, test = f"{metric}={m.get(metric, nan):.4f}", f"{TEST_ACC}={m.get(TEST_ACC, nan):.4f}"
+        if EPSILON in m:  # base.privacy: what the selected trial spent
+            test += f"  {EPSILON} {m[EPSILON]:.3g}"
         print(
             f"{o.variant:>16}: {score}  {test} (round {int(m.get(ROUND, 0))}) "
             f"[{params or 'no hyperparameters'}] trials {trial_counts(o.trials)} {o.wall_time_s:.0f}s"

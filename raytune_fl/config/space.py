@@ -210,7 +210,9 @@ class VariantConfig(_Strict):
 
         if data["method"] not in METHODS:
             return data  # said by _known_hyperparameters
-        params = METHODS.get(data["method"]).params
+        from raytune_fl.config.privacy import variant_spec
+
+        params = variant_spec(METHODS.get(data["method"])).params
         data = dict(data)
         if isinstance(data.get("fixed"), dict):
             data["fixed"] = {name: _typed(params.get(name), value) for name, value in data["fixed"].items()}
@@ -237,7 +239,9 @@ class VariantConfig(_Strict):
                 f"method: unknown method {self.method!r}; {did_you_mean(self.method, METHODS)}"
                 f"known: {', '.join(METHODS)}"
             )
-        spec = METHODS.get(self.method)
+        from raytune_fl.config.privacy import variant_spec
+
+        spec = variant_spec(METHODS.get(self.method))  # privacy.clip_norm and .noise_multiplier too
         for section in ("fixed", "search"):
             for name in getattr(self, section):
                 try:
@@ -729,6 +733,48 @@ class SearchSpace(_Strict):
                     f"tune.sampler: cmaes moves numbers, and variant {name!r} searches only choice lists "
                     f"({', '.join(variant.search)}); use tpe, random or grid for it"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _privacy_fits(self) -> SearchSpace:
+        """base.privacy against each variant, before Ray: its privacy settings need the section, a searched noise
+        excludes a target epsilon (which derives it), the method's server must read only the private mean (central),
+        and a central target epsilon must be reachable over the planned rounds."""
+        from raytune_fl.config.privacy import PRIVACY_PARAMS
+        from raytune_fl.methods import METHODS
+
+        privacy = self.base.privacy
+        for name, variant in self.variants.items():
+            for section in ("fixed", "search"):
+                named = [k for k in getattr(variant, section) if k in PRIVACY_PARAMS]
+                if named and privacy is None:
+                    raise ValueError(
+                        f"variants.{name}.{section}.{named[0]}: base.privacy is unset; set it (e.g. privacy: "
+                        "{mechanism: central}) to fix or search its settings per variant"
+                    )
+                if "privacy.noise_multiplier" in named and privacy is not None and privacy.target_epsilon is not None:
+                    raise ValueError(
+                        f"variants.{name}.{section}.privacy.noise_multiplier: base.privacy.target_epsilon derives the "
+                        "noise from the budget; unset one of them"
+                    )
+            why = METHODS.get(variant.method).central_privacy
+            if privacy is not None and privacy.mechanism == "central" and why:
+                raise ValueError(
+                    f"base.privacy.mechanism: central DP-FedAvg's server sees only the noisy mean of the clipped "
+                    f"updates, and variant {name!r} ({variant.method}) cannot run on it: {why}; drop the variant or "
+                    "use mechanism: local"
+                )
+        if privacy is not None and privacy.mechanism == "central" and privacy.target_epsilon is not None:
+            from raytune_fl.privacy.accountant import UnreachableEpsilon, noise_for_epsilon
+
+            try:
+                noise_for_epsilon(
+                    privacy.target_epsilon, self.base.participation, self.base.rounds, privacy.delta, privacy.accountant
+                )
+            except UnreachableEpsilon as error:
+                raise ValueError(
+                    f"base.privacy.target_epsilon: out of reach, {error}; raise the target or plan fewer rounds"
+                ) from None
         return self
 
     @model_validator(mode="after")

@@ -33,6 +33,7 @@ from raytune_fl.engine.fedbuff import BufferedAsync
 from raytune_fl.engine.local import LocalSettings, NonFiniteLossError
 from raytune_fl.engine.lr_schedule import LrSchedule
 from raytune_fl.engine.pool import ClientPool, InProcessPool, WorkerFailure
+from raytune_fl.engine.privacy import CentralPrivacy, LocalLedger, mechanism_noise
 from raytune_fl.engine.report import CLIENT_LOG_KEY, RoundReport
 from raytune_fl.engine.schedules import Schedule
 from raytune_fl.engine.synchronous import SynchronousRounds
@@ -162,6 +163,14 @@ def partial_sums(experiment: ExperimentConfig, method: Method) -> bool:
     splits by worker (aggregators/partial.py); for any other rule an EngineNotice, and a delta per client."""
     if not experiment.resources.partial_sums:
         return False
+    if experiment.privacy is not None and experiment.privacy.mechanism == "central":
+        warnings.warn(
+            "resources.partial_sums: under privacy.mechanism central each client's update is clipped on its own "
+            "before the sum; each client sends its own delta",
+            EngineNotice,
+            stacklevel=2,
+        )
+        return False
     aggregator = method.aggregator
     if method.buffer_size is None and isinstance(aggregator, Stateless) and aggregator.function is fedavg:
         return True
@@ -176,6 +185,16 @@ def partial_sums(experiment: ExperimentConfig, method: Method) -> bool:
 
 def in_process_pool(data: FederatedData, spec: WorkerSpec) -> ClientPool:
     return InProcessPool(ClientWorker(spec, data.dataset.x_train, data.dataset.y_train, data.train_parts))
+
+
+def privacy_of(experiment: ExperimentConfig, sizes: list[int]) -> CentralPrivacy | LocalLedger | None:
+    """The server's side of base.privacy: the private aggregation and ledger (central), or the ledger (local)."""
+    if experiment.privacy is None:
+        return None
+    noise = mechanism_noise(experiment, sizes)
+    if experiment.privacy.mechanism == "central":
+        return CentralPrivacy(experiment, noise, len(sizes))
+    return LocalLedger(experiment, noise, sizes)
 
 
 class Federation:
@@ -213,6 +232,7 @@ class Federation:
         self.round = 0  # rounds completed
         self.failures_total = 0  # worker deaths survived so far
         self.evaluator = Evaluator(self.data, self.model, exp.eval_batch_size, exp.diagnostics, exp.precision)
+        self.privacy = privacy_of(exp, sizes)
 
     @classmethod
     def of(cls, trial: TrialSpec, **kwargs: Any) -> Federation:
@@ -300,7 +320,9 @@ class Federation:
                 self.client_states[update.client_id] = update.state
         started = time.perf_counter()
         plain_statistics = self.experiment.batchnorm.aggregate == "mean"
-        if updates and updates[0].summed is not None:  # partial sums: FedAvg's rule, split by worker
+        if isinstance(self.privacy, CentralPrivacy):  # every round, one that drew nobody too: noise alone
+            self.weights = self.privacy.aggregate(self.method, self.weights, updates, round_index)
+        elif updates and updates[0].summed is not None:  # partial sums: FedAvg's rule, split by worker
             self.weights = fedavg_of_sums(self.weights, updates, plain_statistics)
         elif updates:  # everyone dropped, late or lost: the model stays as it was
             start = self.weights
@@ -309,6 +331,8 @@ class Federation:
                 self.weights = plain_mean_statistics(start, self.weights, updates)
             for client_id, state in self.method.aggregator.client_states().items():  # FedPAC's mixed classifiers
                 self.client_states[client_id] = {**(self.client_states.get(client_id) or {}), **state}
+        if isinstance(self.privacy, LocalLedger):
+            self.privacy.record(updates)
         self._aggregate_s = time.perf_counter() - started
         if not all(np.isfinite(v).all() for v in self.weights.values() if is_float_entry(v)):
             raise NonFiniteLossError("the aggregated model has NaN/Inf weights")
@@ -357,6 +381,8 @@ class Federation:
             }
         )
         metrics.update(self.schedule.round_metrics(updates))  # the simulated clock; FedBuff's staleness
+        if self.privacy is not None:
+            metrics.update(self.privacy.round_metrics(round_index, updates))  # epsilon so far
         metrics[CLIENT_LOG_KEY] = [dataclasses.asdict(record) for record in log]  # filed as an artifact
         evaluated_at = time.perf_counter()
         metrics[ROUND_TIME_S] = evaluated_at - started  # diagnostics below are timed apart
@@ -396,6 +422,8 @@ class Federation:
             "aggregator": self.method.aggregator.state_dict(),
             "failures_total": self.failures_total,
             **self.schedule.state_dict(),  # sim_time; "asynchronous": FedBuff's clients in flight and buffer
+            # local DP's steps per client (what epsilon is counted from); absent without privacy, as before it existed
+            **({"privacy": self.privacy.state_dict()} if self.privacy is not None else {}),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -405,3 +433,5 @@ class Federation:
         self.method.aggregator.load_state_dict(state["aggregator"])
         self.failures_total = int(state["failures_total"])
         self.schedule.load_state_dict(state)
+        if self.privacy is not None:
+            self.privacy.load_state_dict(state["privacy"])

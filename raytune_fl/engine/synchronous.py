@@ -21,11 +21,18 @@ from raytune_fl.metrics import SIM_TIME
 from raytune_fl.types import ClientUpdate
 
 
-def sample_clients(num_clients: int, participation: float, seed: int, round_index: int) -> list[int]:
+def sample_clients(
+    num_clients: int, participation: float, seed: int, round_index: int, poisson: bool = False
+) -> list[int]:
+    """The round's clients: `participation` x clients of them drawn without replacement, or (`poisson`, what
+    client-level DP's accountant assumes) each client independently with probability `participation`, so a round may
+    draw any number of them, none included."""
+    rng = np.random.default_rng([seed, round_index, 7])  # 7: a stream apart from the training seeds
+    if poisson:
+        return [int(c) for c in np.flatnonzero(rng.random(num_clients) < participation)]
     count = clients_per_round(participation, num_clients)
     if count >= num_clients:
         return list(range(num_clients))
-    rng = np.random.default_rng([seed, round_index, 7])  # 7: a stream apart from the training seeds
     return sorted(int(c) for c in rng.choice(num_clients, size=count, replace=False))
 
 
@@ -87,7 +94,8 @@ class SynchronousRounds:
 
     def _submit_round(self, host: RoundHost, pool: ClientPool, round_index: int) -> _SubmittedRound:
         exp = host.experiment
-        clients = sample_clients(host.data.num_clients, exp.participation, exp.seed, round_index)
+        central = exp.privacy is not None and exp.privacy.mechanism == "central"
+        clients = sample_clients(host.data.num_clients, exp.participation, exp.seed, round_index, poisson=central)
         plans = host.system.plan(clients, round_index)
         payload = host.method.aggregator.payload()
         jobs = [

@@ -341,6 +341,9 @@ class MethodSpec:
     # asynchronous buffered aggregation (FedBuff): its built Method has a `buffer_size`, and a run has no round
     # deadline. Declared here so that the config checks know it without building the method (torch)
     asynchronous: bool = False
+    # why its server cannot run under client-level DP, whose server sees only the noisy mean of the clipped client
+    # deltas ("" = it reads nothing else: the conformance suite checks that the mean alone gives its round)
+    central_privacy: str = ""
 
     def __post_init__(self) -> None:
         wrong = [key for key, param in self.params.items() if param.name != key]

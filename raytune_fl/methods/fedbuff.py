@@ -37,5 +37,6 @@ SPEC = register(
         as_fedavg=None,  # unweighted mean of a buffer of stale updates: no setting is FedAvg's round
         sequential="asynchronous: clients are dispatched and aggregated one arrival at a time",
         asynchronous=True,
+        central_privacy="its buffered asynchronous rounds aggregate arrivals, not a Poisson-sampled cohort",
     )
 )

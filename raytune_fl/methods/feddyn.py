@@ -72,5 +72,6 @@ SPEC = register(
         build,
         summary="local alpha (<w, lambda_k> + ||w - w_t||^2 / 2), lambda_k += Delta_k; server w + mean Delta + D/M",
         as_fedavg=None,  # D/M is an undamped extra step: no alpha gives FedAvg's round (limit tested by hand)
+        central_privacy="its server state moves with the sum of all clients' deltas over N, outside the noisy mean",
     )
 )

@@ -45,5 +45,6 @@ SPEC = register(
         build,
         summary="pairwise projection of conflicting client deltas, then the weighted mean",
         as_fedavg=None,
+        central_privacy="its server harmonises conflicting client deltas pairwise, reading each one",
     )
 )

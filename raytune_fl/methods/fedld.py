@@ -46,5 +46,6 @@ SPEC = register(
         build,
         summary="logit margin control + principal-gradient aggregation",
         as_fedavg={LAMBDA.name: 0.0, PRINCIPAL.name: False},
+        central_privacy="its principal-gradient server reads every client's delta, not only their mean",
     )
 )

@@ -29,5 +29,6 @@ SPEC = register(
         build,
         summary="deltas normalised by effective local steps (momentum-corrected), rescaled by their mean",
         as_fedavg=None,  # equals FedAvg only when every client takes the same number of steps (tested apart)
+        central_privacy="its server normalises each delta by that client's step count",
     )
 )

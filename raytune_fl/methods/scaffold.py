@@ -37,5 +37,6 @@ SPEC = register(
         build,
         summary="control variates c, c_i correct each local gradient by c - c_i (option II)",
         as_fedavg={},  # fresh state: c = c_i = 0, so no correction and FedAvg's aggregation
+        central_privacy="its server also reads each client's control-variate change, outside the clip and noise",
     )
 )

@@ -68,6 +68,11 @@ SIM_TIME: Final = "sim_time"
 STALENESS_MEAN: Final = "staleness_mean"
 STALENESS_MAX: Final = "staleness_max"
 
+# differential privacy (base.privacy; engine/privacy.py)
+EPSILON: Final = "epsilon"
+DP_NOISE_MULTIPLIER: Final = "dp_noise_multiplier"
+DP_CLIPPED_FRACTION: Final = "dp_clipped_fraction"
+
 # traffic: what the clients upload (engine/traffic.py)
 UPLOAD_BYTES: Final = "upload_bytes"
 UPLOAD_BYTES_PER_CLIENT: Final = "upload_bytes_per_client"
@@ -165,6 +170,13 @@ GROUPS: Final[Mapping[str, Mapping[str, str]]] = {
         SIM_TIME: "simulated time at the round's end: one unit is one local step of a client at the median speed",
         STALENESS_MEAN: "FedBuff: mean staleness of the aggregated updates (rounds completed since their client began)",
         STALENESS_MAX: "FedBuff: the largest staleness among them",
+    },
+    "differential privacy (base.privacy: docs/explanation/privacy.md)": {
+        EPSILON: "the epsilon spent so far at privacy.delta, by privacy.accountant: central = over the rounds run "
+        "(client-level); local = the largest over the clients of each one's local steps so far (sample-level)",
+        DP_NOISE_MULTIPLIER: "the noise multiplier in force (given, or derived from privacy.target_epsilon)",
+        DP_CLIPPED_FRACTION: "central: the share of the round's client updates the clip scaled down (a diagnostic "
+        "of the simulation, outside the accountant)",
     },
     "traffic (bytes the clients upload, engine/traffic.py)": {
         UPLOAD_BYTES: "bytes the round's aggregated updates carried, summed over their clients: the nbytes of every "

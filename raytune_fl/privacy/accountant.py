@@ -24,6 +24,8 @@ from functools import lru_cache
 import numpy as np
 from scipy import special
 
+from raytune_fl.errors import RaytuneFLError
+
 # fractional orders near 1 matter for large epsilons, large orders for small ones (dp-accounting's default set)
 ORDERS: tuple[float, ...] = (
     *(1 + x / 10 for x in range(1, 100)),
@@ -38,7 +40,7 @@ _MAX_TERMS = 100_000  # a fractional order's series that has not converged by th
 MAX_NOISE = 1.0e4  # a target epsilon that needs more noise than this is refused as unreachable
 
 
-class AccountantUnavailable(RuntimeError):
+class AccountantUnavailable(RuntimeError, RaytuneFLError):
     """The `prv` accountant asked for without Opacus installed."""
 
 
@@ -128,7 +130,10 @@ def rdp_epsilon(events: Sequence[GaussianSteps], delta: float, orders: Sequence[
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     rdp = np.array(
-        [sum(e.steps * step_rdp(e.noise_multiplier, e.sample_rate, float(a)) for e in events if e.steps) for a in orders]
+        [
+            sum(e.steps * step_rdp(e.noise_multiplier, e.sample_rate, float(a)) for e in events if e.steps)
+            for a in orders
+        ]
     )
     best = math.inf
     for order, value in zip(orders, rdp):
@@ -138,7 +143,7 @@ def rdp_epsilon(events: Sequence[GaussianSteps], delta: float, orders: Sequence[
             return 0.0
         if order > 1.01:
             best = min(best, value + math.log1p(-1 / order) - math.log(delta * order) / (order - 1))
-    return max(best, 0.0)
+    return float(max(best, 0.0))
 
 
 def prv_epsilon(events: Sequence[GaussianSteps], delta: float) -> float:
@@ -168,7 +173,7 @@ def epsilon(events: Sequence[GaussianSteps], delta: float, accountant: str = "rd
     raise ValueError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {accountant!r}")
 
 
-class UnreachableEpsilon(ValueError):
+class UnreachableEpsilon(ValueError, RaytuneFLError):
     """No noise multiplier up to MAX_NOISE keeps the planned steps within the target epsilon."""
 
 

@@ -18,6 +18,7 @@ from raytune_fl.metrics import (
     CLIENT_ACC_MEAN,
     CLIENT_ACC_VAR,
     CLIENT_ACC_WORST,
+    EPSILON,
     PERSONAL_VAL_ACC,
     ROUND,
     SCORES,
@@ -43,6 +44,7 @@ KEPT_METRICS = (
     CLIENT_ACC_VAR,
     SV_EFFECTIVE_RANK,
     PERSONAL_VAL_ACC,
+    EPSILON,  # base.privacy: the budget the selected trial spent
 )
 
 

@@ -128,6 +128,21 @@ class TestMethodConformance:
         float_keys = [k for k in weights if is_float_entry(weights[k])]
         _assert_same_weights({k: merged[k] for k in float_keys}, {k: weights[k] for k in float_keys}, exact=False)
 
+    def test_a_method_without_a_central_privacy_reason_gets_its_round_from_the_mean_update_alone(self, name):
+        # central DP hands the server one update, the (noisy) mean of the clipped deltas (engine/privacy.py): a
+        # method that declares no reason against it must aggregate equally weighted updates as it does their mean
+        if METHODS.get(name).central_privacy:
+            pytest.skip(f"{name} declares why its server cannot run on the mean alone")
+        weights = _initial()
+        server = _server(name, {})
+        updates = [_clone(u, u.client_id, 30) for u in _round(_worker(name, {}), server, weights, 1, {})]
+        mean = {k: np.mean([u.delta[k] for u in updates], axis=0, dtype=np.float64).astype(v.dtype)
+                for k, v in updates[0].delta.items()}  # fmt: skip
+        alone = ClientUpdate(0, num_samples=1, num_steps=1, delta=mean, buffers={}, metrics={})
+        from_all, from_mean = server.aggregate(weights, updates), _server(name, {}).aggregate(weights, [alone])
+        float_keys = [k for k in weights if is_float_entry(weights[k])]
+        _assert_same_weights({k: from_all[k] for k in float_keys}, {k: from_mean[k] for k in float_keys}, exact=False)
+
     def test_passes_check_method(self, name):
         # raytune_fl.testing.check_method, as a plugin author runs it: the state through a checkpoint (two rounds
         # uninterrupted equal two resumed after round 1, bit for bit, attributes included) and the round driver's

@@ -69,7 +69,8 @@ MLFLOW_READERS = {
 RANKS: list[tuple[str, ...]] = [
     ("raytune_fl.metrics",),  # the vocabulary: what a run reports, by name (standard library only)
     ("raytune_fl",),  # registry, types, weights, errors: plain Python and numpy
-    ("raytune_fl.aggregators", "raytune_fl.models", "raytune_fl.data", "raytune_fl.privacy"),  # the math, the networks, the data sets, the accountant
+    # the math, the networks, the data sets, differential privacy's accountant and mechanisms
+    ("raytune_fl.aggregators", "raytune_fl.models", "raytune_fl.data", "raytune_fl.privacy"),
     ("raytune_fl.methods",),  # specs, terms and hooks over aggregators and models
     ("raytune_fl.register",),  # the public registration functions plugins call (into the three registries above)
     ("raytune_fl.config",),  # experiments and search spaces, checked against the registries

@@ -58,6 +58,8 @@ NOT_UNIT: dict[str, frozenset[str]] = {
         {
             "data/test_download.py::test_download_true_fetches_a_real_format_archive_from_a_local_server_and_trains_on_it",
             "engine/test_local.py::test_a_size_one_final_batch_is_skipped",
+            "engine/test_privacy.py::test_a_central_federation_reports_the_accountants_epsilon_every_round_within_its_target",
+            "engine/test_privacy.py::test_a_central_federation_resumed_from_its_checkpoint_ends_with_the_same_model",
             "engine/test_one_loop.py::test_a_nan_term_stops_both_loops",
             "engine/test_precision.py::test_bf16_evaluation_is_close_to_fp32_and_keeps_float64_losses",
             "engine/test_precision.py::test_bf16_is_the_autocast_loop_bit_for_bit",
@@ -312,7 +314,6 @@ NOT_COVERED: dict[str, frozenset[str]] = {
     "its tests train a federation's rounds: the fast tier": frozenset(
         {
             "raytune_fl.engine.schedules",
-            "raytune_fl.engine.synchronous",
         }
     ),
     "reached only through a command, a store or a run of the fast tier: no unit test of its own yet": frozenset(
