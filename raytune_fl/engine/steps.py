@@ -129,7 +129,8 @@ def poisson_steps(
 ) -> list[ClientStep]:
     """Local DP-SGD's steps (privacy/local.py's plan): each step a Poisson batch, every one of the n samples in it
     independently with the plan's rate, then its augmentation numbers; `epochs` x ceil(n / batch_size) steps, or
-    exactly `budget`. A batch may be empty: it is still a step (noise only), as the accountant counts it."""
+    exactly `budget`. A batch may be empty: it is still a step (noise only), as the accountant counts it. The noise
+    is drawn on the same generator after all of them, step by step: a seed still replays."""
     plan = local_plan(n, settings.batch_size, epochs)
     per_epoch = max(plan.steps_per_round // epochs, 1)
     spec, cpu = settings.augment, torch.device("cpu")
