@@ -250,6 +250,10 @@ class _StackedClients:
         )
         return list(values)
 
+    def private_gradients(self, group: StepGroup, xb: Tensor, yb: Tensor) -> list[Tensor] | None:
+        # engine/federation.py's client_batch trains one client at a time under local DP-SGD
+        raise ValueError("resources.client_batch: local DP-SGD trains one client at a time")
+
     def flat_gradients(self, value: Tensor) -> Tensor:
         params = [self.params[name] for name in self.trainable]
         return flat_gradient(value.sum(), params, start_dim=1)[list(self.group_clients)]

@@ -78,6 +78,10 @@ class Clients(Protocol):
     def losses(self, group: StepGroup, xb: Tensor, yb: Tensor) -> list[Tensor]:
         """The group's loss, cross-entropy and each phase term (`step_losses`), one value per client of it."""
 
+    def private_gradients(self, group: StepGroup, xb: Tensor, yb: Tensor) -> list[Tensor] | None:
+        """Local DP-SGD (engine/dp_sgd.py): `.grad` set to the noisy mean of the clipped per-sample gradients; the
+        drawn samples' mean loss, cross-entropy and terms (None for an empty batch)."""
+
     def flat_gradients(self, value: Tensor) -> Tensor:
         """d value / d trainable parameters, per client of the group: (clients, parameters); `.grad` untouched."""
 
@@ -140,14 +144,19 @@ def _train_phase(run: LocalRound, phase: Phase, batching: Batching) -> None:
 def _take_step(run: LocalRound, clients: Clients, group: StepGroup, ids: list[int]) -> None:
     """One step of `group`'s clients (`ids`: the round's index of each)."""
     xb, yb = group.samples(run.data.x, run.data.y, run.settings.augment)
-    values = clients.losses(group, xb, yb)
-    if run.probe is not None:  # the first batch of every pass: early and late in the round
-        run.probe.measure(clients, group, ids, values, run.methods)
-    clients.zero_grad()
-    clients.objective(values[0]).sum().backward()  # a client's loss depends on its own parameters only
+    values: list[Tensor] | None
+    if run.settings.privacy is not None:  # no probe: its gradients are not privatised
+        values = clients.private_gradients(group, xb, yb)
+    else:
+        values = clients.losses(group, xb, yb)
+        if run.probe is not None:  # the first batch of every pass: early and late in the round
+            run.probe.measure(clients, group, ids, values, run.methods)
+        clients.zero_grad()
+        clients.objective(values[0]).sum().backward()  # a client's loss depends on its own parameters only
     clients.edit_gradients()
     rows = clients.update()
-    run.totals.add(ids, torch.stack([v.detach() for v in values], dim=-1).view(len(ids), -1), rows)
+    if values is not None:  # an empty DP-SGD batch has no loss: it is a step (noise only), not a loss to average
+        run.totals.add(ids, torch.stack([v.detach() for v in values], dim=-1).view(len(ids), -1), rows)
     for k in ids:
         run.contexts[k].steps += 1
 

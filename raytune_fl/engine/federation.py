@@ -36,6 +36,7 @@ from raytune_fl.engine.pool import ClientPool, InProcessPool, WorkerFailure
 from raytune_fl.engine.privacy import CentralPrivacy, LocalLedger, mechanism_noise
 from raytune_fl.engine.report import CLIENT_LOG_KEY, RoundReport
 from raytune_fl.engine.schedules import Schedule
+from raytune_fl.engine.steps import LocalPrivacy
 from raytune_fl.engine.synchronous import SynchronousRounds
 from raytune_fl.engine.system import ClientRecord, SystemModel
 from raytune_fl.engine.traffic import upload_metrics
@@ -87,7 +88,9 @@ def worker_spec(
         experiment.resources.channels_last,
     )
     batch = client_batch(experiment, data, method, model)
-    if batch > 1:  # torch's vmap cannot run channels-last kernels ("NYI: querying is_contiguous inside of vmap")
+    private = local_privacy(experiment)
+    # torch's vmap cannot run channels-last kernels ("NYI: querying is_contiguous inside of vmap"); DP-SGD vmaps too
+    if batch > 1 or private is not None:
         model = dataclasses.replace(model, channels_last=False)
     opt = experiment.optimizer
     augment = AugmentSpec(experiment.augment.crop_padding, experiment.augment.horizontal_flip)
@@ -101,8 +104,9 @@ def worker_spec(
         drop_last=experiment.drop_last,
         bn_running=experiment.batchnorm.local_training == "running",
         schedule=LrSchedule.of(opt.schedule, experiment.rounds),
-        probe_rounds=probe_rounds(experiment),
+        probe_rounds=frozenset() if private is not None else probe_rounds(experiment),  # unprivatised gradients
         precision=experiment.precision,
+        privacy=private,
     )
     local_statistics = experiment.batchnorm.aggregate == "local"
     deterministic = experiment.reproducibility.deterministic
@@ -117,6 +121,14 @@ def worker_spec(
         deterministic=deterministic,
         client_batch=batch,
     )
+
+
+def local_privacy(experiment: ExperimentConfig) -> LocalPrivacy | None:
+    """privacy.mechanism: local's clip and noise for the clients' DP-SGD; None without it."""
+    p = experiment.privacy
+    if p is None or p.mechanism != "local":
+        return None
+    return LocalPrivacy(p.clip_norm, p.noise_multiplier if p.noise_multiplier is not None else 1.0)
 
 
 def probe_rounds(experiment: ExperimentConfig) -> frozenset[int]:
@@ -143,6 +155,8 @@ def client_batch(experiment: ExperimentConfig, data: FederatedData, method: str,
     if resources.client_batch == 1:
         return 1
     reason = METHODS.get(method).sequential
+    if experiment.privacy is not None and experiment.privacy.mechanism == "local":
+        reason = "local DP-SGD clips each sample's gradient in the one-client loop only"
     if reason:
         # stacklevel 2: the notice names the call that resolved the batch (worker_spec), not this line
         warnings.warn(

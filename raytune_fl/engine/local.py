@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from raytune_fl.engine.client_step import LocalData, LocalRound, flat_gradient, step_losses, train_round
+from raytune_fl.engine.dp_sgd import PrivateStep, private_problem
 from raytune_fl.engine.precision import LossScaler, UnscaledStep, loss_scaler, mixed_forward
 from raytune_fl.engine.sgd import PlainSGD
 from raytune_fl.engine.steps import (
@@ -24,6 +25,7 @@ from raytune_fl.engine.steps import (
     set_phase_modes,
 )
 from raytune_fl.methods.base import Batch, ClientContext, Method
+from raytune_fl.privacy.local import local_plan
 
 # the settings, result and error are defined in engine/steps.py (both loops use them) and imported from here
 __all__ = [
@@ -83,11 +85,25 @@ class _OneClient:
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = PlainSGD(trainable, lr=plan.lr, momentum=settings.momentum, weight_decay=settings.weight_decay)
         self.stepper: UnscaledStep | None = None  # fp16: the unscaled step GradScaler takes
+        self.private: PrivateStep | None = None
+        if settings.privacy is not None:
+            problem = private_problem(self.model, self.method, settings)
+            if problem:
+                raise ValueError(f"privacy.mechanism: local: {problem}")
+            expected = local_plan(self.ctx.x.shape[0], settings.batch_size, plan.epochs).expected_batch
+            self.private = PrivateStep(settings.privacy, expected, run.generators[0])
 
     def losses(self, group: StepGroup, xb: Tensor, yb: Tensor) -> list[Tensor]:
         logits, z = self.forward(self.model, xb)  # float32 outputs under every precision: the terms are fp32
         batch = Batch(xb, yb, logits, z, self.model, self.num_classes)
         return step_losses(batch, self.plan.terms, [term.weight for term in self.plan.terms])
+
+    def private_gradients(self, group: StepGroup, xb: Tensor, yb: Tensor) -> list[Tensor] | None:
+        assert self.private is not None  # set where settings.privacy is
+        grads, values = self.private.gradients(self.model, self.plan.terms, self.num_classes, xb, yb)
+        for p, g in zip(self.optimizer.params, grads):
+            p.grad = g
+        return None if values is None else list(values.unbind())
 
     def flat_gradients(self, value: Tensor) -> Tensor:
         return flat_gradient(value, self.optimizer.params).unsqueeze(0)

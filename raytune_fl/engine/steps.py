@@ -26,6 +26,16 @@ from raytune_fl.engine.precision import Precision
 from raytune_fl.errors import RaytuneFLError
 from raytune_fl.methods.base import ClientContext, LocalTerm, Method, Phase
 from raytune_fl.metrics import LOCAL_CE, LOCAL_LOSS, TERM_PREFIX
+from raytune_fl.privacy.local import local_plan
+
+
+@dataclass(frozen=True)
+class LocalPrivacy:
+    """Local DP-SGD (privacy.mechanism: local): each sample's gradient clipped to `clip_norm` in L2, Gaussian noise
+    of standard deviation `noise_multiplier * clip_norm` added to their sum (engine/dp_sgd.py)."""
+
+    clip_norm: float
+    noise_multiplier: float
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,7 @@ class LocalSettings:
     schedule: LrSchedule = LrSchedule()  # `lr` is the base rate; `for_round` applies the schedule
     probe_rounds: frozenset[int] = frozenset()  # rounds that measure gradient norms (diagnostics.gradient_norms)
     precision: Precision = "fp32"  # the forward pass in autocast (engine/precision.py); fp32: no autocast at all
+    privacy: LocalPrivacy | None = None  # local DP-SGD: Poisson batches (`poisson_steps`), clipped noisy gradients
 
     def for_round(self, round_index: int) -> LocalSettings:
         """These settings at the learning rate of round `round_index` (the same object when the rate is constant)."""
@@ -91,6 +102,8 @@ def client_steps(
     the same numbers on every device. Nothing else reads the generator while the client trains, so drawing every
     pass before the first step gives the numbers drawing each pass before its own steps would.
     """
+    if settings.privacy is not None:
+        return poisson_steps(n, settings, generator, epochs, budget)
     steps: list[ClientStep] = []
     spec = settings.augment
     for _ in range(epochs if budget is None else budget):  # a step budget takes at most one pass per step
@@ -108,6 +121,30 @@ def client_steps(
                 offsets = draws.offsets[:, begin : begin + size] if spec.crop_padding else None
                 flips = draws.flips[begin : begin + size] if spec.horizontal_flip else None
             steps.append(ClientStep(order[start : start + size], offsets, flips, number == 0))
+    return steps
+
+
+def poisson_steps(
+    n: int, settings: LocalSettings, generator: torch.Generator, epochs: int, budget: int | None
+) -> list[ClientStep]:
+    """Local DP-SGD's steps (privacy/local.py's plan): each step a Poisson batch, every one of the n samples in it
+    independently with the plan's rate, then its augmentation numbers; `epochs` x ceil(n / batch_size) steps, or
+    exactly `budget`. A batch may be empty: it is still a step (noise only), as the accountant counts it. The noise
+    is drawn on the same generator after all of them, step by step: a seed still replays."""
+    plan = local_plan(n, settings.batch_size, epochs)
+    per_epoch = max(plan.steps_per_round // epochs, 1)
+    spec, cpu = settings.augment, torch.device("cpu")
+    steps: list[ClientStep] = []
+    for number in range(plan.steps_per_round if budget is None else budget):
+        # float64: the comparison is a Bernoulli draw of the rate to within 2^-53, not float32's 2^-24
+        chosen = torch.rand(n, generator=generator, dtype=torch.float64, device="cpu") < plan.sample_rate
+        index = chosen.nonzero().flatten()
+        offsets = flips = None
+        if spec.active:
+            draws = AugmentDraws.draw(spec, [index.numel()], generator, cpu)
+            offsets = draws.offsets if spec.crop_padding else None
+            flips = draws.flips if spec.horizontal_flip else None
+        steps.append(ClientStep(index, offsets, flips, number % per_epoch == 0))
     return steps
 
 

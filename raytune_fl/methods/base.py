@@ -83,6 +83,9 @@ class ClientHook:
     # hooks read during the round (set in on_round_start); a batch of clients stacks them along a first dimension.
     per_client: tuple[str, ...] = ()
     batchable: bool = True  # False: this hook cannot run on stacked clients (its method trains one at a time)
+    # False: this hook cannot run under local DP-SGD (privacy.mechanism: local): its loss couples a batch's samples,
+    # so it has no per-sample value to clip, or it reports statistics of the client's data that no noise covers
+    per_sample: bool = True
     # attributes that hold nothing the next round reads (set afresh each round): the state check skips them
     transient: tuple[str, ...] = ()
 
@@ -338,6 +341,9 @@ class MethodSpec:
     # why the method trains its clients one at a time even with resources.client_batch > 1 ("" = it vectorises;
     # tests/engine/test_client_batch.py checks this against the built method's hooks)
     sequential: str = ""
+    # why the method cannot train under local DP-SGD, which clips each sample's gradient ("" = it can; the config
+    # checks refuse the rest; tests/engine/test_dp_sgd.py checks this against the built method's hooks)
+    per_sample: str = ""
     # asynchronous buffered aggregation (FedBuff): its built Method has a `buffer_size`, and a run has no round
     # deadline. Declared here so that the config checks know it without building the method (torch)
     asynchronous: bool = False

@@ -73,5 +73,7 @@ SPEC = register(
         summary="FedAvg + alignment of a width-reduced final block's Lipschitz estimate to the full block's",
         as_fedavg={MU.name: 0.0},
         sequential="each step also runs a width-reduced copy of the final block",
+        per_sample="its term re-runs the final block with BatchNorm on the batch's statistics, and its official "
+        "scale is the batch's cross-entropy over the batch's Lipschitz gap",
     )
 )

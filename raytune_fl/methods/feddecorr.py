@@ -48,6 +48,7 @@ FORM = Param(
 )
 EPS = Param(float, 1e-8, "added to each column's variance before the square root", name="eps", gt=0)
 DECORRELATION = (BETA, FORM, EPS)  # the term's hyperparameters, on its own and stacked on another method
+COUPLED = "its decorrelation term standardises z over the batch: a sample's term depends on the others"
 
 
 def _term(params: dict[str, Any]) -> LocalTerm:
@@ -84,6 +85,7 @@ def stacked(base: MethodSpec) -> MethodSpec:
         derived=base.derived,
         as_fedavg=None if base.as_fedavg is None else {**base.as_fedavg, BETA.name: 0.0},
         sequential=base.sequential,
+        per_sample=COUPLED,
         asynchronous=base.asynchronous,
     )
 
@@ -95,5 +97,6 @@ SPEC = register(
         build,
         summary="FedAvg + decorrelation of the representation's columns",
         as_fedavg={BETA.name: 0.0},
+        per_sample=COUPLED,
     )
 )

@@ -87,5 +87,6 @@ SPEC = register(
         summary="classifier phase, then body aligned to global class centroids; classifiers mixed by a QP",
         as_fedavg={LAMBDA.name: 0.0, CLASSIFIER_EPOCHS.name: 0, MIX.name: False},
         central_privacy="its server reads each client's class statistics and mixes classifiers per client",
+        per_sample="each client reports its class means and feature statistics, which no noise covers",
     )
 )

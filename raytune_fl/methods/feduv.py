@@ -57,5 +57,6 @@ SPEC = register(
         summary="classifier std hinge + RBF uniformity",
         derived={LAMBDA.name: "D/4 (paper) or 2.5 (official)"},
         as_fedavg={MU.name: 0.0, LAMBDA.name: 0.0},
+        per_sample="its variance and uniformity terms are statistics of the whole batch (a variance, pairwise kernels)",
     )
 )

@@ -51,5 +51,6 @@ SPEC = register(
         summary="q-FedAvg: client deltas re-weighted by F_k^q (global-model loss), Lipschitz step L = 1/lr",
         as_fedavg={Q.name: 0.0},
         central_privacy="its server reads each client's loss and scales each delta by it",
+        per_sample="each client reports the global model's loss over all its data, which no noise covers",
     )
 )

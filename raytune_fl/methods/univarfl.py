@@ -40,5 +40,6 @@ SPEC = register(
         derived={LAMBDA.name: "D/4"},
         summary="classifier variance hinge + hyperspherical energy",
         as_fedavg={MU.name: 0.0, LAMBDA.name: 0.0},
+        per_sample="its variance and energy terms are statistics of the whole batch (a variance, pairs of samples)",
     )
 )

@@ -16,10 +16,16 @@ MODELS: Registry[Callable[..., nn.Module]] = Registry(
     "model",
     homes={
         "simple_cnn": "raytune_fl.models.simple_cnn",
+        "simple_cnn_gn": "raytune_fl.models.simple_cnn",
         "resnet18": "raytune_fl.models.resnet",
         "resnet50": "raytune_fl.models.resnet",
     },
 )
+
+
+# built-in models without BatchNorm, known without torch: local DP-SGD refuses the others in train mode
+# (config/local_dp.py); a plugin's model is inspected once built
+BATCHNORM_FREE: frozenset[str] = frozenset({"simple_cnn_gn"})
 
 
 def build_model(name: str, in_channels: int, num_classes: int, image_size: tuple[int, int]) -> nn.Module:

@@ -11,7 +11,12 @@ from raytune_fl.models.registry import MODELS, build_model
 
 # ---- models: factory(in_channels, num_classes, image_size) -> forward returns (logits, representation) ---------
 
-MODEL_INPUTS = {"simple_cnn": [(1, 28), (3, 32)], "resnet18": [(3, 32)], "resnet50": [(3, 32)]}
+MODEL_INPUTS = {
+    "simple_cnn": [(1, 28), (3, 32)],
+    "simple_cnn_gn": [(1, 28), (3, 32)],
+    "resnet18": [(3, 32)],
+    "resnet50": [(3, 32)],
+}
 
 
 def test_every_model_has_a_case():

@@ -29,3 +29,16 @@ def test_simple_cnn_any_image_size(channels, size, classes):
 def test_unknown_model_lists_known():
     with pytest.raises(UnknownNameError, match="unknown model 'resnet999'; known: resnet18, resnet50, simple_cnn"):
         MODELS.get("resnet999")
+
+
+def test_simple_cnn_gn_is_simple_cnn_with_group_norm_that_normalises_each_sample_alone():
+    torch.manual_seed(0)
+    plain, grouped = build_model("simple_cnn", 1, 10, (28, 28)), build_model("simple_cnn_gn", 1, 10, (28, 28))
+    # GroupNorm's affine weight and bias replace BatchNorm's: the same 161,306 parameters, no running statistics
+    assert parameter_count(grouped) == parameter_count(plain) == 161_306
+    kinds = [type(m).__name__ for m in grouped.modules() if "Norm" in type(m).__name__]
+    assert kinds == ["GroupNorm"] * 10 and list(grouped.buffers()) == []
+    assert [p.shape for p in grouped.parameters()] == [p.shape for p in plain.parameters()]
+    x = torch.randn(3, 1, 28, 28)
+    together, alone = grouped.train()(x)[0], grouped(x[1:2])[0]  # train mode: no sample sees another
+    torch.testing.assert_close(together[1:2], alone, rtol=1e-5, atol=1e-6)

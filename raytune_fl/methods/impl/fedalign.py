@@ -15,6 +15,7 @@ EPS = 1e-8  # guards the official scale's division by L_lip
 class LipschitzAlignment(LocalTerm):
     batchable = False  # runs a width-reduced copy of the model each step
     name = "lipschitz"  # logged unweighted as term_lipschitz
+    per_sample = False  # the reduced block's BatchNorm on batch statistics; the official scale: batch means' ratio
 
     def __init__(self, weight: float, width: float, scale: str) -> None:
         super().__init__(weight)

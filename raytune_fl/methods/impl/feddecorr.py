@@ -10,6 +10,7 @@ from raytune_fl.methods.losses import DecorrForm, decorrelation
 
 class Decorrelation(LocalTerm):
     name = "decorr"  # logged unweighted as term_decorr
+    per_sample = False  # the columns are standardised over the batch
 
     def __init__(self, weight: float, form: DecorrForm, eps: float) -> None:
         super().__init__(weight)

@@ -19,6 +19,8 @@ class MarginControl(LocalTerm):
     def __init__(self, weight: float, fidelity: Fidelity = "paper") -> None:
         super().__init__(weight)
         self.fidelity = fidelity
+        # the official form's one Frobenius norm over the whole batch couples its samples; the paper's is per sample
+        self.per_sample = fidelity == "paper"
 
     def loss(self, batch: Batch) -> Tensor:
         return margin_control(batch.logits, self.fidelity)

@@ -58,6 +58,7 @@ class PersonalClassifier(ClientHook):
 
     name = NAME
     per_client = ("targets",)  # read by CentroidAlignment at every step
+    per_sample = False  # reports class means and feature statistics of the client's data, with no noise
 
     def __init__(self, num_classes: int) -> None:
         self.num_classes = num_classes

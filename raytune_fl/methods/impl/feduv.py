@@ -13,6 +13,7 @@ from raytune_fl.methods.losses import Statistic, classifier_variance, rbf_unifor
 
 class ClassifierVariance(LocalTerm):
     name = "variance"
+    per_sample = False  # a variance over the batch's samples
 
     def __init__(self, weight: float, statistic: Statistic) -> None:
         super().__init__(weight)
@@ -31,6 +32,7 @@ KERNEL_OPTIONS: dict[str, dict[str, Any]] = {
 
 class RbfUniformity(LocalTerm):
     name = "uniformity"
+    per_sample = False  # a kernel over pairs of the batch's samples
 
     def __init__(self, weight: float, sigma: float | Literal["median"], fidelity: str = "paper") -> None:
         super().__init__(weight)

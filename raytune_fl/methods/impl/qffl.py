@@ -19,6 +19,7 @@ class GlobalLoss(ClientHook):
     """F_k: the global model's mean cross-entropy on this client's data, measured before any local step."""
 
     name = NAME
+    per_sample = False  # reports the client's loss over all its data, with no noise
     batch_size = 512  # evaluation only: no gradients kept, so larger than a training batch
 
     @torch.no_grad()

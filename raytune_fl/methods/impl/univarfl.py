@@ -10,6 +10,7 @@ from raytune_fl.methods.losses import hyperspherical_energy
 
 class HypersphericalEnergy(LocalTerm):
     name = "energy"
+    per_sample = False  # an energy over pairs of the batch's samples
 
     def __init__(self, weight: float, eps: float, include_diagonal: bool) -> None:
         super().__init__(weight)
