@@ -21,7 +21,8 @@ def local_dp_problem(experiment: ExperimentConfig, method: MethodSpec, model: ob
     if method.per_sample:
         return (
             f"base.privacy.mechanism: local DP-SGD clips each sample's gradient, and method {method.name!r} has no "
-            f"per-sample loss: {method.per_sample}; use privacy.mechanism: central"
+            f"per-sample loss: {method.per_sample}"
+            + ("" if method.central_privacy else "; use privacy.mechanism: central")
         )
     if experiment.precision != "fp32":
         return f"base.precision: local DP-SGD (privacy.mechanism: local) runs in fp32 only, got {experiment.precision}"

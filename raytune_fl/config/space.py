@@ -25,6 +25,7 @@ from raytune_fl.metrics import (
     CLIENT_ACC_STD,
     CLIENT_ACC_VAR,
     CLIENT_ACC_WORST,
+    EPSILON,
     ROUND_TIME_S,
     VAL_ACC,
     VAL_LOSS,
@@ -416,6 +417,7 @@ OBJECTIVES: dict[str, str] = {
     CLIENT_ACC_STD: "min",
     CLIENT_ACC_VAR: "min",
     ROUND_TIME_S: "min",
+    EPSILON: "min",  # base.privacy: the budget spent (accuracy against it: the privacy-utility front)
 }
 Mode = Literal["max", "min"]
 Sampler = Literal["tpe", "random", "grid", "gp", "cmaes", "qmc"]
@@ -643,6 +645,8 @@ class SearchSpace(_Strict):
 
     @model_validator(mode="after")
     def _objectives_are_measured(self) -> SearchSpace:
+        if EPSILON in (o.metric for o in self.tune.objectives) and self.base.privacy is None:
+            raise ValueError(f"tune.metric: {EPSILON} is measured under base.privacy, which is unset; set it")
         spread = [o.metric for o in self.tune.objectives if o.metric.startswith("client_acc_")]
         if spread and not self.base.diagnostics.client_accuracy:
             raise ValueError(
@@ -740,6 +744,7 @@ class SearchSpace(_Strict):
         """base.privacy against each variant, before Ray: its privacy settings need the section, a searched noise
         excludes a target epsilon (which derives it), the method's server must read only the private mean (central),
         and a central target epsilon must be reachable over the planned rounds."""
+        from raytune_fl.config.local_dp import local_dp_problem
         from raytune_fl.config.privacy import PRIVACY_PARAMS
         from raytune_fl.methods import METHODS
 
@@ -757,7 +762,11 @@ class SearchSpace(_Strict):
                         f"variants.{name}.{section}.privacy.noise_multiplier: base.privacy.target_epsilon derives the "
                         "noise from the budget; unset one of them"
                     )
-            why = METHODS.get(variant.method).central_privacy
+            spec = METHODS.get(variant.method)
+            problem = local_dp_problem(self.experiment_for(name), spec)
+            if problem:
+                raise ValueError(f"{problem} (variant {name!r})")
+            why = spec.central_privacy
             if privacy is not None and privacy.mechanism == "central" and why:
                 raise ValueError(
                     f"base.privacy.mechanism: central DP-FedAvg's server sees only the noisy mean of the clipped "

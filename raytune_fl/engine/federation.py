@@ -88,7 +88,7 @@ def worker_spec(
         experiment.resources.channels_last,
     )
     batch = client_batch(experiment, data, method, model)
-    private = local_privacy(experiment)
+    private = local_privacy(experiment, data)
     # torch's vmap cannot run channels-last kernels ("NYI: querying is_contiguous inside of vmap"); DP-SGD vmaps too
     if batch > 1 or private is not None:
         model = dataclasses.replace(model, channels_last=False)
@@ -123,12 +123,13 @@ def worker_spec(
     )
 
 
-def local_privacy(experiment: ExperimentConfig) -> LocalPrivacy | None:
-    """privacy.mechanism: local's clip and noise for the clients' DP-SGD; None without it."""
+def local_privacy(experiment: ExperimentConfig, data: FederatedData) -> LocalPrivacy | None:
+    """privacy.mechanism: local's clip and noise for the clients' DP-SGD (the noise given, or derived from
+    target_epsilon over these clients: engine/privacy.py); None without it."""
     p = experiment.privacy
     if p is None or p.mechanism != "local":
         return None
-    return LocalPrivacy(p.clip_norm, p.noise_multiplier if p.noise_multiplier is not None else 1.0)
+    return LocalPrivacy(p.clip_norm, mechanism_noise(experiment, [len(part) for part in data.train_parts]))
 
 
 def probe_rounds(experiment: ExperimentConfig) -> frozenset[int]:

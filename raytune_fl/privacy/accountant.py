@@ -54,58 +54,37 @@ class GaussianSteps:
     steps: int
 
 
-def _log_add(a: float, b: float) -> float:
-    high, low = max(a, b), min(a, b)
-    return high if low == -math.inf else high + math.log1p(math.exp(low - high))
-
-
-def _log_sub(a: float, b: float) -> float:
-    """log(exp(a) - exp(b)), a >= b."""
-    if b == -math.inf:
-        return a
-    if a == b:
-        return -math.inf
-    return a + math.log(-math.expm1(b - a))
-
-
 def _log_moment_integer(q: float, sigma: float, alpha: int) -> float:
     """log A_alpha for an integer order: sum_k C(alpha, k) q^k (1-q)^(alpha-k) exp((k^2 - k) / (2 sigma^2))."""
-    total = -math.inf
-    for k in range(alpha + 1):
-        term = (
-            math.log(special.comb(alpha, k, exact=True))
-            + k * math.log(q)
-            + (alpha - k) * math.log1p(-q)
-            + (k * k - k) / (2 * sigma * sigma)
-        )
-        total = _log_add(total, term)
-    return total
-
-
-def _log_half_erfc(x: float) -> float:
-    """log(erfc(x) / 2), stable for large x."""
-    return float(special.log_ndtr(-x * math.sqrt(2)))  # erfc(x) / 2 = Phi(-x sqrt 2)
+    k = np.arange(alpha + 1, dtype=np.float64)
+    log_binomial = special.gammaln(alpha + 1) - special.gammaln(k + 1) - special.gammaln(alpha - k + 1)
+    terms = log_binomial + k * math.log(q) + (alpha - k) * math.log1p(-q) + (k * k - k) / (2 * sigma * sigma)
+    return float(special.logsumexp(terms))
 
 
 def _log_moment_fractional(q: float, sigma: float, alpha: float) -> float:
     """log A_alpha for a fractional order: the two series over the binomial coefficients of alpha (which alternate in
-    sign beyond alpha), each term weighted by a Gaussian tail beyond z0; summed until the terms vanish."""
-    below, above = -math.inf, -math.inf  # the parts of A_alpha from (-inf, z0] and [z0, inf)
+    sign beyond alpha), each term weighted by a Gaussian tail beyond z0, summed up to the first term at which both
+    series' terms are below e^-30 (where the libraries stop too), in blocks of terms at a time."""
     z0 = sigma * sigma * math.log(1 / q - 1) + 0.5
-    for i in range(_MAX_TERMS):
-        coefficient = special.binom(alpha, i)
+    count = 256
+    while count <= _MAX_TERMS:
+        i = np.arange(count, dtype=np.float64)
         j = alpha - i
-        log_c = math.log(abs(coefficient))
-        low = log_c + i * math.log(q) + j * math.log1p(-q) + (i * i - i) / (2 * sigma * sigma)
-        low += _log_half_erfc((i - z0) / (math.sqrt(2) * sigma))
-        high = log_c + j * math.log(q) + i * math.log1p(-q) + (j * j - j) / (2 * sigma * sigma)
-        high += _log_half_erfc((z0 - j) / (math.sqrt(2) * sigma))
-        if coefficient > 0:
-            below, above = _log_add(below, low), _log_add(above, high)
-        else:
-            below, above = _log_sub(below, low), _log_sub(above, high)
-        if max(low, high) < -30:  # the remaining terms are below e^-30 of A_alpha's scale
-            return _log_add(below, above)
+        coefficient = special.binom(alpha, i)
+        with np.errstate(divide="ignore"):  # a coefficient that underflows to 0 is a term of 0
+            log_c = np.log(np.abs(coefficient))
+        below = log_c + i * math.log(q) + j * math.log1p(-q) + (i * i - i) / (2 * sigma * sigma)
+        below += special.log_ndtr((z0 - i) / sigma)  # the tail of (-inf, z0]
+        above = log_c + j * math.log(q) + i * math.log1p(-q) + (j * j - j) / (2 * sigma * sigma)
+        above += special.log_ndtr((j - z0) / sigma)  # ... and of [z0, inf)
+        vanished = np.flatnonzero(np.maximum(below, above) < -30)
+        if vanished.size:
+            end, signs = vanished[0] + 1, np.sign(coefficient[: vanished[0] + 1])
+            log_below = special.logsumexp(below[:end], b=signs)
+            log_above = special.logsumexp(above[:end], b=signs)
+            return float(np.logaddexp(log_below, log_above))
+        count *= 4
     return math.inf  # not converged: this order says nothing (the others bound epsilon)
 
 

@@ -76,6 +76,14 @@ def test_no_method_declares_a_hyperparameter_under_a_privacy_settings_name():
             "base.privacy.target_epsilon: out of reach, target epsilon 1e-07",
         ),
         ([("base.privacy", {"delta": 1.0})], "base.privacy.delta"),
+        (  # tiny_space's variant 'full' is UniVarFL, whose variance and energy terms couple a batch's samples
+            [("base.privacy", {"mechanism": "local"}), ("base.model", "simple_cnn_gn")],
+            "base.privacy.mechanism: local DP-SGD clips each sample's gradient, and method 'univarfl'",
+        ),
+        (
+            [("base.privacy", {"mechanism": "local"}), ("variants.full", {"method": "fedprox"})],
+            "base.model: simple_cnn has BatchNorm",
+        ),
         ([("base.privacy", {"mechanism": "shuffle"})], "base.privacy.mechanism"),
         ([("base.privacy", {"accountant": "moments"})], "base.privacy.accountant"),
     ],
