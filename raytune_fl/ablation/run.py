@@ -12,7 +12,7 @@ import pandas as pd
 from ray import tune
 
 from raytune_fl.ablation.plan import AblationCell, AblationPlan
-from raytune_fl.ablation.table import LEVEL, summarise, to_csv, to_markdown
+from raytune_fl.ablation.table import LEVEL, privacy_line, summarise, to_csv, to_markdown
 from raytune_fl.ablation.trainable import ablation_trial
 from raytune_fl.data.identity import DataIdentity
 from raytune_fl.engine.data import FederatedData, data_identity_of
@@ -215,6 +215,8 @@ def write_table(
     }
     results.to_parquet(files[ABLATION_RESULTS_FILE], index=False)
     table = to_markdown(summary, TABLE_METRIC, seeds=seeds, partition_seeds=partition_seeds)
+    if spent := privacy_line(results):
+        table += f"\n{spent}\n"
     files["table.md"].write_text(f"{seeds_note[:1].upper()}{seeds_note[1:]}.\n\n{table}" if seeds_note else table)
     files["table.csv"].write_text(to_csv(summary))
     # the numbers behind the table: mean, std, n, runs and the 95 % t-interval of the mean (ci_low, ci_high)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from raytune_fl.ablation.power import table_line
-from raytune_fl.metrics import TEST_ACC
+from raytune_fl.metrics import EPSILON, TEST_ACC
 from raytune_fl.tracking.schema import TRIAL_COLLAPSED
 
 # Only runs that trained every round count towards a cell: a diverged or failed seed is shown as missing
@@ -154,6 +154,16 @@ def to_markdown(
     )
     lines.append(table_line(summary["std"], summary["n"], summary["variant"].nunique(), summary["setting"].nunique()))
     return "\n".join(lines) + "\n"
+
+
+def privacy_line(results: pd.DataFrame) -> str:
+    """Under base.privacy, the epsilon each variant's runs spent (the most any of its counted runs did, per setting
+    where they differ); "" for runs without privacy."""
+    if EPSILON not in results or not results[EPSILON].notna().any():
+        return ""
+    spent = results[results[EPSILON].notna()].groupby("variant", sort=False)[EPSILON].max()
+    listed = ", ".join(f"{variant} {value:.3g}" for variant, value in spent.items())
+    return f"Privacy: epsilon spent, the most over each variant's runs: {listed}."
 
 
 def markdown_rows(table: pd.DataFrame) -> list[str]:

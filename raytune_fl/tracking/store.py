@@ -28,6 +28,7 @@ from raytune_fl.metrics import (
     CLIENT_ACC_P10,
     CLIENT_ACC_VAR,
     CLIENT_ACC_WORST,
+    EPSILON,
     LAST_K,
     ROUND,
     TEST_ACC,
@@ -101,6 +102,7 @@ RESULT_METRICS = (
     CLIENT_ACC_BOTTOM10,
     CLIENT_ACC_P10,
     CLIENT_ACC_VAR,
+    EPSILON,  # base.privacy: the budget a run spent (NaN without privacy)
 )
 _PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 T = TypeVar("T")

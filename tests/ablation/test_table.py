@@ -81,3 +81,15 @@ def test_collapsed_runs_are_out_of_the_mean_and_every_format_says_how_many():
     assert '"72.00 ± 2.83 (2/3, 1 collapsed) *"' in csv and '"– (0/2, 2 collapsed)"' in csv
     assert "<td>– (0/2, 2 collapsed)</td>" in to_html(summary.reset_index())
     assert format_cell(0.72, 0.02, 3, 3, collapsed=0) == "72.00 ± 2.00"  # all counted: no mark
+
+
+def test_under_privacy_the_table_says_the_most_epsilon_each_variants_runs_spent():
+    from raytune_fl.ablation.table import privacy_line
+    from raytune_fl.metrics import EPSILON
+
+    results = pd.DataFrame(
+        {"variant": ["fedavg", "fedavg", "fedprox"], EPSILON: [7.91, 7.99, 4.0], "status": ["finished"] * 3}
+    )
+    assert privacy_line(results) == "Privacy: epsilon spent, the most over each variant's runs: fedavg 7.99, fedprox 4."
+    assert privacy_line(results.assign(**{EPSILON: float("nan")})) == ""
+    assert privacy_line(results.drop(columns=EPSILON)) == ""
