@@ -48,6 +48,11 @@ from raytune_fl.metrics import (
     ACTOR_FAILURES,
     ACTOR_FAILURES_TOTAL,
     AGGREGATE_S,
+    CLIENT_ACC_BOTTOM10,
+    CLIENT_ACC_MEAN,
+    CLIENT_ACC_STD,
+    CLIENT_ACC_VAR,
+    CLIENT_ACC_WORST,
     CLIENTS,
     CLIENTS_DROPPED,
     CLIENTS_LATE,
@@ -68,6 +73,14 @@ from raytune_fl.types import ClientUpdate, Weights, is_float_entry
 from raytune_fl.weights import read_weights
 
 RoundCallback = Callable[[RoundReport], None]
+# a diverged run's client spread: accuracies of 0, and the largest spread accuracies in [0, 1] can have
+WORST_CLIENT_SPREAD = {
+    CLIENT_ACC_MEAN: 0.0,
+    CLIENT_ACC_WORST: 0.0,
+    CLIENT_ACC_BOTTOM10: 0.0,
+    CLIENT_ACC_STD: 0.5,
+    CLIENT_ACC_VAR: 0.25,
+}
 PoolFactory = Callable[[FederatedData, WorkerSpec], ClientPool]
 
 
@@ -423,6 +436,12 @@ class Federation:
             VAL_LOSS: float("inf"),
             DIVERGENCE_KEY: reason,
         }
+        # every objective a study may select on is in the report (Tune's searcher requires each one): the client
+        # spread at its worst possible value, and the budget the run spent up to this round
+        if self.experiment.diagnostics.client_accuracy:
+            metrics.update(WORST_CLIENT_SPREAD)
+        if self.privacy is not None:
+            metrics.update(self.privacy.round_metrics(metrics[ROUND], []))
         self._last = RoundReport.from_result(metrics)
         self._on_round(self._last)
 

@@ -6,6 +6,7 @@ import math
 
 from raytune_fl.config import ExperimentConfig
 from raytune_fl.engine.federation import Federation
+from raytune_fl.privacy import GaussianSteps, epsilon
 from tests.support import run_study, tiny_space
 
 
@@ -24,6 +25,24 @@ def test_a_diverged_run_reports_once_with_the_worst_score():
     assert row["diverged"] == 1.0 and row["round"] == 1
     assert row["val_acc"] == 0.0 and math.isinf(row["val_loss"])
     assert "non-finite local loss" in row["divergence"]
+
+
+def test_a_diverged_run_reports_every_objective_a_study_may_select_on_at_its_worst_and_the_budget_spent():
+    # several objectives: Tune's searcher requires each one in every result, a diverged trial's included
+    experiment = ExperimentConfig(
+        dataset="digits",
+        partition={"kind": "dirichlet", "alpha": 0.5, "clients": 3, "min_size": 20},
+        rounds=3,
+        batch_size=32,
+        resources={"actors": 0},
+        privacy={"mechanism": "central", "noise_multiplier": 1.0},
+    )
+    rows: list[dict] = []
+    Federation(experiment, "fedprox", {"mu": 1e6}).run(rows.append)
+    [row] = rows
+    assert row["client_acc_worst"] == row["client_acc_mean"] == row["client_acc_bottom10"] == 0.0
+    assert (row["client_acc_std"], row["client_acc_var"]) == (0.5, 0.25)  # the largest spread of accuracies
+    assert row["epsilon"] == epsilon([GaussianSteps(1.0, 1.0, 1)], 1e-5)  # round 1's noise was spent
 
 
 def test_a_study_marks_diverged_trials_and_carries_on(ray_cluster, tmp_path):
