@@ -14,5 +14,6 @@ def ablation_trial(config: dict[str, Any], *, cells: dict[str, AblationCell], sy
     from raytune_fl.tune.trainable import federated_trial
 
     cell = cells[config["cell"]]
-    trials = VariantTrials(cell.experiment, cell.method, cell.trial.params)
+    trial = cell.trial  # resolved once: its experiment carries the cell's privacy.* values (config/privacy.py)
+    trials = VariantTrials(trial.experiment, cell.method, trial.params)
     federated_trial({}, trials=trials, system_metrics=system_metrics, replay=cell.schedule)

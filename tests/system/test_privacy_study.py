@@ -9,6 +9,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from raytune_fl.cli import main
+from raytune_fl.cli.ablate import main as ablate
 from raytune_fl.metrics import DP_NOISE_MULTIPLIER, EPSILON
 from tests.support import REPO
 
@@ -57,3 +58,17 @@ def test_no_trial_spends_more_than_its_target_epsilon_and_mlflow_says_so_round_b
         assert run.data.params["privacy.mechanism"] == mechanism
         assert 0.05 <= float(run.data.params["privacy.clip_norm"]) <= 5.0  # the searched value, not base's 1.0
         assert float(run.data.params["privacy.clip_norm"]) != 1.0
+    # the ablation trains the selected clip norm at a held-out seed (the cell's params show it), under the budget
+    [parent] = [r for r in client.search_runs([experiment.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
+    tuned = parent.data.tags["best.privacy.clip_norm"]
+    storage = ["--mlflow-uri", uri, "--storage", str(tmp_path / "ray"), "--variants", variant]
+    argv = ["--space", space, *storage, *SMOKE[:1], *SMOKE[2:-1], "--seeds", "1", "--out", str(tmp_path / "abl")]
+    assert ablate(argv) == 0, capsys.readouterr().err
+    assert "Privacy: epsilon spent" in (tmp_path / "abl" / "ablation_table.md").read_text()
+    cells = [
+        r
+        for r in client.search_runs([experiment.experiment_id], "tags.stage = 'ablation'")
+        if "mlflow.parentRunId" in r.data.tags
+    ]
+    assert len(cells) == 1 and float(cells[0].data.params["privacy.clip_norm"]) == pytest.approx(float(tuned))
+    assert cells[0].data.metrics[EPSILON] <= 8.0
