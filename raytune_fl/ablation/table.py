@@ -162,7 +162,10 @@ def privacy_line(results: pd.DataFrame) -> str:
     if EPSILON not in results or not results[EPSILON].notna().any():
         return ""
     spent = results[results[EPSILON].notna()].groupby("variant", sort=False)[EPSILON].max()
-    listed = ", ".join(f"{variant} {value:.3g}" for variant, value in spent.items())
+    # no noise spends an infinite epsilon, which MLflow stores as the largest float
+    listed = ", ".join(
+        f"{variant} {'inf (no noise)' if value >= 1e300 else f'{value:.3g}'}" for variant, value in spent.items()
+    )
     return f"Privacy: epsilon spent, the most over each variant's runs: {listed}."
 
 

@@ -91,6 +91,14 @@ PAPERS: dict[str, PaperTable] = {
         partition_seeds=2,
         fairness=True,
     ),
+    "privacy_budget": PaperTable(
+        "Differential privacy's cost: FedAvg, FedProx and SCAFFOLD under local DP-SGD at epsilon 2, 8 and no noise",
+        reference="fedavg",
+        shape="FedAvg, FedProx and SCAFFOLD, each without noise (epsilon = infinity) and at epsilon = 8 and 2 (delta "
+        "1e-5) under local DP-SGD, at their defaults; UniVarFL has no per-sample loss and cannot run under it.",
+        alphas="0.5",
+        seeds=3,
+    ),
     "fedld_table2": PaperTable(
         "FedLD (MICCAI 2024), Table 2's shape: margin control x principal-gradient aggregation",
         reference="neither",

@@ -27,6 +27,14 @@ PRIVACY_PARAMS: Mapping[str, Param] = hyperparameters(
         name="privacy.noise_multiplier",
         ge=0,
     ),
+    # fixed per variant, a budget per row: one table puts epsilon = 2, 8 and no noise side by side
+    Param(
+        float,
+        8.0,
+        "the target epsilon (base.privacy.target_epsilon) for this variant's trials: the noise follows from it",
+        name="privacy.target_epsilon",
+        gt=0,
+    ),
 )
 
 
@@ -48,4 +56,6 @@ def with_privacy(experiment: ExperimentConfig, values: Mapping[str, Any]) -> Exp
     if experiment.privacy is None:  # the space's checks refuse this before Ray; a direct caller learns it here
         raise ValueError(f"{next(iter(values))}: base.privacy is unset; set it to use the privacy settings")
     fields = {name.removeprefix(PREFIX): float(value) for name, value in values.items()}
-    return experiment.model_copy(update={"privacy": experiment.privacy.model_copy(update=fields)})
+    # validated again: a variant's target beside a noise multiplier (its own or base's) is one setting too many
+    privacy = type(experiment.privacy).model_validate({**experiment.privacy.model_dump(), **fields})
+    return experiment.model_copy(update={"privacy": privacy})

@@ -274,6 +274,38 @@ class VariantConfig(_Strict):
         return self
 
 
+def _one_noise_setting(name: str, variant: VariantConfig, privacy: Any) -> None:
+    """A variant's noise multiplier and a target epsilon (its own or base's) are one setting too many: the target
+    derives the noise."""
+    sections = ("fixed", "search")
+    noise = next((f"variants.{name}.{s}.privacy.noise_multiplier" for s in sections
+                  if "privacy.noise_multiplier" in getattr(variant, s)), None)  # fmt: skip
+    target = next((f"variants.{name}.{s}.privacy.target_epsilon" for s in sections
+                   if "privacy.target_epsilon" in getattr(variant, s)), None)  # fmt: skip
+    if noise and (target or privacy.target_epsilon is not None):
+        whose = "the variant's" if target else "base.privacy's"
+        raise ValueError(f"{noise}: {whose} target_epsilon derives the noise from the budget; set one of them")
+    if target and privacy.noise_multiplier is not None:
+        raise ValueError(f"{target}: base.privacy.noise_multiplier is set, and a target derives the noise; unset one")
+
+
+def _target_reachable(name: str, experiment: ExperimentConfig, variant: VariantConfig) -> None:
+    """Central DP's target epsilon (base's, or the variant's fixed one) is reachable over the planned rounds."""
+    from raytune_fl.config.privacy import split_privacy, with_privacy
+    from raytune_fl.privacy.accountant import UnreachableEpsilon, noise_for_epsilon
+
+    privacy = with_privacy(experiment, split_privacy(variant.fixed)[0]).privacy
+    if privacy is None or privacy.mechanism != "central" or privacy.target_epsilon is None:
+        return
+    try:
+        noise_for_epsilon(privacy.target_epsilon, experiment.participation, experiment.rounds, privacy.delta,
+                          privacy.accountant)  # fmt: skip
+    except UnreachableEpsilon as error:
+        field = "privacy.target_epsilon" if "privacy.target_epsilon" in variant.fixed else "base.privacy.target_epsilon"
+        where = f"variants.{name}.fixed.{field}" if field.startswith("privacy.") else field
+        raise ValueError(f"{where}: out of reach, {error}; raise the target or plan fewer rounds") from None
+
+
 def late_grace(given: int | None, rounds: int) -> int:
     """The grace period a run of `rounds` rounds gets: the given one (at most `rounds`), else 80 % of them."""
     return min(given or (4 * rounds + 4) // 5, rounds)  # ceil(0.8 rounds) in integers
@@ -757,11 +789,8 @@ class SearchSpace(_Strict):
                         f"variants.{name}.{section}.{named[0]}: base.privacy is unset; set it (e.g. privacy: "
                         "{mechanism: central}) to fix or search its settings per variant"
                     )
-                if "privacy.noise_multiplier" in named and privacy is not None and privacy.target_epsilon is not None:
-                    raise ValueError(
-                        f"variants.{name}.{section}.privacy.noise_multiplier: base.privacy.target_epsilon derives the "
-                        "noise from the budget; unset one of them"
-                    )
+            if privacy is not None:
+                _one_noise_setting(name, variant, privacy)
             spec = METHODS.get(variant.method)
             problem = local_dp_problem(self.experiment_for(name), spec)
             if problem:
@@ -773,17 +802,8 @@ class SearchSpace(_Strict):
                     f"updates, and variant {name!r} ({variant.method}) cannot run on it: {why}; drop the variant or "
                     "use mechanism: local"
                 )
-        if privacy is not None and privacy.mechanism == "central" and privacy.target_epsilon is not None:
-            from raytune_fl.privacy.accountant import UnreachableEpsilon, noise_for_epsilon
-
-            try:
-                noise_for_epsilon(
-                    privacy.target_epsilon, self.base.participation, self.base.rounds, privacy.delta, privacy.accountant
-                )
-            except UnreachableEpsilon as error:
-                raise ValueError(
-                    f"base.privacy.target_epsilon: out of reach, {error}; raise the target or plan fewer rounds"
-                ) from None
+        for name, variant in self.variants.items():
+            _target_reachable(name, self.experiment_for(name), variant)
         return self
 
     @model_validator(mode="after")

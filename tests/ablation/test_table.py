@@ -92,4 +92,6 @@ def test_under_privacy_the_table_says_the_most_epsilon_each_variants_runs_spent(
     )
     assert privacy_line(results) == "Privacy: epsilon spent, the most over each variant's runs: fedavg 7.99, fedprox 4."
     assert privacy_line(results.assign(**{EPSILON: float("nan")})) == ""
+    stored_inf = results.assign(**{EPSILON: [1.7976931348623157e308, 8.0, 2.0]})  # MLflow's inf
+    assert "fedavg inf (no noise)" in privacy_line(stored_inf)
     assert privacy_line(results.drop(columns=EPSILON)) == ""

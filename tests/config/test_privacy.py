@@ -35,6 +35,20 @@ def test_a_searched_and_a_fixed_clip_norm_reach_the_trials_experiment_and_not_th
     assert space.base.privacy.clip_norm == 1.0  # the base is untouched
 
 
+def test_a_budget_per_variant_puts_several_epsilons_and_no_noise_in_one_study():
+    space = parse_space(
+        changed_space(
+            ("base.privacy", {"mechanism": "central"}),
+            ("variants.fedavg.fixed", {"privacy.target_epsilon": 2}),
+            ("variants.free", {"method": "fedavg", "fixed": {"privacy.noise_multiplier": 0, "privacy.clip_norm": 1e6}}),
+        )
+    )
+    two = VariantTrials.of(space, "fedavg").trial().experiment.privacy
+    assert (two.target_epsilon, two.noise_multiplier) == (2.0, None)
+    free = VariantTrials.of(space, "free").trial().experiment.privacy
+    assert (free.noise_multiplier, free.clip_norm, free.target_epsilon) == (0.0, 1e6, None)
+
+
 def test_split_and_with_privacy_by_hand():
     assert split_privacy({"mu": 1, "privacy.clip_norm": 2}) == ({"privacy.clip_norm": 2}, {"mu": 1})
     space = parse_space(changed_space(("base.privacy", CENTRAL)))
@@ -57,7 +71,7 @@ def test_no_method_declares_a_hyperparameter_under_a_privacy_settings_name():
         ),
         (
             [("base.privacy", {"target_epsilon": 8.0}), ("variants.fedavg.fixed", {"privacy.noise_multiplier": 1.0})],
-            "variants.fedavg.fixed.privacy.noise_multiplier: base.privacy.target_epsilon derives the noise",
+            "variants.fedavg.fixed.privacy.noise_multiplier: base.privacy's target_epsilon derives the noise",
         ),
         (
             [("base.privacy", CENTRAL), ("variants.fedavg.search", {"privacy.clip_norm": {"uniform": [0.0, 1.0]}})],
@@ -76,6 +90,21 @@ def test_no_method_declares_a_hyperparameter_under_a_privacy_settings_name():
             "base.privacy.target_epsilon: out of reach, target epsilon 1e-07",
         ),
         ([("base.privacy", {"delta": 1.0})], "base.privacy.delta"),
+        (
+            [
+                ("base.privacy", CENTRAL),
+                ("variants.fedavg.fixed", {"privacy.target_epsilon": 2, "privacy.noise_multiplier": 1}),
+            ],
+            "variants.fedavg.fixed.privacy.noise_multiplier: the variant's target_epsilon derives the noise",
+        ),
+        (
+            [("base.privacy", {"noise_multiplier": 1.0}), ("variants.fedavg.fixed", {"privacy.target_epsilon": 2})],
+            "variants.fedavg.fixed.privacy.target_epsilon: base.privacy.noise_multiplier is set",
+        ),
+        (
+            [("base.privacy", CENTRAL), ("variants.fedavg.fixed", {"privacy.target_epsilon": 1e-7})],
+            "variants.fedavg.fixed.privacy.target_epsilon: out of reach",
+        ),
         (  # tiny_space's variant 'full' is UniVarFL, whose variance and energy terms couple a batch's samples
             [("base.privacy", {"mechanism": "local"}), ("base.model", "simple_cnn_gn")],
             "base.privacy.mechanism: local DP-SGD clips each sample's gradient, and method 'univarfl'",
