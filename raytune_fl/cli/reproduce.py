@@ -99,6 +99,15 @@ PAPERS: dict[str, PaperTable] = {
         alphas="0.5",
         seeds=3,
     ),
+    "privacy_central": PaperTable(
+        "Client-level DP's cost: FedAvg, FedProx and UniVarFL under central DP-FedAvg at epsilon 2, 8 and no noise",
+        reference="fedavg",
+        shape="FedAvg, FedProx and UniVarFL, each without noise (epsilon = infinity) and at epsilon = 8 and 2 (delta "
+        "1e-5) under central DP-FedAvg over 100 clients, at their defaults; SCAFFOLD's server reads more than the "
+        "mean update and is refused under it.",
+        alphas="0.5",
+        seeds=3,
+    ),
     "fedld_table2": PaperTable(
         "FedLD (MICCAI 2024), Table 2's shape: margin control x principal-gradient aggregation",
         reference="neither",

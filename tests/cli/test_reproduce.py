@@ -31,8 +31,9 @@ def test_every_paper_table_names_a_space_file_that_loads_and_holds_its_reference
     for variant in space.variants.values():
         assert variant.method in METHODS
     # a paper table tunes something, unless it compares fixed forms (qffl_forms: both forms at the same q;
-    # privacy_budget: each method at its defaults, at three budgets)
-    assert [v for v in space.variants.values() if v.search] or name in ("qffl_forms", "privacy_budget"), "nothing"
+    # the privacy pages: each method at its defaults, at three budgets)
+    fixed_forms = ("qffl_forms", "privacy_budget", "privacy_central")
+    assert [v for v in space.variants.values() if v.search] or name in fixed_forms, "nothing to tune"
     assert reproduce._alphas(paper.alphas) and paper.seeds >= 1 and paper.partition_seeds >= 1
     # every baseline the page compares with is a fixed variant of the space, the primary reference first, and the
     # contenders compared with the further ones are variants that are no reference

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from raytune_fl.engine.checkpoint import load_state, save_state
-from raytune_fl.engine.federation import CLIENT_LOG_KEY, Federation
+from raytune_fl.engine.federation import CLIENT_LOG_KEY, WORST_CLIENT_SPREAD, Federation
 from raytune_fl.engine.pool import ClientLost, InProcessPool, Outcome, TrainJob, WorkerFailure
 from raytune_fl.engine.worker import ClientWorker, WorkerSpec
-from raytune_fl.metrics import COLLAPSED, TEST_CHANCE, UPLOAD_BYTES, UPLOAD_BYTES_PER_CLIENT, VAL_CHANCE
+from raytune_fl.metrics import COLLAPSED, DIVERGED, TEST_CHANCE, UPLOAD_BYTES, UPLOAD_BYTES_PER_CLIENT, VAL_CHANCE
 from tests.support import REPO
 from tests.support.frozen_engine import federation as frozen
 from tests.support.resume_check import resumable_experiment as _experiment  # the same tiny 4-client digits run
@@ -177,12 +177,18 @@ ADDED_TRAFFIC = {UPLOAD_BYTES, UPLOAD_BYTES_PER_CLIENT}
 ADDED_CHANCE = {VAL_CHANCE, TEST_CHANCE, COLLAPSED}
 
 
+def _without_worst_spread(rows: Sequence[dict]) -> list[dict]:
+    """A diverged report's client spread at its worst came after the driver was frozen (several objectives need each
+    one in every result; tests/tune/test_divergence.py checks the values): left out of the comparison there only."""
+    return [{k: v for k, v in row.items() if not (row.get(DIVERGED) and k in WORST_CLIENT_SPREAD)} for row in rows]
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_engine_matches_the_frozen_driver(case):
     experiment, method, params, kwargs = CASES[case]
     before = frozen.Federation(experiment, method, params, **kwargs)
     after = Federation(experiment, method, params, **kwargs)
-    expected, got = _run(before), _run(after)
+    expected, got = _run(before), _without_worst_spread(_run(after))
     assert len(got) == len(expected) >= 1
     assert EXERCISED.get(case, lambda rows: True)(expected)
     assert _untimed(got) == _untimed(expected)
