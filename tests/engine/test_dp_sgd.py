@@ -139,6 +139,8 @@ def test_one_dp_sgd_step_equals_opacus_dp_optimizer_without_noise():
     (loss_reduction mean) against ours to 1e-12, and one step of its DPOptimizer (noise_multiplier 0, max_grad_norm
     0.05 so most samples are clipped, expected_batch_size 8, torch SGD lr 0.5) against our clipped sum / 8 and
     PlainSGD's step, to 1e-5 relative: Opacus divides by (norm + 1e-6), we by max(norm, clip)."""
+    # the privacy extra: in the dev install; the lower-bounds venv (tools/fresh_install.sh) has the wheel alone
+    pytest.importorskip("opacus", reason="opacus (raytune-fl[privacy]) is not installed")
     from opacus import GradSampleModule
     from opacus.optimizers import DPOptimizer
 
