@@ -10,16 +10,23 @@ from raytune_fl.privacy import GaussianSteps, epsilon
 from tests.support import run_study, tiny_space
 
 
-def test_a_diverged_run_reports_once_with_the_worst_score():
+def _diverged_rows(**changes) -> list[dict]:
+    """The reports of a run whose proximal pull overshoots (FedProx, mu 1e6): NaN in round 1."""
     experiment = ExperimentConfig(
         dataset="digits",
         partition={"kind": "dirichlet", "alpha": 0.5, "clients": 3, "min_size": 20},
         rounds=3,
         batch_size=32,
         resources={"actors": 0},
+        **changes,
     )
     rows: list[dict] = []
-    Federation(experiment, "fedprox", {"mu": 1e6}).run(rows.append)  # the proximal pull overshoots: NaN
+    Federation(experiment, "fedprox", {"mu": 1e6}).run(rows.append)
+    return rows
+
+
+def test_a_diverged_run_reports_once_with_the_worst_score():
+    rows = _diverged_rows()
     assert len(rows) == 1
     row = rows[0]
     assert row["diverged"] == 1.0 and row["round"] == 1
@@ -29,17 +36,7 @@ def test_a_diverged_run_reports_once_with_the_worst_score():
 
 def test_a_diverged_run_reports_every_objective_a_study_may_select_on_at_its_worst_and_the_budget_spent():
     # several objectives: Tune's searcher requires each one in every result, a diverged trial's included
-    experiment = ExperimentConfig(
-        dataset="digits",
-        partition={"kind": "dirichlet", "alpha": 0.5, "clients": 3, "min_size": 20},
-        rounds=3,
-        batch_size=32,
-        resources={"actors": 0},
-        privacy={"mechanism": "central", "noise_multiplier": 1.0},
-    )
-    rows: list[dict] = []
-    Federation(experiment, "fedprox", {"mu": 1e6}).run(rows.append)
-    [row] = rows
+    [row] = _diverged_rows(privacy={"mechanism": "central", "noise_multiplier": 1.0})
     assert row["client_acc_worst"] == row["client_acc_mean"] == row["client_acc_bottom10"] == 0.0
     assert (row["client_acc_std"], row["client_acc_var"]) == (0.5, 0.25)  # the largest spread of accuracies
     assert row["epsilon"] == epsilon([GaussianSteps(1.0, 1.0, 1)], 1e-5)  # round 1's noise was spent
