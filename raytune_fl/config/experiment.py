@@ -489,6 +489,11 @@ class ExperimentConfig(_Strict):
             )
         return self
 
+    @property
+    def privacy_mechanism(self) -> Literal["central", "local"] | None:
+        """base.privacy's mechanism; None without privacy."""
+        return None if self.privacy is None else self.privacy.mechanism
+
     def evaluates(self, round_index: int) -> bool:
         """Whether round `round_index` (1-based) ends with the server's evaluation: every `eval_every`, the last
         (and the first round a run reports, engine/federation.py)."""

@@ -16,7 +16,7 @@ def local_dp_problem(experiment: ExperimentConfig, method: MethodSpec, model: ob
     """Why `experiment` cannot train `method` under local DP-SGD, the field first (None: it can, or privacy is not
     local). `model`: the experiment's model built, for a plugin's (a built-in one is known by name)."""
     privacy = experiment.privacy
-    if privacy is None or privacy.mechanism != "local":
+    if privacy is None or experiment.privacy_mechanism != "local":
         return None
     if method.per_sample:
         return (

@@ -140,7 +140,7 @@ def local_privacy(experiment: ExperimentConfig, data: FederatedData) -> LocalPri
     """privacy.mechanism: local's clip and noise for the clients' DP-SGD (the noise given, or derived from
     target_epsilon over these clients: engine/privacy.py); None without it."""
     p = experiment.privacy
-    if p is None or p.mechanism != "local":
+    if p is None or experiment.privacy_mechanism != "local":
         return None
     return LocalPrivacy(p.clip_norm, mechanism_noise(experiment, [len(part) for part in data.train_parts]))
 
@@ -169,7 +169,7 @@ def client_batch(experiment: ExperimentConfig, data: FederatedData, method: str,
     if resources.client_batch == 1:
         return 1
     reason = METHODS.get(method).sequential
-    if experiment.privacy is not None and experiment.privacy.mechanism == "local":
+    if experiment.privacy_mechanism == "local":
         reason = "local DP-SGD clips each sample's gradient in the one-client loop only"
     if reason:
         # stacklevel 2: the notice names the call that resolved the batch (worker_spec), not this line
@@ -191,7 +191,7 @@ def partial_sums(experiment: ExperimentConfig, method: Method) -> bool:
     splits by worker (aggregators/partial.py); for any other rule an EngineNotice, and a delta per client."""
     if not experiment.resources.partial_sums:
         return False
-    if experiment.privacy is not None and experiment.privacy.mechanism == "central":
+    if experiment.privacy_mechanism == "central":
         warnings.warn(
             "resources.partial_sums: under privacy.mechanism central each client's update is clipped on its own "
             "before the sum; each client sends its own delta",

@@ -94,8 +94,8 @@ class SynchronousRounds:
 
     def _submit_round(self, host: RoundHost, pool: ClientPool, round_index: int) -> _SubmittedRound:
         exp = host.experiment
-        central = exp.privacy is not None and exp.privacy.mechanism == "central"
-        clients = sample_clients(host.data.num_clients, exp.participation, exp.seed, round_index, poisson=central)
+        poisson = exp.privacy_mechanism == "central"  # what client-level DP's accountant assumes
+        clients = sample_clients(host.data.num_clients, exp.participation, exp.seed, round_index, poisson=poisson)
         plans = host.system.plan(clients, round_index)
         payload = host.method.aggregator.payload()
         jobs = [
