@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,9 @@ class ArrayDataset:
     domains_train: np.ndarray | None = None  # int64 (N,), values index domain_names
     domains_test: np.ndarray | None = None
     domain_names: tuple[str, ...] = ()
+    # Per-sample columns of the training split beyond the label (e.g. FEMNIST's writer_id), each (N,): what a
+    # partitioner's `partition_by` may name, so natural clients (one per writer) come from the data
+    columns_train: Mapping[str, np.ndarray] = field(default_factory=dict)
     class_names: tuple[str, ...] = ()
     # how the loader's images were laid out before they became (N, C, H, W): "nchw" or "nhwc" (npz and plugins'
     # arrays, declared or detected: logged with the data), "" where the loader converts its own format
