@@ -346,6 +346,13 @@ class PbtConfig(_Strict):
     perturbation_factors: tuple[float, float] = Field(
         default=(1.2, 0.8), description="what a numeric value is multiplied by (one at random), kept in its range"
     )
+    # perturb: the PBT paper's random steps, which need no model and work on choices too
+    explore: Literal["perturb", "bandit"] = Field(
+        default="perturb",
+        description="how a copying trial picks its new values: perturb (PBT: a factor step or a fresh draw) or "
+        "bandit (PB2: a time-varying GP bandit fitted to the population's reward changes picks them within the "
+        "ranges; numeric ranges only, and resample_probability and perturbation_factors do not apply)",
+    )
 
     @field_validator("perturbation_factors")
     @classmethod
@@ -353,6 +360,22 @@ class PbtConfig(_Strict):
         if min(value) <= 0:
             raise ValueError(f"factors must be > 0, or a value could leave its range's sign (got {list(value)})")
         return value
+
+    @model_validator(mode="after")
+    def _bandit_takes_no_steps(self) -> PbtConfig:
+        """PB2 picks values by its model: a step factor or a resampling chance set beside it would be ignored."""
+        ignored = sorted({"perturbation_factors", "resample_probability"} & self.model_fields_set)
+        if self.explore == "bandit" and ignored:
+            raise ValueError(
+                f"{ignored[0]}: not used by PB2 (explore bandit), which picks the new values by its GP bandit, "
+                f"not random steps; remove {' and '.join(ignored)}, or set explore to perturb"
+            )
+        return self
+
+    @property
+    def shown(self) -> str:
+        """PBT or PB2, as the summary and the run's description name it."""
+        return "PB2" if self.explore == "bandit" else "PBT"
 
 
 class HyperbandConfig(_Strict):
@@ -735,6 +758,13 @@ class SearchSpace(_Strict):
                     f"tune.scheduler.pbt.interval: {pbt.interval} rounds between perturbations, and variant {name!r} "
                     f"runs {experiment.rounds}: nothing would be perturbed; set an interval below the rounds"
                 )
+        if pbt.explore == "bandit":  # PB2's GP reads numbers: a choice has no bounds to fit
+            for name, variant in self.variants.items():
+                if choices := [k for k, spec in variant.search.items() if spec.choice is not None]:
+                    raise ValueError(
+                        f"tune.scheduler.pbt.explore: bandit (PB2) fits a GP over numeric ranges, and variant {name!r} "
+                        f"searches {', '.join(choices)} as a choice; use explore: perturb, or a numeric range"
+                    )
         every = self.base.checkpoint_every
         if every == 0 or pbt.interval % every:
             raise ValueError(

@@ -60,7 +60,7 @@ SAMPLER_NAMES = {
 def stopping_text(settings: TuneSettings, rounds: int) -> str:
     """The scheduler in force, in words."""
     if (pbt := settings.scheduler.pbt) is not None:
-        return f"PBT over rounds (every {pbt.interval} rounds, quantile {pbt.quantile:g})"
+        return f"{pbt.shown} over rounds (every {pbt.interval} rounds, quantile {pbt.quantile:g})"
     stopping = settings.early_stopping
     if isinstance(stopping, AshaConfig):
         return f"ASHA on rounds (grace {stopping.grace(rounds)}, reduction {stopping.reduction_factor:g})"

@@ -32,6 +32,9 @@ def test_pbt_takes_the_schedulers_place_with_its_defaults():
         ({"interval": 4}, {}, 4, "tune.scheduler.pbt.interval: 4 rounds between perturbations"),
         ({"quantile": 0.75}, {}, 4, "tune.scheduler.pbt.quantile"),
         ({"perturbation_factors": [1.2, -0.8]}, {}, 4, "tune.scheduler.pbt.perturbation_factors"),
+        ({"explore": "bandit", "resample_probability": 0.5}, {}, 4, "tune.scheduler.pbt.resample_probability: "),
+        ({"explore": "bandit", "perturbation_factors": [1.1, 0.9]}, {}, 4, "tune.scheduler.pbt.perturbation_factors: "),
+        ({"explore": "thompson"}, {}, 4, "tune.scheduler.pbt.explore"),
     ],
 )
 def test_a_pbt_that_cannot_serve_is_refused_naming_the_field(pbt, tune, rounds, first_line):
@@ -80,3 +83,16 @@ def test_numpy_draws_are_kept_as_plain_numbers():
     values = schedule.segments[0].params
     assert type(values["k"]) is int and type(values["lr"]) is float and values["kind"] == "a"
     assert schedule.to_json() == '[[1, {"k": 3, "kind": "a", "lr": 0.5}]]'
+
+
+def test_pb2_fits_numeric_ranges_only_and_says_which_choice_it_cannot():
+    assert _space({"explore": "bandit"}).tune.scheduler.pbt.shown == "PB2"
+    data = tiny_space("pbt_settings", rounds=4, resources={"actors": 0})
+    data["variants"]["full"]["search"]["include_diagonal"] = {"choice": [True, False]}
+    data["tune"] = {"num_samples": 4, "scheduler": {"pbt": {"explore": "bandit"}}}
+    with pytest.raises(
+        ConfigError, match=r"^tune\.scheduler\.pbt\.explore: bandit .*variant 'full' searches include_diagonal"
+    ):
+        parse_space(data)
+    data["tune"]["scheduler"]["pbt"]["explore"] = "perturb"  # PBT steps a choice to a neighbour
+    assert parse_space(data).tune.scheduler.pbt.shown == "PBT"

@@ -1,7 +1,7 @@
 """A real PBT study (tune.scheduler.pbt) on a private Ray cluster: the population is perturbed between rounds, every
 trial logs the hyperparameters in force per round (hp.<name>), the study selects a schedule and records it on its
 parent run, and `ablate` replays that schedule over held-out seeds, its cells logging the same per-round values; the
-same study SIGKILLed after its first perturbation resumes with `--resume` to a selected schedule."""
+same study SIGKILLed after its first perturbation resumes with `--resume` to a selected schedule. PBT and PB2 alike."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import json
 import shutil
 import tempfile
 
+import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
 from raytune_fl.cli import main as tune
 from raytune_fl.cli.ablate import main as ablate
 from raytune_fl.config import ParamSchedule
-from raytune_fl.tracking.schema import TAG_BEST_SCHEDULE, TAG_PARENT_RUN, TAG_STAGE, TAG_VARIANT
+from raytune_fl.tracking.schema import TAG_BEST_SCHEDULE, TAG_DESCRIPTION, TAG_PARENT_RUN, TAG_STAGE, TAG_VARIANT
 from tests.support import tiny_space
 from tests.support.killed_study import kill_when, start_script
 
@@ -26,11 +27,14 @@ def _metric_steps(client: MlflowClient, run_id: str, name: str) -> dict[int, flo
     return {m.step: m.value for m in client.get_metric_history(run_id, name)}
 
 
-def test_a_pbt_study_perturbs_logs_its_schedule_and_ablate_replays_it(ray_cluster, tmp_path, request):
+# perturb: PBT's random steps; bandit: PB2's GP bandit picks the copying trial's values
+@pytest.mark.parametrize("explore", ["perturb", "bandit"])
+def test_a_pbt_study_perturbs_logs_its_schedule_and_ablate_replays_it(explore, ray_cluster, tmp_path, request):
     data = tiny_space("pbt_study", rounds=4, resources={"actors": 0})
     data["variants"] = {"full": data["variants"]["full"]}
     # the top and bottom third: one trial copies another at round 2 (none at the last round)
-    data["tune"] = {"num_samples": 3, "scheduler": {"pbt": {"interval": 2, "quantile": 0.34}}, "seed": 0}
+    pbt = {"interval": 2, "quantile": 0.34, "explore": explore}
+    data["tune"] = {"num_samples": 3, "scheduler": {"pbt": pbt}, "seed": 0}
     path = tmp_path / "pbt_study.yaml"
     path.write_text(yaml.safe_dump(data))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -47,6 +51,8 @@ def test_a_pbt_study_perturbs_logs_its_schedule_and_ablate_replays_it(ray_cluste
     [parent] = [r for r in runs if TAG_PARENT_RUN not in r.data.tags and r.data.tags.get(TAG_STAGE) == "tune"]
     trials = [r for r in runs if r.data.tags.get(TAG_PARENT_RUN) == parent.info.run_id]
     assert len(trials) == 3 and all(r.info.status == "FINISHED" for r in trials)
+    shown = {"perturb": "PBT", "bandit": "PB2"}[explore]
+    assert f"{shown} over rounds (every 2 rounds" in parent.data.tags[TAG_DESCRIPTION]
     # every trial logged the values in force at each of its 4 rounds
     hp = {r.info.run_id: _metric_steps(client, r.info.run_id, "hp.mu") for r in trials}
     assert all(sorted(steps) == [1, 2, 3, 4] for steps in hp.values()), hp

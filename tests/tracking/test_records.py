@@ -146,4 +146,5 @@ def test_each_scheduler_is_described_in_words():
     assert text({"hyperband": {}}) == "Hyperband on rounds (max 10, reduction 3)"
     assert text({"median": {"grace_period": 3}}) == "median stopping on rounds (grace 3, at least 3 trials)"
     assert text({"pbt": {"interval": 3}}) == "PBT over rounds (every 3 rounds, quantile 0.25)"
+    assert text({"pbt": {"interval": 3, "explore": "bandit"}}) == "PB2 over rounds (every 3 rounds, quantile 0.25)"
     assert text({"asha": None}) == "no early stopping"

@@ -12,13 +12,14 @@ from types import SimpleNamespace
 
 import pytest
 from ray.tune.schedulers import PopulationBasedTraining
+from ray.tune.schedulers.pb2 import PB2
 from ray.tune.schedulers.pbt import _explore
 from ray.tune.search import BasicVariantGenerator
 
 from raytune_fl.config import Distribution, ParamSchedule, Segment, VariantTrials, parse_space
 from raytune_fl.metrics import ROUND, TEST_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
 from raytune_fl.tune import trainable as trainable_module
-from raytune_fl.tune.pbt import mutations, within_ranges
+from raytune_fl.tune.pbt import bounds, mutations, within_ranges
 from raytune_fl.tune.search import make_search
 from tests.support import tiny_space
 
@@ -49,6 +50,16 @@ def test_a_pbt_space_gets_rays_random_population_and_synchronous_pbt_on_rounds()
     # a variant that searches nothing still runs once, without PBT
     once = make_search(_pbt_space(), "fedavg", "stamp")
     assert once.algorithm is None and once.num_samples == 1 and not once.pbt
+
+
+def test_pb2_gets_the_ranges_as_bounds_and_the_same_synchronous_rounds():
+    search = make_search(_pbt_space(interval=2, quantile=0.5, explore="bandit"), "full", "stamp")
+    scheduler = search.scheduler
+    assert isinstance(scheduler, PB2) and search.pbt and isinstance(search.algorithm, BasicVariantGenerator)
+    assert scheduler._hyperparam_bounds == {"mu": [0.01, 1.0], "lambda": [0.5, 3.0]}
+    assert scheduler._time_attr == ROUND and scheduler._synch and scheduler._quantile_fraction == 0.5
+    assert scheduler.on_trial_result(None, object(), {ROUND: 4, "val_acc": 0.5}) == "CONTINUE"
+    assert bounds({"k": Distribution(int=(1, 4))}) == {"k": [1, 4]}
 
 
 def test_perturbed_values_stay_in_their_ranges_and_keep_their_types():
