@@ -81,6 +81,8 @@ SEARCHERS: dict[str, Searcher] = {
     "median": Searcher({"sampler": "tpe", "scheduler": {**NO_EARLY_STOP, "median": {}}}),
     # Ray's PBT draws its first population at random (it admits no searcher) and runs it side by side
     "pbt": Searcher({"sampler": "random", "scheduler": {**NO_EARLY_STOP, "pbt": {}}}),
+    # PB2: PBT whose copying trials take values a GP bandit proposes (the benchmark's ranges are all numeric)
+    "pb2": Searcher({"sampler": "random", "scheduler": {**NO_EARLY_STOP, "pbt": {"explore": "bandit"}}}),
     "tpe_warm": Searcher({"sampler": "tpe", "scheduler": {"asha": {}}}, warm=True),
 }
 COLD = "tpe_asha"  # what the warm-started studies are compared with

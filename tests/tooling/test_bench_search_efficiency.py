@@ -125,6 +125,8 @@ def test_each_searcher_runs_one_variant_per_seed_with_its_own_tune_settings():
     assert bench.grid_points(10, 2) == 3 and bench.grid_points(3, 2) == 2
     assert bench.searcher_space("hyperband", budget)["tune"]["scheduler"] == {"asha": None, "hyperband": {}}
     assert bench.searcher_space("pbt", budget)["tune"]["sampler"] == "random"  # PBT's first population: random
+    assert bench.searcher_space("pb2", budget)["tune"]["scheduler"]["pbt"] == {"explore": "bandit"}
+    assert bench.space_problem("pb2", budget) is None  # the benchmark's ranges are numeric: PB2 takes them
     warm = bench.tune_command("tpe_warm", bench.Path("s.yaml"), "sqlite:///m.db", bench.Path("w"), budget)
     assert warm[-2:] == ["--per-setting", "partition.alpha=0.5,0.1"]
     assert "--per-setting" not in bench.tune_command("gp", bench.Path("s.yaml"), "u", bench.Path("w"), budget)
