@@ -318,6 +318,8 @@ def asha_note(space: SearchSpace) -> str | None:
 def client_batch_note(base: ExperimentConfig) -> str | None:
     """The warning where resources.client_batch asks for more clients at once than a round trains: the engine trains
     at most those together (engine/federation.py's client_batch caps it), so the training is the same."""
+    if base.partition.clients_from_data:
+        return None  # the count is the data's: engine/federation.py caps client_batch at the round's clients
     batch, per_round = base.resources.client_batch, base.clients_per_round()
     if batch == "auto" or batch <= per_round:
         return None

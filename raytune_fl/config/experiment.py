@@ -121,6 +121,16 @@ class PartitionConfig(_Strict):
         return self
 
     @property
+    def label(self) -> str:
+        """The kind as records and summaries show it: flwr's with its partitioner."""
+        return f"flwr {self.partitioner}" if self.kind == "flwr" else self.kind
+
+    @property
+    def clients_text(self) -> str:
+        """The number of clients as a summary says it: natural clients' count is known only once the data is."""
+        return "the data's" if self.clients_from_data else str(self.clients)
+
+    @property
     def clients_from_data(self) -> bool:
         """Whether the data decides the number of clients (a flwr partitioner without num_partitions): checks that
         count clients then run once the data is built (cli/common.py check_data)."""
