@@ -63,7 +63,7 @@ def partitioner_class(name: str) -> type:
 
 
 def _parameters(cls: type) -> dict[str, inspect.Parameter]:
-    params = inspect.signature(cls.__init__).parameters
+    params = inspect.signature(cls).parameters  # its __init__'s, without self
     return {n: p for n, p in params.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 
 
