@@ -74,7 +74,7 @@ def flwr_parts(spec: PartitionConfig, dataset: ArrayDataset) -> list[np.ndarray]
         )
     except PartitionError as error:  # its message starts "partition.<field>: "
         raise ConfigError(f"base.{error}") from None
-    if "clients" in spec.model_fields_set and spec.clients != len(parts):
+    if "clients" in spec.model_fields_set and spec.clients != len(parts):  # not-a-metric: the field
         raise ConfigError(
             f"base.partition.clients: {spec.clients} is set, but {spec.partitioner} made {len(parts)} clients from "
             f"the data; remove partition.clients (it is read off the data) or set it to {len(parts)}"
