@@ -491,6 +491,30 @@ def partitioners_reference() -> str:
     return table(["`kind`", "clients get"], rows)
 
 
+def flwr_partitioners_reference() -> str:
+    """Flower Datasets' horizontal partitioners (`kind: flwr`) and the options each takes, read off its class."""
+    import inspect
+
+    from raytune_fl.data.flwr import horizontal_partitioners
+
+    def options(cls: type) -> str:
+        params = inspect.signature(cls.__init__).parameters
+        shown = [
+            f"`{name}`" if p.default is inspect.Parameter.empty else f"`{name}={p.default!r}`"
+            for name, p in params.items()
+            if name not in ("self", "num_partitions", "seed")
+        ]
+        return ", ".join(shown) or "—"
+
+    found = horizontal_partitioners()
+    rows = [[f"`{name}`", "data" if "num_partitions" not in inspect.signature(cls.__init__).parameters
+             else "`clients`", cell(options(cls))] for name, cls in sorted(found.items())]  # fmt: skip
+    return table(
+        ["`partitioner`", "clients from", "`options` (required without a default; partition_by defaults to label)"],
+        rows,
+    )
+
+
 # -------------------------------------------------------------------------------------------------- public API
 
 API_GROUPS = {  # module -> the heading its exports are listed under
@@ -611,6 +635,7 @@ SECTIONS: dict[str, Callable[[], str]] = {
     "datasets": datasets_reference,
     "models": models_reference,
     "partitioners": partitioners_reference,
+    "flwr-partitioners": flwr_partitioners_reference,
     "python-api": python_api_reference,
     "metrics": metrics_reference,
 }

@@ -32,6 +32,7 @@ from raytune_fl.config import (
     OctalNumberError,
     ResourcesConfig,
     SearchSpace,
+    check_client_count,
     did_you_mean,
     load_space,
     load_yaml,
@@ -317,6 +318,8 @@ def asha_note(space: SearchSpace) -> str | None:
 def client_batch_note(base: ExperimentConfig) -> str | None:
     """The warning where resources.client_batch asks for more clients at once than a round trains: the engine trains
     at most those together (engine/federation.py's client_batch caps it), so the training is the same."""
+    if base.partition.clients_from_data:
+        return None  # the count is the data's: engine/federation.py caps client_batch at the round's clients
     batch, per_round = base.resources.client_batch, base.clients_per_round()
     if batch == "auto" or batch <= per_round:
         return None
@@ -410,7 +413,25 @@ def check_data(base: ExperimentConfig) -> FederatedData:
         raise ConfigError(f"base.{field}: {error}") from None
     samples = len(dataset.y_train)
     check_user_model(base.model, dataset.in_channels, dataset.num_classes, dataset.image_size)
-    # the partitioner's own message would name its arguments, not the fields
+    # the partitioner's own message would name its arguments, not the fields (natural clients: none set)
+    if not spec.clients_from_data:
+        _check_client_fields(base, samples)
+    try:
+        data = prepare_data(base)
+    except ConfigError:  # names its own field (engine/data.py's check_steps: base.batch_size, partition.min_size)
+        raise
+    except (OSError, ValueError) as error:  # e.g. no Dirichlet draw gives every client min_size samples
+        raise ConfigError(f"base.partition: {error}") from None
+    if spec.clients_from_data:  # what the config could not check before the data gave the clients' count
+        try:
+            check_client_count(base, data.num_clients, source=f"the {data.num_clients} clients {spec.partitioner} made")
+        except ValueError as error:
+            raise ConfigError(f"base.{error}") from None
+    return data
+
+
+def _check_client_fields(base: ExperimentConfig, samples: int) -> None:
+    spec = base.partition
     if spec.clients > samples:
         raise ConfigError(
             f"base.partition.clients: {spec.clients} clients but dataset {base.dataset!r} has {samples} "
@@ -421,12 +442,6 @@ def check_data(base: ExperimentConfig) -> FederatedData:
             f"base.partition.min_size: {spec.clients} clients x min_size {spec.min_size} exceed the {samples} "
             f"training samples of dataset {base.dataset!r}; at most {samples // spec.clients}"
         )
-    try:
-        return prepare_data(base)
-    except ConfigError:  # names its own field (engine/data.py's check_steps: base.batch_size, partition.min_size)
-        raise
-    except (OSError, ValueError) as error:  # e.g. no Dirichlet draw gives every client min_size samples
-        raise ConfigError(f"base.partition: {error}") from None
 
 
 def check_user_model(name: str, in_channels: int, num_classes: int, image_size: tuple[int, int]) -> None:

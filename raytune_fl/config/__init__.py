@@ -27,6 +27,7 @@ from raytune_fl.config.experiment import (
     ScheduleConfig,
     ScheduleKind,
     SystemConfig,
+    check_client_count,
     clients_per_round,
     smallest_participation,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "DiagnosticsConfig",
     "BatchNormConfig",
     "ExperimentConfig",
+    "check_client_count",
     "clients_per_round",
     "smallest_participation",
     "Distribution",

@@ -20,7 +20,9 @@ from raytune_fl.data.synthetic import SyntheticConfig
 
 # the built-in partitioners (data/partition.py) and which of them read each kind-specific setting; a plugin's
 # partitioner may read any
-_BUILT_IN_PARTITIONS = frozenset({"iid", "dirichlet", "shards", "quantity_skew", "domain", "domain_split"})
+# (and flwr: Flower Datasets' partitioners by class name, their own settings in `options`)
+_BUILT_IN_PARTITIONS = frozenset({"iid", "dirichlet", "shards", "quantity_skew", "domain", "domain_split", "flwr"})
+_FLWR_SETTINGS = ("partitioner", "options")  # the settings only kind flwr reads
 _PARTITION_SETTING_USERS = {
     "alpha": frozenset({"dirichlet", "quantity_skew", "domain_split"}),
     "classes_per_client": frozenset({"shards"}),
@@ -31,10 +33,26 @@ class PartitionConfig(_Strict):
     # dirichlet by default: label shift is the setting every paper in scope evaluates
     kind: str = Field(
         default="dirichlet",
-        description="how samples are split over clients: iid, dirichlet, shards, quantity_skew, domain or "
-        "domain_split (or a plugin's partitioner)",
+        description="how samples are split over clients: iid, dirichlet, shards, quantity_skew, domain, "
+        "domain_split, flwr (a Flower Datasets partitioner, named by partitioner) or a plugin's partitioner",
     )
-    clients: int = Field(default=10, ge=1, description="number of clients (10: the FedUV/UniVarFL papers' count)")
+    partitioner: str | None = Field(
+        default=None,
+        description="flwr: the class name of a horizontal partitioner of flwr_datasets.partitioner (e.g. "
+        "DirichletPartitioner; NaturalIdPartitioner makes one client per value of a column); needs the data extra",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="flwr: the partitioner's own arguments by name (alpha, partition_by, ...); its num_partitions "
+        "and seed are partition.clients and partition.seed, its partition_by defaults to label",
+    )
+    clients: int = Field(
+        default=10,
+        ge=1,
+        description="number of clients (10: the FedUV/UniVarFL papers' count); flwr partitioners without "
+        "num_partitions (NaturalIdPartitioner: one client per writer) decide it from the data, and a value set "
+        "here must then match it",
+    )
     alpha: float = Field(
         default=0.1,
         gt=0,
@@ -74,6 +92,53 @@ class PartitionConfig(_Strict):
                     "kind that uses it"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _flwr_settings(self) -> PartitionConfig:
+        """partitioner and options belong to kind flwr alone; there they name a real partitioner and its arguments,
+        checked against the class itself (data/flwr.py) before any data is loaded or Ray starts."""
+        if self.kind != "flwr":
+            for name in _FLWR_SETTINGS:
+                if name in self.model_fields_set and getattr(self, name):
+                    raise ValueError(f"{name}: is set, but only kind flwr uses it (kind is {self.kind!r}); remove it")
+            return self
+        if self.partitioner is None:
+            raise ValueError(
+                "partitioner: kind flwr needs a Flower Datasets partitioner's class name, e.g. "
+                "partitioner: DirichletPartitioner"
+            )
+        from raytune_fl.data.flwr import check_options
+        from raytune_fl.data.partition import PartitionError
+
+        try:
+            check_options(self.partitioner, self.options)
+        except ImportError as error:
+            raise ValueError(
+                f"partitioner: kind flwr needs the data extra (pip install 'raytune-fl[data]'): {error}"
+            ) from None
+        except PartitionError as error:  # its message names partition.<field>; the location already says partition
+            raise ValueError(str(error).removeprefix("partition.")) from None
+        return self
+
+    @property
+    def label(self) -> str:
+        """The kind as records and summaries show it: flwr's with its partitioner."""
+        return f"flwr {self.partitioner}" if self.kind == "flwr" else self.kind
+
+    @property
+    def clients_text(self) -> str:
+        """The number of clients as a summary says it: natural clients' count is known only once the data is."""
+        return "the data's" if self.clients_from_data else str(self.clients)
+
+    @property
+    def clients_from_data(self) -> bool:
+        """Whether the data decides the number of clients (a flwr partitioner without num_partitions): checks that
+        count clients then run once the data is built (cli/common.py check_data)."""
+        if self.kind != "flwr" or self.partitioner is None:
+            return False
+        from raytune_fl.data.flwr import count_from_data
+
+        return count_from_data(self.partitioner)
 
 
 ScheduleKind = Literal["constant", "cosine", "step", "exponential"]  # the formulas: engine/lr_schedule.py
@@ -478,15 +543,11 @@ class ExperimentConfig(_Strict):
 
     @model_validator(mode="after")
     def _participation_samples_a_client(self) -> ExperimentConfig:
-        # partition.clients is the clients' count for every partitioner: 'domain' refuses a count other than the
-        # dataset's domains, 'domain_split' one that is not a multiple of them
-        clients, share = self.partition.clients, self.participation * self.partition.clients
-        if share < 1 - 1e-9:  # clients_per_round would quietly make it one: another setting than the one written
-            shown = next(text for digits in range(3, 17) if (text := f"{share:.{digits}g}") != "1")  # never "1 of"
-            raise ValueError(
-                f"participation: {self.participation:g} of {clients} client{'s' * (clients != 1)} is {shown} of a "
-                f"client, fewer than one; the smallest that samples one client is {smallest_participation(clients)}"
-            )
+        # partition.clients is the clients' count for every partitioner but a flwr one that reads it off the data
+        # ('domain' refuses a count other than the dataset's domains, 'domain_split' one not a multiple of them);
+        # that count is checked once the data is built (cli/common.py check_data)
+        if not self.partition.clients_from_data:
+            check_client_count(self, self.partition.clients)
         return self
 
     @property
@@ -520,30 +581,43 @@ class ExperimentConfig(_Strict):
         from raytune_fl.data import DATASETS, PARTITIONERS
         from raytune_fl.models import MODELS
 
-        for field_name, registry, value in (
-            ("dataset", DATASETS, self.dataset),
-            ("model", MODELS, self.model),
-            ("partition.kind", PARTITIONERS, self.partition.kind),
+        for field_name, registry, value, more in (
+            ("dataset", DATASETS, self.dataset, ()),
+            ("model", MODELS, self.model, ()),
+            ("partition.kind", PARTITIONERS, self.partition.kind, ("flwr",)),  # flwr: data/flwr.py, not a registry
         ):
-            if value not in registry:
+            if value not in registry and value not in more:
+                known = [*registry, *more]
                 raise ValueError(
-                    f"{field_name}: unknown {registry.kind} {value!r}; {did_you_mean(value, registry)}"
-                    f"known: {', '.join(registry)}"
+                    f"{field_name}: unknown {registry.kind} {value!r}; {did_you_mean(value, known)}"
+                    f"known: {', '.join(known)}"
                 )
         from raytune_fl.data.datasets import check_options
 
         # its message starts "dataset_options.<field>: "; kept normalised (paths absolute: trials run elsewhere)
         object.__setattr__(self, "dataset_options", check_options(self.dataset, self.dataset_options))
-        # a kill that names no round or client that exists would never fire: the chaos test would prove nothing
-        for round_index, client in self.faults.inject_kills:
+        # a kill that names no round that exists would never fire: the chaos test would prove nothing (its client:
+        # check_client_count)
+        for round_index, _ in self.faults.inject_kills:
             if not 1 <= round_index <= self.rounds:
                 raise ValueError(f"faults.inject_kills: round {round_index} is outside 1..{self.rounds} (rounds)")
-            if not 0 <= client < self.partition.clients:
-                raise ValueError(
-                    f"faults.inject_kills: client {client} is outside 0..{self.partition.clients - 1} "
-                    "(partition.clients)"
-                )
         return self
+
+
+def check_client_count(experiment: ExperimentConfig, clients: int, source: str = "partition.clients") -> None:
+    """What the number of clients bounds: participation samples at least one of them, and every injected kill names
+    one that exists. `source` says where the count comes from (the data's, for natural clients); a ValueError
+    naming the field."""
+    share = experiment.participation * clients
+    if share < 1 - 1e-9:  # clients_per_round would quietly make it one: another setting than the one written
+        shown = next(text for digits in range(3, 17) if (text := f"{share:.{digits}g}") != "1")  # never "1 of"
+        raise ValueError(
+            f"participation: {experiment.participation:g} of {clients} client{'s' * (clients != 1)} is {shown} of a "
+            f"client, fewer than one; the smallest that samples one client is {smallest_participation(clients)}"
+        )
+    for _, client in experiment.faults.inject_kills:
+        if not 0 <= client < clients:
+            raise ValueError(f"faults.inject_kills: client {client} is outside 0..{clients - 1} ({source})")
 
 
 def clients_per_round(participation: float, clients: int) -> int:

@@ -39,12 +39,15 @@ class DataIdentity:
 
 
 def partition_label(partition: dict[str, Any]) -> str:
-    """dirichlet-0.1/10-clients, shards-2/20-clients, iid/10-clients: the partition in a dataset name."""
+    """dirichlet-0.1/10-clients, shards-2/20-clients, iid/10-clients, flwr-IidPartitioner/10-clients: the partition in
+    a dataset name."""
     kind = str(partition["kind"])
     if kind in ("dirichlet", "quantity_skew"):
         kind = f"{kind}-{partition['alpha']:g}"
     elif kind == "shards":
         kind = f"{kind}-{partition['classes_per_client']}"
+    elif kind == "flwr":  # flwr-NaturalIdPartitioner/62-clients
+        kind = f"{kind}-{partition['partitioner']}"
     return f"{kind}/{partition['clients']}-clients"  # not-a-metric: the partition's setting
 
 

@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 
 from raytune_fl.config import ConfigError, ExperimentConfig, PartitionConfig
-from raytune_fl.data import ArrayDataset, load_dataset, partition, train_val_split
+from raytune_fl.data import ArrayDataset, PartitionError, load_dataset, partition, train_val_split
+from raytune_fl.data.flwr import KIND as FLWR
+from raytune_fl.data.flwr import flwr_partition
 from raytune_fl.data.identity import DataIdentity, data_identity
 from raytune_fl.engine.system import epoch_steps
 
@@ -36,21 +38,48 @@ class FederatedData:
 def prepare_data(experiment: ExperimentConfig) -> FederatedData:
     dataset = load_dataset(experiment.dataset, root=experiment.root, options=experiment.dataset_settings)
     spec = experiment.partition
-    parts = partition(
-        spec.kind,
-        dataset.y_train,
-        spec.clients,
-        seed=spec.seed,
-        min_size=spec.min_size,
-        domains=dataset.domains_train,
-        **partition_kwargs(spec),
-    )
+    if spec.kind == FLWR:
+        parts = flwr_parts(spec, dataset)
+    else:
+        parts = partition(
+            spec.kind,
+            dataset.y_train,
+            spec.clients,
+            seed=spec.seed,
+            min_size=spec.min_size,
+            domains=dataset.domains_train,
+            **partition_kwargs(spec),
+        )
     splits = [
         train_val_split(part, spec.val_fraction, seed=spec.seed * 100_003 + cid) for cid, part in enumerate(parts)
     ]
     data = FederatedData(dataset, [train for train, _ in splits], [val for _, val in splits])
     check_steps(experiment, data)
     return data
+
+
+def flwr_parts(spec: PartitionConfig, dataset: ArrayDataset) -> list[np.ndarray]:
+    """The clients of a Flower Datasets partitioner (data/flwr.py); where it decides their number from the data
+    (natural clients), a partition.clients set in the file must match it. Errors are ConfigErrors naming the field."""
+    assert spec.partitioner is not None  # PartitionConfig refuses kind flwr without one
+    try:
+        parts = flwr_partition(
+            spec.partitioner,
+            spec.options,
+            dataset.y_train,
+            spec.clients,
+            seed=spec.seed,
+            min_size=spec.min_size,
+            columns=dataset.columns_train,
+        )
+    except PartitionError as error:  # its message starts "partition.<field>: "
+        raise ConfigError(f"base.{error}") from None
+    if "clients" in spec.model_fields_set and spec.clients != len(parts):  # not-a-metric: the field
+        raise ConfigError(
+            f"base.partition.clients: {spec.clients} is set, but {spec.partitioner} made {len(parts)} clients from "
+            f"the data; remove partition.clients (it is read off the data) or set it to {len(parts)}"
+        )
+    return parts
 
 
 def check_steps(experiment: ExperimentConfig, data: FederatedData) -> None:
@@ -75,7 +104,7 @@ def check_steps(experiment: ExperimentConfig, data: FederatedData) -> None:
     fixes = [f"base.batch_size <= {smallest}", "base.drop_last: false"] if batch_bound else []
     share = _share_for(size if drop_last else 2, spec.val_fraction)  # a share whose training part takes a step
     samples = len(data.dataset.y_train)
-    if spec.clients * share <= samples:
+    if len(train_sizes) * share <= samples:
         fixes.append(f"base.partition.min_size >= {share} (a client's share, before validation is held out)")
     elif samples >= share:
         fixes.append(f"base.partition.clients <= {samples // share} with base.partition.min_size >= {share}")
@@ -105,13 +134,23 @@ def partition_kwargs(spec: PartitionConfig) -> dict[str, Any]:
     return {}
 
 
+def flwr_settings(spec: PartitionConfig) -> dict[str, Any]:
+    """A flwr split's partitioner and options, as the record and the fingerprint take them (a callable option by
+    its qualified name: its repr would differ from run to run)."""
+    if spec.kind != FLWR:
+        return {}
+    options = {k: getattr(v, "__qualname__", v) if callable(v) else v for k, v in spec.options.items()}
+    return {"partitioner": spec.partitioner, "options": options}
+
+
 def data_identity_of(experiment: ExperimentConfig, data: FederatedData) -> DataIdentity:
     """What a run of `experiment` trains on, for the tracker: the dataset, its split, the partition settings."""
     spec = experiment.partition
     settings = {
         "kind": spec.kind,
         **partition_kwargs(spec),
-        "clients": spec.clients,  # not-a-metric: the partition's setting
+        **flwr_settings(spec),
+        "clients": data.num_clients,  # not-a-metric: the partition's setting (natural clients: the data's count)
         "min_size": spec.min_size,
         "seed": spec.seed,
         "val_fraction": spec.val_fraction,

@@ -30,9 +30,9 @@ def _distribution(dumped: dict[str, Any]) -> str:
 def setup_line(base: ExperimentConfig) -> str:
     """The data and the training protocol every run of the study shares, in one line."""
     part, opt = base.partition, base.optimizer
-    split = f"{part.kind}" + (f" (alpha {part.alpha:g})" if part.kind in ("dirichlet", "quantity_skew") else "")
+    split = f"{part.label}" + (f" (alpha {part.alpha:g})" if part.kind in ("dirichlet", "quantity_skew") else "")
     return (
-        f"Data: `{base.dataset}`, {split} over {part.clients} clients ({part.val_fraction:.0%} of each held out "
+        f"Data: `{base.dataset}`, {split} over {part.clients_text} clients ({part.val_fraction:.0%} of each held out "
         f"for validation). Training: {base.rounds} rounds, {base.participation:.0%} of clients per round, "
         f"{base.local_epochs} local epoch(s), batch {base.batch_size}, SGD lr {opt.lr:g} momentum {opt.momentum:g} "
         f"weight decay {opt.weight_decay:g}, model `{base.model}`, seed {base.seed}."

@@ -145,12 +145,12 @@ def trial_params(trial: TrialSpec) -> dict[str, Any]:
 
 def partition_tag(experiment: ExperimentConfig) -> str:
     part = experiment.partition
-    return f"{part.kind}(alpha={part.alpha})" if part.kind == "dirichlet" else part.kind
+    return f"{part.kind}(alpha={part.alpha})" if part.kind == "dirichlet" else part.label
 
 
 def partition_title(experiment: ExperimentConfig) -> str:
     """The title of the partition heat map a study's parent run logs."""
-    return f"{experiment.dataset}: {experiment.partition.kind}, {experiment.partition.clients} clients"
+    return f"{experiment.dataset}: {experiment.partition.label}, {experiment.partition.clients_text} clients"
 
 
 class WarmStartFacts(Protocol):

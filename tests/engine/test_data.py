@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import flwr_datasets.partitioner  # noqa: F401  (at collection: its 3 s import is no test's CPU)
+import numpy as np
 import pytest
 
 from raytune_fl.config import ConfigError, ExperimentConfig
@@ -66,3 +68,46 @@ def test_a_client_of_one_training_sample_is_refused_naming_min_size():
     clients, min_size = map(int, fix.groups())
     data = prepare_data(experiment(partition={"kind": "iid", "clients": clients, "min_size": min_size}))
     assert min(len(part) for part in data.train_parts) >= 2
+
+
+# ---- kind flwr: a Flower Datasets partitioner builds the federation (data/flwr.py)
+
+
+def flwr_experiment(partitioner: str, options: dict, **partition) -> ExperimentConfig:
+    spec = {"kind": "flwr", "partitioner": partitioner, "options": options, "min_size": 20, **partition}
+    return ExperimentConfig.model_validate({**BASE, "partition": spec})
+
+
+def test_a_flwr_partitioner_builds_the_federation_and_its_record_names_it():
+    from raytune_fl.engine.data import data_identity_of
+
+    iid = flwr_experiment("IidPartitioner", {}, clients=3)
+    data = prepare_data(iid)
+    assert data.num_clients == 3 and [len(p) for p in data.client_parts] == [479, 479, 479]  # 1437 = 3 x 479
+    identity = data_identity_of(iid, data)
+    assert identity.partition["partitioner"] == "IidPartitioner" and identity.partition["options"] == {}
+    assert identity.name == "digits/flwr-IidPartitioner/3-clients"
+    dirichlet = flwr_experiment("DirichletPartitioner", {"alpha": 0.5}, clients=3)
+    other = data_identity_of(dirichlet, prepare_data(dirichlet))
+    assert other.partition["options"] == {"alpha": 0.5} and other.digest != identity.digest
+
+
+def test_natural_clients_are_as_many_as_the_writers_and_a_different_clients_set_is_refused():
+    import dataclasses
+
+    from raytune_fl.data import load_dataset
+    from raytune_fl.engine.data import flwr_parts
+
+    digits = load_dataset("digits")
+    dataset = dataclasses.replace(digits, columns_train={"writer_id": np.arange(1437) % 4})
+    natural = flwr_experiment("NaturalIdPartitioner", {"partition_by": "writer_id"})
+    assert natural.partition.clients_from_data
+    parts = flwr_parts(natural.partition, dataset)
+    assert [len(p) for p in parts] == [360, 359, 359, 359]  # 1437 = 4 x 359 + 1
+    assert all(np.all(np.asarray(p) % 4 == np.asarray(p)[0] % 4) for p in parts)  # one writer each
+    wrong = flwr_experiment("NaturalIdPartitioner", {"partition_by": "writer_id"}, clients=10)
+    with pytest.raises(ConfigError, match=r"^base\.partition\.clients: 10 is set, but NaturalIdPartitioner made 4"):
+        flwr_parts(wrong.partition, dataset)
+    flwr_parts(flwr_experiment("NaturalIdPartitioner", {"partition_by": "writer_id"}, clients=4).partition, dataset)
+    with pytest.raises(ConfigError, match=r"^base\.partition\.options\.partition_by: .*it has: label$"):
+        prepare_data(natural)  # digits itself has no writer column
