@@ -285,3 +285,31 @@ def test_a_32_bit_image_is_refused_naming_its_row(tmp_path):
         f"hf: {path}: train split, column 'image' (dataset_options.image), row 1: mode F (32-bit pixels) has no fixed "
         "range; store 8- or 16-bit images"
     )
+
+
+# ---- the engine: a federation on a parquet file -----------------------------------------------------------------
+
+
+def test_an_experiment_on_a_parquet_file_builds_its_federation_and_trains_a_round(tmp_path):
+    import torch
+
+    from raytune_fl.engine.data import prepare_data
+    from raytune_fl.engine.federation import Federation
+
+    rows = [(40 * (i % 6), i % 3, f"w{i % 4}") for i in range(24)]
+    path = write_femnist_parquet(tmp_path / "femnist.parquet", rows, size=(8, 8))
+    experiment = ExperimentConfig.model_validate({
+        "dataset": "hf",
+        "dataset_options": {"path": str(path), "label": "character", "columns": ["writer_id"], "test_fraction": 0.25},
+        "partition": {"kind": "iid", "clients": 2, "min_size": 4, "seed": 0},
+        "rounds": 1,
+        "batch_size": 4,
+        "resources": {"actors": 0},
+    })  # fmt: skip
+    data = prepare_data(experiment)
+    assert data.num_clients == 2 and sum(len(p) for p in data.client_parts) == 18  # 24 rows, 6 to the test set
+    assert data.dataset.x_train.shape == (18, 1, 8, 8) and len(data.dataset.columns_train["writer_id"]) == 18
+    torch.set_num_threads(1)
+    rounds = []
+    Federation(experiment, "fedavg", {}, data=data).run(rounds.append)
+    assert len(rounds) == 1 and np.isfinite(rounds[0]["train_loss"])
