@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from raytune_fl.data import load_dataset
+from raytune_fl.data.leaf import WRITER
 from tests.support.data_files import write_leaf
 
 BLACK, WHITE = [0.0] * 4, [1.0] * 4  # 2x2 images, flattened as LEAF's x rows
@@ -27,7 +28,8 @@ def test_leaf_json_loads_with_one_writer_id_per_training_sample(tmp_path):
     ds = load_dataset("leaf", options={"path": str(femnist(tmp_path))})
     assert ds.name == "femnist" and ds.x_train.shape == (5, 1, 2, 2) and ds.x_test.shape == (2, 1, 2, 2)
     assert ds.y_train.tolist() == [0, 1, 2, 1, 2] and ds.y_test.tolist() == [2, 0] and ds.num_classes == 3
-    assert ds.columns_train["writer_id"].tolist() == ["f0001_00", "f0001_00", "f0002_01", "f0003_02", "f0003_02"]
+    writers = ["f0001_00", "f0001_00", "f0002_01", "f0003_02", "f0003_02"]
+    assert WRITER == "writer_id" and ds.columns_train[WRITER].tolist() == writers
     # 20 pixels, 10 of them 1: mean 0.5, std 0.5, so 0 -> -1 and 1 -> +1
     assert ds.x_train[4, 0].tolist() == [[-1.0, 1.0], [1.0, -1.0]]
     assert np.allclose(ds.x_test[:, 0, 0, 0], [1.0, -1.0])
