@@ -463,8 +463,9 @@ class ExperimentConfig(_Strict):
     # synthetic keeps its own section below
     dataset_options: dict[str, Any] = Field(
         default={},
-        description="the dataset's own settings (npz: path; image_folder: image_size; torchvision: name, split; a "
-        "plugin's: what it declares), checked by that dataset's options model",
+        description="the dataset's own settings (npz: path; image_folder: image_size; torchvision: name, split; hf: "
+        "path, image, label, columns; leaf: path; a plugin's: what it declares), checked by that dataset's options "
+        "model",
     )
     synthetic: SyntheticConfig = Field(
         default=SyntheticConfig.model_validate({}),

@@ -1,6 +1,6 @@
 """Datasets (in-memory numpy arrays) and client partitioners for federated simulation."""
 
-from raytune_fl.data import domains, files, synthetic, vision  # noqa: F401  (registration)
+from raytune_fl.data import domains, files, hf, leaf, synthetic, vision  # noqa: F401  (registration)
 from raytune_fl.data.datasets import (
     DATASET_OPTIONS,
     DATASETS,

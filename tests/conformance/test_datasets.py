@@ -20,7 +20,9 @@ from tests.support.data_files import (
     make_ham,
     save_image,
     write_cifar,
+    write_femnist_parquet,
     write_idx,
+    write_leaf,
 )
 
 # ---- datasets: factory(root) -> ArrayDataset (N, C, H, W) float32 images, int64 labels -------------------------
@@ -56,6 +58,8 @@ WITH_OPTIONS: dict[str, tuple[Callable[[Path], dict], Callable[[Path], tuple[str
     "npz": (lambda tmp: {"path": str(tmp / "nowhere" / "d.npz")}, lambda tmp: (None, {"path": _npz(tmp)})),
     "image_folder": (lambda tmp: {}, lambda tmp: (_image_folder(tmp), {"image_size": 8})),
     "torchvision": (lambda tmp: {"name": "MNIST"}, lambda tmp: (_mnist_raw(tmp), {"name": "MNIST"})),
+    "hf": (lambda tmp: {"path": str(tmp / "nowhere" / "d.parquet")}, lambda tmp: (None, _hf_parquet(tmp))),
+    "leaf": (lambda tmp: {"path": str(tmp / "nowhere")}, lambda tmp: (None, {"path": _leaf(tmp)})),
 }
 
 
@@ -72,6 +76,19 @@ def _image_folder(tmp: Path) -> str:
             for i in range(count):
                 save_image(tmp / "if" / split / label / f"{i}.png", (10 * i, 80, 200), SIZES[i])
     return str(tmp / "if")
+
+
+def _hf_parquet(tmp: Path) -> dict:
+    """The hub's FEMNIST schema: PNG bytes, an int character, writer_id; one file, its test set carved."""
+    rows = [(value, label, f"w{label}") for value in (0, 255) for label in (0, 1, 2)]
+    path = write_femnist_parquet(tmp / "femnist.parquet", rows)
+    return {"path": str(path), "label": "character", "columns": ["writer_id"], "test_fraction": 0.34}
+
+
+def _leaf(tmp: Path) -> str:
+    write_leaf(tmp / "leaf" / "train", {"u1": ([[0.0] * 4, [1.0] * 4], [0, 1]), "u2": ([[0.5] * 4], [2])})
+    write_leaf(tmp / "leaf" / "test", {"u1": ([[1.0] * 4], [2])})
+    return str(tmp / "leaf")
 
 
 def _mnist_raw(tmp: Path) -> str:
@@ -95,6 +112,7 @@ def check_contract(ds: ArrayDataset) -> None:
     assert 0 <= ds.y_train.min() and max(ds.y_train.max(), ds.y_test.max()) < ds.num_classes
     assert np.isfinite(ds.x_train).all() and np.isfinite(ds.x_test).all()
     assert not ds.class_names or len(ds.class_names) == ds.num_classes
+    assert all(len(values) == len(ds.y_train) for values in ds.columns_train.values())  # one value per sample
     if ds.domains_train is not None:
         assert len(ds.domains_train) == len(ds.y_train) and ds.domains_train.max() < len(ds.domain_names)
 

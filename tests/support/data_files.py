@@ -4,6 +4,8 @@ partition invariants: shared by the data tests and the registries' conformance."
 from __future__ import annotations
 
 import gzip
+import io
+import json
 import pickle
 import struct
 import tarfile
@@ -188,3 +190,46 @@ def gzipped_idx(folder: Path, prefix: str, images: np.ndarray, labels: np.ndarra
     write_idx(folder, prefix, images, labels)
     names = (f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte")
     return {f"{name}.gz": gzip.compress((folder / name).read_bytes(), mtime=0) for name in names}
+
+
+# ---- Hugging Face tables and LEAF's JSON ------------------------------------------------------------------------
+
+
+def png(mode: str, size: tuple[int, int], value: int | tuple[int, ...]) -> bytes:
+    """A solid PNG image of `mode` (L, RGB, RGBA, P, I;16, ...), `size` (width, height), every pixel `value`."""
+    out = io.BytesIO()
+    Image.new(mode, size, value).save(out, format="PNG")
+    return out.getvalue()
+
+
+def write_femnist_parquet(path: Path, rows: list[tuple[int, int, str]], size: tuple[int, int] = (2, 2)) -> Path:
+    """The hub's FEMNIST schema in a parquet file: image (PNG bytes, an Image feature), character (int),
+    writer_id (string); one row per (gray value of the solid image, character, writer)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    features = datasets.Features(
+        {"image": datasets.Image(), "character": datasets.Value("int64"), "writer_id": datasets.Value("string")}
+    )
+    table = {
+        "image": [{"bytes": png("L", size, value), "path": None} for value, _, _ in rows],
+        "character": [character for _, character, _ in rows],
+        "writer_id": [writer for _, _, writer in rows],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    datasets.Dataset.from_dict(table, features=features).to_parquet(str(path))
+    return path
+
+
+def write_leaf(
+    folder: Path, users: dict[str, tuple[list[list[float]], list[int]]], file: str = "all_data.json"
+) -> Path:
+    """One LEAF JSON file under `folder`: {users, num_samples, user_data: {user: {x, y}}}, as LEAF writes it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {
+        "users": list(users),
+        "num_samples": [len(y) for _, y in users.values()],
+        "user_data": {user: {"x": x, "y": y} for user, (x, y) in users.items()},
+    }
+    (folder / file).write_text(json.dumps(data))
+    return folder / file
