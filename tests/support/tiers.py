@@ -210,6 +210,7 @@ NOT_UNIT: dict[str, frozenset[str]] = {
             "tooling/test_bench_harness.py::test_the_reference_loop_and_the_engine_run_the_same_workload",
             "tooling/test_bench_harness.py::test_the_reference_loop_trains_one_round_like_workload_md",
             "tooling/test_bench_methods.py::test_a_tiny_benchmark_runs_every_listed_method",
+            "tooling/test_bench_natural_clients.py::test_the_data_and_both_ways_configs",  # parquet through datasets
             "tooling/test_bench_methods.py::test_the_client_batch_ceiling_benchmark_times_both_ways",
             "tooling/test_cluster_recipes.py::test_a_broken_slurm_script_is_refused",
             "tooling/test_cluster_recipes.py::test_the_slurm_script_starts_a_head_workers_and_a_server_then_runs_valid_commands",
