@@ -44,7 +44,6 @@ from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.errors import RaytuneFLError
 from raytune_fl.methods import METHODS, Method, build_method
 from raytune_fl.methods.base import Stateless
-from raytune_fl.models.registry import SEQUENTIAL_MODELS, sample_batch
 from raytune_fl.metrics import (
     ACTOR_FAILURES,
     ACTOR_FAILURES_TOTAL,
@@ -70,6 +69,7 @@ from raytune_fl.metrics import (
     VAL_ACC,
     VAL_LOSS,
 )
+from raytune_fl.models.registry import SEQUENTIAL_MODELS, sample_batch
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
 from raytune_fl.weights import read_weights
 
