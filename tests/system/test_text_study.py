@@ -3,7 +3,10 @@ real tune.py, char_lstm with FedAvg and UniVarFL on one client per speaker; both
 
 from __future__ import annotations
 
-from tests.support import run_study
+import yaml
+from mlflow.tracking import MlflowClient
+
+from raytune_fl.cli import main
 from tests.support.data_files import next_characters, write_leaf
 
 LINE = "to be or not to be, that is the question. "
@@ -34,7 +37,12 @@ def test_a_shakespeare_study_trains_fedavg_and_univarfl_above_chance(ray_cluster
         "variants": {"fedavg": {"method": "fedavg"}, "univarfl": {"method": "univarfl"}},
         "tune": {"num_samples": 1, "max_concurrent": 1, "seed": 0},
     }
-    client, runs = run_study(tmp_path, space)
+    path, uri = tmp_path / "shakespeare.yaml", f"sqlite:///{tmp_path / 'm.db'}"
+    path.write_text(yaml.safe_dump(space))
+    # --no-models: exporting the LSTM (torch.export, a helper process) is minutes on 2 cores; not what this tests
+    assert main(["--space", str(path), "--storage", str(tmp_path / "ray"), "--mlflow-uri", uri, "--no-models"]) == 0
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("shakespeare").experiment_id])
     parents = {r.data.tags["variant"]: r for r in runs if "mlflow.parentRunId" not in r.data.tags}
     assert set(parents) == {"fedavg", "univarfl"}
     for variant, parent in parents.items():
