@@ -8,11 +8,13 @@ import torch
 from torch import nn
 
 from raytune_fl.models import build_model
+from raytune_fl.models.char_lstm import EMBEDDING, HIDDEN, CharLSTM
 from raytune_fl.models.registry import check_model, sample_batch
 
 
 def test_char_lstm_is_leafs_embedding_8_and_two_lstm_layers_of_256():
     model = build_model("char_lstm", 80, 80, (1, 80), text=True)
+    assert isinstance(model, CharLSTM) and (EMBEDDING, HIDDEN) == (8, 256)
     assert model.embedding.weight.shape == (80, 8) and model.lstm.num_layers == 2 and model.lstm.hidden_size == 256
     assert model.classifier.in_features == 256 and model.classifier.out_features == 80
     # embedding 640 + LSTM layer 1: 4*256*(8+256+2) = 272,384 + layer 2: 4*256*(256+256+2) = 526,336 + head 20,560
