@@ -83,10 +83,8 @@ def check_model(
         with torch.no_grad():
             output = model(torch.zeros(shape, dtype=torch.long if text else torch.float32))
     except Exception as error:
-        what = "token ids" if text else "images"
-        raise ValueError(
-            f"{where}: forward failed on a {shape} batch of {what}: {type(error).__name__}: {error}"
-        ) from None
+        what = " of token ids" if text else ""
+        raise ValueError(f"{where}: forward failed on a {shape} batch{what}: {type(error).__name__}: {error}") from None
     finally:
         model.train(was_training)
     if not (isinstance(output, tuple | list) and len(output) == 2 and all(torch.is_tensor(t) for t in output)):
