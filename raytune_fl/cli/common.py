@@ -487,8 +487,8 @@ def check_user_model(
     try:
         build_model(name, in_channels, num_classes, image_size, text)
     except Exception as error:  # the user's factory may raise anything
-        text = str(error) if isinstance(error, ValueError) else f"model {name!r}: {type(error).__name__}: {error}"
-        raise ConfigError(f"base.model: {text}") from None
+        said = str(error) if isinstance(error, ValueError) else f"model {name!r}: {type(error).__name__}: {error}"
+        raise ConfigError(f"base.model: {said}") from None
 
 
 def start_ray_early(address: str | None, plugins: Sequence[str]) -> RayStart | None:
