@@ -220,7 +220,7 @@ def _check(args: argparse.Namespace) -> Checked:
     data = {}
     for label, experiment in splits(experiments, args.partition_seeds).items():  # every partition cells train on
         try:
-            data[label] = common.check_data(experiment)
+            data[label] = common.check_data(experiment, [space.variants[name].method for name in variants])
         except ConfigError as error:
             raise ConfigError(f"setting {label}: {error}") from None
     return Checked(space, variants, axes, auto, uri, out_dir, data)

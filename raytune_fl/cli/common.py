@@ -41,6 +41,7 @@ from raytune_fl.config import (
 from raytune_fl.methods import METHODS
 
 if TYPE_CHECKING:
+    from raytune_fl.data import ArrayDataset
     from raytune_fl.engine.data import FederatedData
     from raytune_fl.runtime.cluster import RayStart
 
@@ -399,8 +400,9 @@ def check_new_folder(path: Path, option: str) -> None:
         raise ConfigError(f"{option}: cannot create {path}: {error.strerror or error}") from None
 
 
-def check_data(base: ExperimentConfig) -> FederatedData:
-    """The dataset and its partition, checked before any Ray process starts; errors name the field."""
+def check_data(base: ExperimentConfig, methods: Sequence[str] = ()) -> FederatedData:
+    """The dataset and its partition, checked before any Ray process starts, with the model and `methods` it
+    trains (the variants'); errors name the field."""
     from raytune_fl.data import load_dataset
     from raytune_fl.engine.data import prepare_data
 
@@ -412,7 +414,9 @@ def check_data(base: ExperimentConfig) -> FederatedData:
     except (OSError, ValueError, TypeError) as error:
         raise ConfigError(f"base.{field}: {error}") from None
     samples = len(dataset.y_train)
-    check_user_model(base.model, dataset.in_channels, dataset.num_classes, dataset.image_size)
+    check_modality(base, dataset, methods)
+    channels, size = dataset.model_inputs
+    check_user_model(base.model, channels, dataset.num_classes, size, dataset.is_text)
     # the partitioner's own message would name its arguments, not the fields (natural clients: none set)
     if not spec.clients_from_data:
         _check_client_fields(base, samples)
@@ -444,7 +448,34 @@ def _check_client_fields(base: ExperimentConfig, samples: int) -> None:
         )
 
 
-def check_user_model(name: str, in_channels: int, num_classes: int, image_size: tuple[int, int]) -> None:
+def check_modality(base: ExperimentConfig, dataset: ArrayDataset, methods: Sequence[str] = ()) -> None:
+    """Refuse what needs the other kind of data, naming the field: an image model or image augmentation on text,
+    a text model on images, a method that runs only on an image model (MethodSpec.image_model)."""
+    from raytune_fl.models import MODELS
+    from raytune_fl.models.registry import TEXT_MODELS
+
+    kind = "text (token ids (N, L))" if dataset.is_text else "images (N, C, H, W)"
+    holds = f"dataset {dataset.name!r} holds {kind}"
+    built_in = base.model not in MODELS.user_names()
+    if built_in and dataset.is_text != (base.model in TEXT_MODELS):
+        wanted = ", ".join(sorted(TEXT_MODELS if dataset.is_text else set(MODELS.names()) - TEXT_MODELS))
+        needs = "reads token ids (text)" if base.model in TEXT_MODELS else "needs images"
+        raise ConfigError(f"base.model: {base.model} {needs}, and {holds}; use one of {wanted}")
+    if not dataset.is_text:
+        return
+    if base.augment.crop_padding or base.augment.horizontal_flip:
+        raise ConfigError(f"base.augment: crops and flips are image augmentations, and {holds}; remove base.augment")
+    if base.resources.channels_last and "channels_last" in base.resources.model_fields_set:
+        raise ConfigError(f"base.resources.channels_last: NHWC is a layout of images, and {holds}; remove it")
+    for method in dict.fromkeys(methods):
+        why = METHODS.get(method).image_model
+        if why:
+            raise ConfigError(f"method {method!r} runs only on an image model ({why}), and {holds}")
+
+
+def check_user_model(
+    name: str, in_channels: int, num_classes: int, image_size: tuple[int, int], text: bool = False
+) -> None:
     """A plugin's model built once for the data, before Ray starts: a factory or forward that breaks the model
     contract fails here, naming base.model, not in every client actor. Built-in models are not built here (torch)."""
     from raytune_fl.models import MODELS
@@ -454,10 +485,10 @@ def check_user_model(name: str, in_channels: int, num_classes: int, image_size: 
     from raytune_fl.models import build_model
 
     try:
-        build_model(name, in_channels, num_classes, image_size)
+        build_model(name, in_channels, num_classes, image_size, text)
     except Exception as error:  # the user's factory may raise anything
-        text = str(error) if isinstance(error, ValueError) else f"model {name!r}: {type(error).__name__}: {error}"
-        raise ConfigError(f"base.model: {text}") from None
+        said = str(error) if isinstance(error, ValueError) else f"model {name!r}: {type(error).__name__}: {error}"
+        raise ConfigError(f"base.model: {said}") from None
 
 
 def start_ray_early(address: str | None, plugins: Sequence[str]) -> RayStart | None:

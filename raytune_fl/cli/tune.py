@@ -176,8 +176,9 @@ class VariantStudy:
 
 def _studies(args: argparse.Namespace, space: SearchSpace, variants: list[str]) -> list[VariantStudy]:
     """Each variant's study; with --per-setting, one per variant and setting, setting by setting, each checked."""
+    methods = [space.variants[name].method for name in variants]
     if not args.per_setting:
-        data = common.check_data(space.base)
+        data = common.check_data(space.base, methods)
         return [VariantStudy(name, None, space, data) for name in variants]
     from raytune_fl.ablation.grid import as_fields, parse_grid, settings
 
@@ -185,7 +186,7 @@ def _studies(args: argparse.Namespace, space: SearchSpace, variants: list[str]) 
     axes = as_fields(parse_grid(args.per_setting, "--per-setting"))
     for setting, experiment in settings(space, axes, "--per-setting").items():
         try:
-            data = common.check_data(experiment)
+            data = common.check_data(experiment, methods)
         except ConfigError as error:
             raise ConfigError(f"--per-setting {setting}: {error}") from None
         at_setting = space.model_copy(update={"base": experiment})

@@ -22,7 +22,8 @@ from raytune_fl.registry import Registry
 
 @dataclass(frozen=True)
 class ArrayDataset:
-    """A train/test split held in memory: images (N, C, H, W) float32, labels (N,) int64."""
+    """A train/test split held in memory: images (N, C, H, W) float32, or text: token ids (N, L) int64 over
+    `vocab`; labels (N,) int64."""
 
     name: str
     x_train: np.ndarray
@@ -41,14 +42,38 @@ class ArrayDataset:
     # how the loader's images were laid out before they became (N, C, H, W): "nchw" or "nhwc" (npz and plugins'
     # arrays, declared or detected: logged with the data), "" where the loader converts its own format
     layout: str = ""
+    # a text dataset's tokens, id -> token (LEAF Shakespeare's 80 characters): non-empty exactly when x holds token
+    # ids (N, L) int64 in 0..len(vocab)-1 rather than images; data/text.py checks them
+    vocab: tuple[str, ...] = ()
+
+    @property
+    def is_text(self) -> bool:
+        return bool(self.vocab)
 
     @property
     def in_channels(self) -> int:
+        self._need_images("in_channels")
         return int(self.x_train.shape[1])
 
     @property
     def image_size(self) -> tuple[int, int]:
+        self._need_images("image_size")
         return int(self.x_train.shape[2]), int(self.x_train.shape[3])
+
+    @property
+    def model_inputs(self) -> tuple[int, tuple[int, int]]:
+        """What a model factory's `in_channels` and `image_size` receive: the images' channels and (H, W); for
+        text, the vocabulary size and (1, L), a batch being (n, L) token ids (models/registry.py's contract)."""
+        if self.is_text:
+            return len(self.vocab), (1, int(self.x_train.shape[1]))
+        return self.in_channels, self.image_size
+
+    def _need_images(self, what: str) -> None:
+        if self.is_text:
+            raise ValueError(
+                f"dataset {self.name!r} holds text (token ids {tuple(self.x_train.shape)} over {len(self.vocab)} "
+                f"tokens), not images: it has no {what} (model_inputs gives a model's inputs for both)"
+            )
 
 
 DATASETS: Registry[Callable[..., ArrayDataset]] = Registry("dataset")
@@ -130,7 +155,11 @@ def to_array_dataset(name: str, result: object) -> ArrayDataset:
     x_train, y_train, x_test, y_test (optional num_classes, class_names, layout), checked (image_layout,
     check_arrays) and converted (float32 images (N, C, H, W), int64 labels)."""
     if isinstance(result, ArrayDataset):
-        if name in DATASETS.user_names():  # a plugin's own ArrayDataset: (N, C, H, W) by type; its labels checked
+        if result.is_text and name in DATASETS.user_names():  # a plugin's text: its ids and labels checked
+            from raytune_fl.data.text import check_text
+
+            check_text(f"dataset {name!r}", result.x_train, result.y_train, result.x_test, result.y_test, result.vocab)
+        elif name in DATASETS.user_names():  # a plugin's own ArrayDataset: (N, C, H, W) by type; its labels checked
             check_classes(f"dataset {name!r}", result.y_train, result.y_test, result.num_classes, result.class_names)
         return result
     if not isinstance(result, Mapping):

@@ -1,4 +1,5 @@
-"""``dataset: hf``: a Hugging Face ``datasets`` table (an image column, a label column) as arrays.
+"""``dataset: hf``: a Hugging Face ``datasets`` table (an image column, or a text column, and a label column) as
+arrays.
 
 ``path`` is read offline when it is a local file or folder: a parquet, CSV or JSON file (one split, ``train``),
 a folder ``datasets.load_dataset`` reads (parquet, CSV or JSON files named by split: ``train-*.parquet``,
@@ -9,6 +10,8 @@ paths, of any mode) become one channel when every image is grayscale, else RGB (
 scaled to 8 bits), resized to ``image_size`` where given (else one size is required), standardised per channel
 with the train split's statistics as every image loader is. Labels: a ``ClassLabel``'s ids and names; integers
 as given (K = the largest + 1, as npz's); strings numbered in sorted order, the strings kept as class names.
+``text`` (in place of ``image``) reads a column of strings of one length as character ids over ``vocab`` (LEAF
+Shakespeare's 80 characters unless set), its label column the next character (data/text.py).
 ``columns`` are kept, per training sample, in ``columns_train`` (what ``partition_by`` names). ``datasets`` is
 imported inside the loader: importing this module stays light.
 """
@@ -28,6 +31,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from raytune_fl.data.datasets import ArrayDataset, check_arrays, register_builtin
 from raytune_fl.data.files import _absolute, _Options
+from raytune_fl.data.text import LEAF_CHARACTERS, check_text, encode, encode_labels
 
 GRAY_MODES = frozenset({"1", "L", "LA", "La"})
 WIDE_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N"})  # 16-bit grayscale: scaled to 8 bits
@@ -53,7 +57,14 @@ class HfOptions(_Options):
     image: str = Field("image", description="the column of images (PIL images, {bytes, path}, PNG bytes or paths)")
     label: str = Field("label", description="the column of labels: a ClassLabel, integers 0..K-1 or strings")
     text: str | None = Field(
-        None, description="a text column in place of images: not yet (a text task needs its model)"
+        None,
+        description="a column of strings in place of images (all of one length L), read as characters over vocab: "
+        "x (N, L) token ids, and the label column one character each (the next character: Shakespeare's task)",
+    )
+    vocab: str | None = Field(
+        None,
+        description="the characters a text column is encoded over, id = position (a character outside it is "
+        "refused); unset: LEAF Shakespeare's 80 characters",
     )
     train_split: str = Field("train", description="the split the clients train on")
     test_split: str | None = Field(
@@ -90,11 +101,11 @@ class HfOptions(_Options):
     def _local_made_absolute(cls, value: str) -> str:
         return value if is_hub_id(value) else _absolute(value)
 
-    @field_validator("text")
+    @field_validator("vocab")
     @classmethod
-    def _no_text_yet(cls, value: str | None) -> str | None:
-        if value is not None:
-            raise ValueError("not yet: a text task comes with its model; hf reads an image column (image)")
+    def _distinct(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) < 2 or len(set(value)) != len(value)):
+            raise ValueError("must hold at least 2 characters, each once")
         return value
 
     @field_validator("image_size")
@@ -202,6 +213,8 @@ def to_arrays(splits: Mapping[str, Any], options: HfOptions, name: str) -> Array
     """The chosen splits' image and label columns as the array contract, `options.columns` kept for training."""
     source = f"hf: {options.path}"
     tables = pick_splits(splits, options, source)
+    if options.text is not None:
+        return text_arrays(tables, options, name, source)
     for split, table in tables.items():
         _need(table, options.image, "image", split, source)
         _need(table, options.label, "label", split, source)
@@ -231,6 +244,34 @@ def to_arrays(splits: Mapping[str, Any], options: HfOptions, name: str) -> Array
     )
     names = class_names if len(class_names) == count else ()
     return ArrayDataset(name, x_train, y_train, x_test, y_test, count, columns_train=columns, class_names=names)
+
+
+def text_arrays(tables: Mapping[str, Any], options: HfOptions, name: str, source: str) -> ArrayDataset:
+    """The text column as (N, L) character ids over the vocabulary and the label column's single characters as
+    the next character's id (K = the vocabulary's size), `options.columns` kept for training."""
+    assert options.text is not None
+    vocab = tuple(options.vocab) if options.vocab is not None else LEAF_CHARACTERS
+    x, y = {}, {}
+    for split, table in tables.items():
+        _need(table, options.text, "text", split, source)
+        _need(table, options.label, "label", split, source)
+        where = f"{source}: {split} split"
+        x[split] = encode(list(table[options.text]), vocab, f"{where}, column {options.text!r} (dataset_options.text)")
+        y[split] = encode_labels(list(table[options.label]), vocab, f"{where}, column {options.label!r}")
+    for column in options.columns:
+        _need(tables["train"], column, "columns", "train", source)
+    columns = {column: column_values(tables["train"], column, source) for column in options.columns}
+    if options.test_fraction is not None:  # one split: the test set carved from it
+        train, test = carve(len(y["train"]), options.test_fraction, options.split_seed, source)
+        x, y = (
+            {"train": x["train"][train], "test": x["train"][test]},
+            {"train": y["train"][train], "test": y["train"][test]},
+        )
+        columns = {column: values[train] for column, values in columns.items()}
+    check_text(source, x["train"], y["train"], x["test"], y["test"], vocab)
+    return ArrayDataset(
+        name, x["train"], y["train"], x["test"], y["test"], len(vocab), columns_train=columns, vocab=vocab
+    )
 
 
 def pick_splits(splits: Mapping[str, Any], options: HfOptions, source: str) -> dict[str, Any]:

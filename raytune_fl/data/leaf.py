@@ -1,11 +1,14 @@
-"""``dataset: leaf``: LEAF's JSON layout (FEMNIST as LEAF's scripts write it), each sample's writer kept.
+"""``dataset: leaf``: LEAF's JSON layout (FEMNIST and Shakespeare as LEAF's scripts write them), each sample's
+writer kept.
 
 ``path`` holds ``train/`` and ``test/`` (LEAF's ``data/`` folder, or the folder above it), each of ``*.json`` files
 ``{"users": [...], "num_samples": [...], "user_data": {user: {"x": [...], "y": [...]}}}``: x rows are flattened
 grayscale images of floats in [0, 1] (FEMNIST: 784 = 28 x 28), y integer labels (K = the largest + 1, as npz's).
 The images are standardised with the train split's statistics as every image loader's are, and
 ``columns_train["writer_id"]`` holds each training sample's user, so ``partition_by: writer_id`` makes one client
-per writer. LEAF's text tasks (Shakespeare, Sent140) and CelebA (image names) are not read.
+per writer. Shakespeare's x rows are strings of 80 characters and y the next character: both become ids over
+LEAF's 80 characters (data/text.py; a text dataset, K = 80), and its users (speakers) the writer_id. Sent140
+(word lists) and CelebA (image names) are not read.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pydantic import Field, field_validator
 
 from raytune_fl.data.datasets import ArrayDataset, check_arrays, register_builtin, standardise
 from raytune_fl.data.files import _absolute, _Options
+from raytune_fl.data.text import LEAF_CHARACTERS, check_text, encode, encode_labels
 
 WRITER = "writer_id"  # the column a partitioner's partition_by names: one natural client per LEAF user
 LAYOUT = "train/*.json and test/*.json in LEAF's format ({users, num_samples, user_data: {user: {x, y}}})"
@@ -51,6 +55,13 @@ def _leaf(path: str, size: tuple[int, int] | None) -> ArrayDataset:
     base = _data_folder(Path(path))
     source = f"leaf: {base}"
     (x_train, y_train, writers), (x_test, y_test, _) = (read_split(base / split, source) for split in ("train", "test"))
+    name = base.parent.name if base.name == "data" else base.name
+    if x_train.dtype == np.int64 or x_test.dtype == np.int64:  # character ids: Shakespeare
+        check_text(f"{source}: x", x_train, y_train, x_test, y_test, LEAF_CHARACTERS)
+        classes = len(LEAF_CHARACTERS)  # every character may come next, seen in training or not (check_text)
+        return ArrayDataset(
+            name, x_train, y_train, x_test, y_test, classes, columns_train={WRITER: writers}, vocab=LEAF_CHARACTERS
+        )
     shape = image_shape(source, x_train.shape[1], size)
     if x_test.shape[1] != x_train.shape[1]:
         raise ValueError(f"{source}: train x rows hold {x_train.shape[1]} values but test rows {x_test.shape[1]}")
@@ -58,7 +69,6 @@ def _leaf(path: str, size: tuple[int, int] | None) -> ArrayDataset:
     scaled = standardise(*pixels)
     arrays = {"x_train": scaled[0], "y_train": y_train, "x_test": scaled[1], "y_test": y_test}
     x_tr, y_tr, x_te, y_te, classes = check_arrays(f"{source}: y", arrays)
-    name = base.parent.name if base.name == "data" else base.name
     return ArrayDataset(name, x_tr, y_tr, x_te, y_te, classes, columns_train={WRITER: writers})
 
 
@@ -85,7 +95,8 @@ def image_shape(source: str, length: int, size: tuple[int, int] | None) -> tuple
 
 
 def read_split(folder: Path, source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A split's JSON files in name order, users in each file's order: x (N, L) float32, y (N,), writer (N,)."""
+    """A split's JSON files in name order, users in each file's order: x (N, L) float32 (ids int64 for text), y
+    (N,), writer (N,)."""
     files = sorted(folder.glob("*.json"))
     if not files:
         raise FileNotFoundError(f"{source}: no .json files under {folder}; expected {LAYOUT}")
@@ -97,6 +108,8 @@ def read_split(folder: Path, source: str) -> tuple[np.ndarray, np.ndarray, np.nd
             writers.extend([user] * len(y))
     if not writers:
         raise ValueError(f"{source}: the files under {folder} hold no samples")
+    if len({x.dtype for x in xs}) > 1:
+        raise ValueError(f"{source}: the users under {folder} mix images (numbers) and text (strings) in x")
     lengths = sorted({x.shape[1] for x in xs})
     if len(lengths) > 1:
         raise ValueError(f"{source}: x rows under {folder} differ in length ({', '.join(map(str, lengths))})")
@@ -104,7 +117,8 @@ def read_split(folder: Path, source: str) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def read_users(file: Path) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """(user, x (n, L) float32 in [0, 1], y (n,)) for each user of one LEAF JSON file, checked against num_samples."""
+    """(user, x (n, L) float32 in [0, 1] or int64 ids, y (n,)) for each user of one LEAF JSON file, checked against
+    num_samples."""
     try:
         data = json.loads(file.read_text())
         users, counts, user_data = data["users"], data["num_samples"], data["user_data"]
@@ -130,11 +144,21 @@ def read_users(file: Path) -> list[tuple[str, np.ndarray, np.ndarray]]:
 
 
 def user_arrays(x: object, y: object, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """A user's samples: images (rows of pixels in [0, 1]) as float32 rows, or Shakespeare's text (x strings of
+    one length, y single characters) as int64 ids over LEAF's 80 characters."""
+    if isinstance(x, list) and x and isinstance(x[0], str):
+        if not isinstance(y, list) or len(y) != len(x) or not all(isinstance(c, str) for c in y):
+            raise ValueError(
+                f"{where}: x holds strings, so y must hold as many next characters (Shakespeare's); CelebA's image "
+                "names and Sent140 are not read"
+            )
+        return encode(x, LEAF_CHARACTERS, f"{where}: x"), encode_labels(y, LEAF_CHARACTERS, f"{where}: y")
     try:
         rows = np.asarray(x, dtype=np.float32)
     except (ValueError, TypeError):
         raise ValueError(
-            f"{where}: x is not rows of numbers of one length (LEAF's text tasks and CelebA's image names are not read)"
+            f"{where}: x is not rows of numbers of one length, nor strings (Shakespeare); Sent140's word lists and "
+            "CelebA's image names are not read"
         ) from None
     labels = np.asarray(y)
     if rows.ndim != 2 or labels.ndim != 1 or len(rows) != len(labels):

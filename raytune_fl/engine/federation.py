@@ -69,6 +69,7 @@ from raytune_fl.metrics import (
     VAL_ACC,
     VAL_LOSS,
 )
+from raytune_fl.models.registry import SEQUENTIAL_MODELS, sample_batch
 from raytune_fl.types import ClientUpdate, Weights, is_float_entry
 from raytune_fl.weights import read_weights
 
@@ -93,13 +94,9 @@ def worker_spec(
     experiment: ExperimentConfig, data: FederatedData, method: str, params: dict, device: str = "cpu"
 ) -> WorkerSpec:
     dataset = data.dataset
-    model = ModelSpec(
-        experiment.model,
-        dataset.in_channels,
-        dataset.num_classes,
-        dataset.image_size,
-        experiment.resources.channels_last,
-    )
+    channels, size = dataset.model_inputs
+    nhwc = experiment.resources.channels_last and not dataset.is_text  # a layout of images: nothing to do on text
+    model = ModelSpec(experiment.model, channels, dataset.num_classes, size, nhwc, dataset.is_text)
     batch = client_batch(experiment, data, method, model)
     private = local_privacy(experiment, data)
     # torch's vmap cannot run channels-last kernels ("NYI: querying is_contiguous inside of vmap"); DP-SGD vmaps too
@@ -168,7 +165,7 @@ def client_batch(experiment: ExperimentConfig, data: FederatedData, method: str,
     resources = experiment.resources
     if resources.client_batch == 1:
         return 1
-    reason = METHODS.get(method).sequential
+    reason = METHODS.get(method).sequential or SEQUENTIAL_MODELS.get(experiment.model, "")
     if experiment.privacy_mechanism == "local":
         reason = "local DP-SGD clips each sample's gradient in the one-client loop only"
     if reason:
@@ -182,7 +179,8 @@ def client_batch(experiment: ExperimentConfig, data: FederatedData, method: str,
     per_round = clients_per_round(experiment.participation, data.num_clients)
     if resources.client_batch != "auto":
         return min(int(resources.client_batch), per_round)
-    sample = torch.zeros(data.dataset.in_channels, *data.dataset.image_size, device="cpu")  # estimated on the CPU
+    shape = sample_batch(model.in_channels, model.image_size, model.text)[1:]  # one sample, estimated on the CPU
+    sample = torch.zeros(shape, dtype=torch.long if model.text else torch.float32, device="cpu")
     return auto_client_batch(model.build(), sample, experiment.batch_size, resources.client_batch_memory_gb, per_round)
 
 

@@ -30,9 +30,10 @@ class ModelSpec:
     num_classes: int
     image_size: tuple[int, int]
     channels_last: bool = False  # NHWC convolutions: weights keep their values and their NCHW numpy form
+    text: bool = False  # token ids (n, L): in_channels is the vocabulary's size, image_size (1, L)
 
     def build(self) -> torch.nn.Module:
-        model = build_model(self.name, self.in_channels, self.num_classes, self.image_size)
+        model = build_model(self.name, self.in_channels, self.num_classes, self.image_size, self.text)
         return model.to(memory_format=torch.channels_last) if self.channels_last else model
 
     def images(self, x: torch.Tensor) -> torch.Tensor:

@@ -350,6 +350,8 @@ class MethodSpec:
     # why its server cannot run under client-level DP, whose server sees only the noisy mean of the clipped client
     # deltas ("" = it reads nothing else: the conformance suite checks that the mean alone gives its round)
     central_privacy: str = ""
+    # why the method runs only on an image model ("" = any model, text's too): the data checks refuse it on text
+    image_model: str = ""
 
     def __post_init__(self) -> None:
         wrong = [key for key, param in self.params.items() if param.name != key]

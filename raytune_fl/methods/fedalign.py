@@ -75,5 +75,6 @@ SPEC = register(
         sequential="each step also runs a width-reduced copy of the final block",
         per_sample="its term re-runs the final block with BatchNorm on the batch's statistics, and its official "
         "scale is the batch's cross-entropy over the batch's Lipschitz gap",
+        image_model="its term re-runs the final convolutional block (of simple_cnn or a ResNet) at reduced width",
     )
 )

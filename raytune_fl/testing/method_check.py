@@ -554,7 +554,8 @@ def check_plugin_methods(space: SearchSpace, variants: Sequence[str]) -> None:
     base = space.base
     try:
         dataset = load_dataset(base.dataset, root=base.root, options=base.dataset_settings)
-        model = ModelSpec(base.model, dataset.in_channels, dataset.num_classes, dataset.image_size)
+        channels, size = dataset.model_inputs
+        model = ModelSpec(base.model, channels, dataset.num_classes, size, text=dataset.is_text)
         model.build()
     except Exception:  # said by check_data, against base.dataset, base.root or base.model
         return

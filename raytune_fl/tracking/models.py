@@ -2,7 +2,8 @@
 
 Saved as a `torch.export` program ("pt2"): loading needs torch only (not this package, no pickle), with
 `mlflow.pytorch.load_model("models:/<model_id>")`. The model takes a batch of images (N, C, H, W) float32,
-normalised as the dataset is, and returns logits (N, classes); the signature says so.
+normalised as the dataset is (a text dataset's: token ids (N, L) int64), and returns logits (N, classes); the
+signature says so.
 """
 
 from __future__ import annotations
@@ -83,7 +84,9 @@ def delete_model(client: MlflowClient, run_id: str, model_id: str) -> None:
 def _as_served(model: torch.nn.Module, example: np.ndarray) -> tuple[Logits, dict[str, Any]]:
     """The module MLflow saves (logits only, eval mode) and the options it is saved with."""
     module = Logits(model.eval())
-    example = np.ascontiguousarray(example[:2], dtype=np.float32)  # two images: the batch dimension stays free
+    # two inputs (the batch dimension stays free): images float32, a text dataset's token ids int64
+    kind = np.int64 if np.issubdtype(example.dtype, np.integer) else np.float32
+    example = np.ascontiguousarray(example[:2], dtype=kind)
     with torch.no_grad():
         output = module(torch.from_numpy(example)).numpy()
     return module, {

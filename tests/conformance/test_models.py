@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import raytune_fl.models  # noqa: F401  (registers the models)
-from raytune_fl.models.registry import MODELS, build_model
+from raytune_fl.models.registry import MODELS, TEXT_MODELS, build_model
 
 # ---- models: factory(in_channels, num_classes, image_size) -> forward returns (logits, representation) ---------
 
@@ -16,6 +16,7 @@ MODEL_INPUTS = {
     "simple_cnn_gn": [(1, 28), (3, 32)],
     "resnet18": [(3, 32)],
     "resnet50": [(3, 32)],
+    "char_lstm": [(80, 5)],  # text: (vocabulary size, sequence length L); a batch is (n, L) token ids
 }
 
 
@@ -27,9 +28,11 @@ def test_every_model_has_a_case():
 def test_a_model_returns_logits_and_a_representation_and_learns(name):
     for channels, size in MODEL_INPUTS[name]:
         torch.manual_seed(0)
-        model = build_model(name, channels, 7, (size, size))
+        shape = (1, size) if name in TEXT_MODELS else (size, size)
+        model = build_model(name, channels, 7, shape)
         initial = {k: v.clone() for k, v in model.state_dict().items()}
-        x, y = torch.randn(4, channels, size, size), torch.tensor([0, 1, 2, 6])
+        x = torch.randint(0, channels, (4, size)) if name in TEXT_MODELS else torch.randn(4, channels, size, size)
+        y = torch.tensor([0, 1, 2, 6])
         logits, z = model(x)
         assert logits.shape == (4, 7) and z.dim() == 2 and z.shape[0] == 4, (logits.shape, z.shape)
         assert torch.isfinite(logits).all() and torch.isfinite(z).all()
@@ -37,5 +40,5 @@ def test_a_model_returns_logits_and_a_representation_and_learns(name):
         trainable = [p for p in model.parameters() if p.requires_grad]
         assert trainable and all(p.grad is not None for p in trainable), "a parameter gets no gradient"
         torch.manual_seed(0)  # same seed, same initial weights: every method and variant starts alike
-        again = build_model(name, channels, 7, (size, size))
+        again = build_model(name, channels, 7, shape)
         assert all(torch.equal(initial[k], v) for k, v in again.state_dict().items())

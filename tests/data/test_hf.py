@@ -218,9 +218,47 @@ def test_a_path_is_a_hub_id_only_where_it_is_not_local_and_looks_like_one(tmp_pa
     assert not is_hub_id("mnist")  # a local folder of that name wins
 
 
-def test_a_text_column_is_not_yet_read(tmp_path):
-    with pytest.raises(ValueError, match=r"^dataset_options.text: not yet: a text task comes with its model"):
-        load(tmp_path, text="sentence")
+# ---- the hub's flwrlabs/shakespeare schema: x (80 characters as a string), y (the next one), character_id ------
+
+
+def shakespeare_parquet(tmp: Path) -> Path:
+    """One parquet file of the hub's Shakespeare schema (its only split is train)."""
+    rows = {"x": ["To b", "o be", "A!?}", "be o"], "y": ["e", " ", "\n", "r"], "character_id": ["R", "R", "J", "R"]}
+    path = tmp / "shakespeare.parquet"
+    table(rows).to_parquet(str(path))
+    return path
+
+
+def test_the_hub_shakespeare_schema_reads_as_leafs_character_ids_with_its_speakers(tmp_path):
+    path = shakespeare_parquet(tmp_path)
+    ds = load(path, text="x", label="y", columns=["character_id"], test_fraction=0.25)
+    # test_fraction 0.25 of 4 rows: a seeded draw puts one row in test; ids by hand from LEAF's 80 characters
+    ids = {"To b": [44, 67, 1, 54], "o be": [67, 1, 54, 57], "A!?}": [25, 2, 24, 79], "be o": [54, 57, 1, 67]}
+    nexts = {"To b": 57, "o be": 1, "A!?}": 0, "be o": 70}
+    speaker = {"To b": "R", "o be": "R", "A!?}": "J", "be o": "R"}
+    rows = list(ids)
+    train = [rows[i] for i in range(4) if ids[rows[i]] in ds.x_train.tolist()]
+    assert ds.is_text and ds.num_classes == 80 and ds.x_train.shape == (3, 4) and ds.x_test.shape == (1, 4)
+    assert ds.x_train.tolist() == [ids[r] for r in train] and ds.y_train.tolist() == [nexts[r] for r in train]
+    assert ds.columns_train["character_id"].tolist() == [speaker[r] for r in train]
+    [held] = set(rows) - set(train)
+    assert ds.x_test.tolist() == [ids[held]] and ds.y_test.tolist() == [nexts[held]]
+
+
+def test_a_vocab_of_its_own_and_a_label_that_is_not_one_character(tmp_path):
+    path = tmp_path / "t.parquet"
+    table({"s": ["ab", "ba", "aa"], "next": ["b", "a", "b"]}).to_parquet(str(path))
+    ds = load(path, text="s", label="next", vocab="ab", test_fraction=0.34)
+    assert (
+        ds.vocab == ("a", "b")
+        and ds.num_classes == 2
+        and set(map(tuple, ds.x_train.tolist())) <= {(0, 1), (1, 0), (0, 0)}
+    )
+    table({"s": ["ab", "ba"], "next": ["b", "ab"]}).to_parquet(str(path))
+    with pytest.raises(ValueError, match=r"column 'next': label 1 is 'ab', not one character \(the next character\)"):
+        load(path, text="s", label="next", vocab="ab", test_fraction=0.5)
+    with pytest.raises(ValueError, match=r"^dataset_options.vocab: must hold at least 2 characters, each once"):
+        load(path, text="s", vocab="aa")
 
 
 def test_test_fraction_beside_an_explicit_test_split_is_refused(tmp_path):

@@ -58,7 +58,10 @@ def test_a_folder_without_train_and_test_is_refused_naming_it(tmp_path):
     [
         ({"x": [BLACK], "y": [0, 1]}, "x must be rows of pixel values and y one label per row, got (1, 4) and (2,)"),
         ({"x": [[0.0, 2.0, 0.0, 0.0]], "y": [0]}, "x holds values outside [0, 1]; LEAF's images are pixels / 255"),
-        ({"x": ["img_1.jpg"], "y": [0]}, "x is not rows of numbers of one length (LEAF's text tasks and CelebA"),
+        (
+            {"x": ["img_1.jpg"], "y": [0]},
+            "x holds strings, so y must hold as many next characters (Shakespeare's); CelebA's",
+        ),
         ({"y": [0]}, "has no x and y in user_data"),
     ],
 )
@@ -80,4 +83,41 @@ def test_num_samples_that_disagree_with_the_rows_and_a_file_that_is_not_leafs_ar
         load_dataset("leaf", options={"path": str(folder)})
     file.write_text('{"users": []}')
     with pytest.raises(ValueError, match=r"is not a LEAF JSON file \(KeyError: 'num_samples'\)"):
+        load_dataset("leaf", options={"path": str(folder)})
+
+
+# ---- Shakespeare: x strings, y the next character, ids over LEAF's 80 characters ----------------------------------
+
+
+def shakespeare(tmp_path):
+    """Two speakers in train, one in test; ids by hand from LEAF's ALL_LETTERS ('\\n' 0, ' ' 1, '!' 2, '?' 24,
+    'A'..'Z' 25..50, 'a'..'z' 53..78, '}' 79)."""
+    data = tmp_path / "shakespeare" / "data"
+    write_leaf(data / "train", {"ROMEO": (["To b", "o be"], ["e", " "]), "JULIET": (["A!?}"], ["\n"])})
+    write_leaf(data / "test", {"ROMEO": (["be o"], ["r"])})
+    return tmp_path / "shakespeare"
+
+
+def test_shakespeare_json_loads_as_character_ids_with_one_writer_id_per_speaker(tmp_path):
+    ds = load_dataset("leaf", options={"path": str(shakespeare(tmp_path))})
+    assert ds.name == "shakespeare" and ds.is_text and len(ds.vocab) == 80 and ds.num_classes == 80
+    assert ds.x_train.dtype == np.int64 and ds.x_train.tolist() == [[44, 67, 1, 54], [67, 1, 54, 57], [25, 2, 24, 79]]
+    assert ds.y_train.tolist() == [57, 1, 0] and ds.x_test.tolist() == [[54, 57, 1, 67]] and ds.y_test.tolist() == [70]
+    assert ds.columns_train[WRITER].tolist() == ["ROMEO", "ROMEO", "JULIET"]
+    assert ds.model_inputs == (80, (1, 4))  # what a model factory receives: the vocabulary and (1, L)
+    with pytest.raises(ValueError, match=r"^dataset 'shakespeare' holds text \(token ids \(3, 4\) over 80 tokens\)"):
+        _ = ds.in_channels
+
+
+def test_shakespeare_refuses_a_character_outside_leafs_80_and_a_label_of_two(tmp_path):
+    folder = shakespeare(tmp_path)
+    file = folder / "data" / "train" / "all_data.json"
+    write_leaf(folder / "data" / "train", {"IAGO": (["ab#c"], ["d"])})
+    with pytest.raises(ValueError) as error:
+        load_dataset("leaf", options={"path": str(folder)})
+    assert str(error.value) == (
+        f"leaf: {file}: user 'IAGO': x: sample 0 holds '#', not one of the vocabulary's 80 characters"
+    )
+    write_leaf(folder / "data" / "train", {"IAGO": (["abcd"], ["de"])})
+    with pytest.raises(ValueError, match=r"user 'IAGO': y: label 0 is 'de', not one character \(the next character\)"):
         load_dataset("leaf", options={"path": str(folder)})

@@ -27,7 +27,9 @@ def test_simple_cnn_any_image_size(channels, size, classes):
 
 
 def test_unknown_model_lists_known():
-    with pytest.raises(UnknownNameError, match="unknown model 'resnet999'; known: resnet18, resnet50, simple_cnn"):
+    with pytest.raises(
+        UnknownNameError, match="unknown model 'resnet999'; known: char_lstm, resnet18, resnet50, simple_cnn"
+    ):
         MODELS.get("resnet999")
 
 

@@ -221,10 +221,9 @@ def write_femnist_parquet(path: Path, rows: list[tuple[int, int, str]], size: tu
     return path
 
 
-def write_leaf(
-    folder: Path, users: dict[str, tuple[list[list[float]], list[int]]], file: str = "all_data.json"
-) -> Path:
-    """One LEAF JSON file under `folder`: {users, num_samples, user_data: {user: {x, y}}}, as LEAF writes it."""
+def write_leaf(folder: Path, users: dict[str, tuple[list, list]], file: str = "all_data.json") -> Path:
+    """One LEAF JSON file under `folder`: {users, num_samples, user_data: {user: {x, y}}}, as LEAF writes it (x rows
+    of pixels and integer y: FEMNIST; x strings and y next characters: Shakespeare)."""
     folder.mkdir(parents=True, exist_ok=True)
     data = {
         "users": list(users),
@@ -233,3 +232,10 @@ def write_leaf(
     }
     (folder / file).write_text(json.dumps(data))
     return folder / file
+
+
+def next_characters(text: str, length: int) -> tuple[list[str], list[str]]:
+    """Shakespeare's samples of `text` as LEAF's preprocessing makes them: every window of `length` characters
+    (x) and the character after it (y)."""
+    starts = range(len(text) - length)
+    return [text[i : i + length] for i in starts], [text[i + length] for i in starts]
