@@ -58,6 +58,7 @@ NOT_UNIT: dict[str, frozenset[str]] = {
         {
             "data/test_download.py::test_download_true_fetches_a_real_format_archive_from_a_local_server_and_trains_on_it",
             "data/test_hf.py::test_an_experiment_on_a_parquet_file_builds_its_federation_and_trains_a_round",
+            "engine/test_flwr_rounds.py::test_a_flwr_split_trains_two_rounds",
             "engine/test_local.py::test_a_size_one_final_batch_is_skipped",
             "engine/test_privacy.py::test_a_central_federation_reports_the_accountants_epsilon_every_round_within_its_target",
             "engine/test_privacy.py::test_a_central_federation_resumed_from_its_checkpoint_ends_with_the_same_model",
