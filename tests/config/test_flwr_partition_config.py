@@ -3,10 +3,12 @@ any data or Ray), each error naming its field on the first line; natural clients
 
 from __future__ import annotations
 
-import flwr_datasets.partitioner  # noqa: F401  (at collection: its 3 s import is no test's CPU)
 import pytest
 
 from raytune_fl.config import ConfigError, ExperimentConfig, check_client_count, parse_space
+
+# the [data] extra; imported at collection (its 3 s import is no test's CPU), skipped where it is not installed
+pytest.importorskip("flwr_datasets.partitioner")
 
 
 def load(partition: dict, **base) -> ExperimentConfig:

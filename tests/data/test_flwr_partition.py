@@ -9,12 +9,14 @@ import inspect
 import re
 import warnings
 
-import flwr_datasets.partitioner as flwr_partitioners  # at collection: about 3 s of CPU, once per run
 import numpy as np
 import pytest
 
 from raytune_fl.data import PartitionError, load_dataset
 from raytune_fl.data.flwr import check_options, count_from_data, flwr_partition, horizontal_partitioners
+
+# the [data] extra; imported at collection (about 3 s of CPU, once per run), skipped where it is not installed
+flwr_partitioners = pytest.importorskip("flwr_datasets.partitioner")
 
 CLIENTS = 5
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-import datasets
 import numpy as np
 import pytest
 from PIL import Image
@@ -18,6 +17,8 @@ from raytune_fl.data.datasets import standardise
 from raytune_fl.data.hf import decode_image, is_hub_id
 from tests.support import tiny_space
 from tests.support.data_files import png, save_image, write_femnist_parquet
+
+datasets = pytest.importorskip("datasets")  # the [data] extra
 
 datasets.disable_progress_bars()
 

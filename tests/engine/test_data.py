@@ -3,9 +3,9 @@ refused before Ray, naming the fields and the clients, and each fix it suggests 
 
 from __future__ import annotations
 
+import importlib.util
 import re
 
-import flwr_datasets.partitioner  # noqa: F401  (at collection: its 3 s import is no test's CPU)
 import numpy as np
 import pytest
 
@@ -19,6 +19,13 @@ BASE = {
     "partition": {"kind": "dirichlet", "alpha": 0.5, "clients": 3, "min_size": 20, "seed": 0},
     "batch_size": 32,
 }
+
+
+# the [data] extra: imported at collection where installed (its 3 s import is no test's CPU); else its tests skip
+HAS_FLWR = importlib.util.find_spec("flwr_datasets") is not None
+if HAS_FLWR:
+    import flwr_datasets.partitioner  # noqa: F401
+needs_flwr = pytest.mark.skipif(not HAS_FLWR, reason="flwr-datasets (raytune-fl[data]) is not installed")
 
 
 def experiment(**changes) -> ExperimentConfig:
@@ -78,6 +85,7 @@ def flwr_experiment(partitioner: str, options: dict, **partition) -> ExperimentC
     return ExperimentConfig.model_validate({**BASE, "partition": spec})
 
 
+@needs_flwr
 def test_a_flwr_partitioner_builds_the_federation_and_its_record_names_it():
     from raytune_fl.engine.data import data_identity_of
 
@@ -92,6 +100,7 @@ def test_a_flwr_partitioner_builds_the_federation_and_its_record_names_it():
     assert other.partition["options"] == {"alpha": 0.5} and other.digest != identity.digest
 
 
+@needs_flwr
 def test_natural_clients_are_as_many_as_the_writers_and_a_different_clients_set_is_refused():
     import dataclasses
 

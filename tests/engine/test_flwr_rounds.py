@@ -13,7 +13,8 @@ from raytune_fl.engine.federation import Federation
 from raytune_fl.metrics import ROUND, TRAIN_LOSS, VAL_ACC
 from tests.support import tiny_space
 
-flwr = pytest.importorskip("raytune_fl.data.flwr")  # imports flwr_datasets (seconds): at collection
+pytest.importorskip("flwr_datasets.partitioner")  # the [data] extra; its import (seconds) at collection
+flwr = pytest.importorskip("raytune_fl.data.flwr")
 
 # the settings each takes beside partition.clients (5) and partition.seed; a new upstream one fails until given here
 OPTIONS: dict[str, dict] = {
