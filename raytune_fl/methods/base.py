@@ -190,6 +190,24 @@ class Phase:
 
 
 @dataclass(frozen=True)
+class Finetune:
+    """Personalisation at evaluation: before a client's held-out samples are scored, the model it uses trains on its
+    own training samples for `steps` SGD steps, or `epochs` passes (exactly one of them positive), at the run's
+    learning rate, plain cross-entropy, `trains` the part that trains. FedBABU's fine-tuning; any method's under the
+    config's `personalise.finetune_steps`. The fine-tuned model is scored and dropped: training never sees it."""
+
+    steps: int = 0
+    epochs: int = 0
+    trains: str = "all"  # one of PHASE_PARTS
+
+    def __post_init__(self) -> None:
+        if (self.steps > 0) == (self.epochs > 0) or min(self.steps, self.epochs) < 0:
+            raise ValueError(f"fine-tuning takes steps or epochs, one positive (got {self.steps}, {self.epochs})")
+        if self.trains not in PHASE_PARTS:
+            raise ValueError(f"fine-tuning trains {self.trains!r}: must be one of {', '.join(PHASE_PARTS)}")
+
+
+@dataclass(frozen=True)
 class Method:
     """What one trial runs: the local loss terms (besides cross-entropy), the client hooks, and the server rule."""
 
@@ -204,6 +222,8 @@ class Method:
     # instead of waiting for the sampled clients; None: synchronous rounds
     buffer_size: int | None = None
     phases: tuple[Phase, ...] = (Phase(),)  # the local round's parts, in order
+    # personalisation at evaluation (FedBABU): each client's model fine-tuned on its own samples before it is scored
+    finetune: Finetune | None = None
 
     def __post_init__(self) -> None:
         names = [hook.name for hook in self.all_hooks]
@@ -352,11 +372,20 @@ class MethodSpec:
     central_privacy: str = ""
     # why the method runs only on an image model ("" = any model, text's too): the data checks refuse it on text
     image_model: str = ""
+    # whether its clients use models of their own (Method.personalise or .finetune): True, False, or the bool
+    # hyperparameter that decides it (FedPAC's `mix`). The config checks read it (tune.metric: personal_val_acc)
+    personalises: bool | Param[bool] = False
 
     def __post_init__(self) -> None:
         wrong = [key for key, param in self.params.items() if param.name != key]
         if wrong:  # `Param.of` reads a value under the declared name
             raise ValueError(f"method {self.name!r}: hyperparameters {wrong} are not declared under their own names")
+
+    def personalises_under(self, params: Mapping[str, Any]) -> bool:
+        """Whether the method personalises under these hyperparameters (missing ones at their defaults)."""
+        if isinstance(self.personalises, Param):
+            return bool(self.personalises.of({**self.defaults, **params}))
+        return self.personalises
 
     @property
     def defaults(self) -> dict[str, Any]:

@@ -21,6 +21,11 @@ TEST_ACC: Final = "test_acc"
 TEST_LOSS: Final = "test_loss"
 PERSONAL_VAL_ACC: Final = "personal_val_acc"
 PERSONAL_PREFIX: Final = "personal_"
+# partition.test_fraction: each client's own test part. personal_test_acc scores the model each client uses (its
+# own where the method personalises, else the global one); client_test_acc the global model, on the same samples.
+# Each comes sample-weighted (the pooled accuracy) and as _mean (of the clients'), _worst and _bottom10
+PERSONAL_TEST_ACC: Final = "personal_test_acc"
+CLIENT_TEST_ACC: Final = "client_test_acc"
 
 # local training, as the clients report it (ClientUpdate.metrics) and as the round does (sample-weighted means)
 LOCAL_LOSS: Final = "loss"
@@ -122,6 +127,10 @@ GROUPS: Final[Mapping[str, Mapping[str, str]]] = {
         TEST_LOSS: "mean cross-entropy on the test set",
         PERSONAL_VAL_ACC: "methods that personalise: accuracy of each client's own model on its held-out samples",
         PERSONAL_PREFIX: "personal_client_acc_mean/_worst/_std: the spread over clients of the personalised models",
+        PERSONAL_TEST_ACC: "partition.test_fraction: the model each client uses (its own, else the global one) on "
+        "that client's own test part; _mean, _worst, _bottom10 over clients",
+        CLIENT_TEST_ACC: "partition.test_fraction: the global model on each client's own test part; _mean, _worst, "
+        "_bottom10 over clients",
     },
     "local training (means over the round's clients, weighted by their samples)": {
         LOCAL_LOSS: "a client's local loss, as it reports it (ClientUpdate.metrics); the round's is train_loss",
