@@ -18,6 +18,7 @@ from raytune_fl.ablation.grid import GridAxis, check_partition_seeds, settings, 
 from raytune_fl.ablation.seeds import AUTO_START, WITH_TUNING, SeedPlan
 from raytune_fl.ablation.sources import VariantSource
 from raytune_fl.config import ExperimentConfig, OptimizerConfig, ParamSchedule, SearchSpace, TrialSpec, VariantTrials
+from raytune_fl.metrics import TEST_ACC
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class AblationPlan:
     auto: AutoSeeds | None = None  # --seeds auto: the plan grows by seeds until its intervals are narrow enough
     optimizers: dict[str, OptimizerConfig] = field(default_factory=dict)  # variants' own optimisers (build_cells)
     per_setting: dict[str, dict[str, VariantSource]] | None = None  # each setting's own sources (build_cells)
+    metric: str = TEST_ACC  # the table's (ablate.py --metric): final-round, never one tuning selected on
 
     @property
     def partitions(self) -> dict[str, ExperimentConfig]:
@@ -125,10 +127,11 @@ def make_plan(
     partition_seeds: int = 1,
     per_setting: dict[str, dict[str, VariantSource]] | None = None,
     auto: AutoSeeds | None = None,
+    metric: str = TEST_ACC,
 ) -> AblationPlan:
     """The plan over every setting of `axes`; with `per_setting` (setting -> variant -> source) each setting's
     cells run their own selection. `seeds`: the training seeds, or the SeedPlan they came from (recorded on the
-    parent, the seeds it scores); `auto`: `--seeds auto`'s target."""
+    parent, the seeds it scores); `auto`: `--seeds auto`'s target; `metric`: the table's."""
     check_partition_seeds(partition_seeds, axes)
     seed_plan = seeds if isinstance(seeds, SeedPlan) else None
     scored = list(seeds.scored) if isinstance(seeds, SeedPlan) else list(seeds)
@@ -136,7 +139,18 @@ def make_plan(
     optimizers = {name: v.optimizer for name, v in space.variants.items() if v.optimizer is not None}
     cells = build_cells(sources, experiments, scored, optimizers, partition_seeds, per_setting)
     return AblationPlan(
-        space, axes, scored, experiments, sources, cells, partition_seeds, seed_plan, auto, optimizers, per_setting
+        space,
+        axes,
+        scored,
+        experiments,
+        sources,
+        cells,
+        partition_seeds,
+        seed_plan,
+        auto,
+        optimizers,
+        per_setting,
+        metric,
     )
 
 

@@ -45,8 +45,6 @@ from raytune_fl.tune.interrupt import resume_command, tune_run
 from raytune_fl.tune.resources import placement_group_factory
 from raytune_fl.tune.tuner import run_config
 
-TABLE_METRIC = TEST_ACC  # the papers report final test accuracy; selection already happened on validation
-
 
 @dataclass
 class AblationOutcome:
@@ -143,7 +141,7 @@ def log_cell_models(
         if done is not None:
             logged += 1
             model_id, _, trained = done
-            score = trained.metrics[TABLE_METRIC]
+            score = trained.metrics[TEST_ACC]
             out(f"model of {cell.key}: models:/{model_id} (round {trained.round}, test_acc {score:.4f})")
     return logged
 
@@ -203,10 +201,16 @@ def with_partition_seeds(results: pd.DataFrame, cells: list[AblationCell]) -> pd
 
 
 def write_table(
-    results: pd.DataFrame, seeds: int, out_dir: Path, partition_seeds: int = 1, seeds_note: str = ""
+    results: pd.DataFrame,
+    seeds: int,
+    out_dir: Path,
+    partition_seeds: int = 1,
+    seeds_note: str = "",
+    metric: str = TEST_ACC,
 ) -> tuple[pd.DataFrame, dict[str, Path]]:
-    """The results and the table (`seeds_note`: which seeds were searched and which scored, its first line)."""
-    summary = summarise(results, TABLE_METRIC)
+    """The results and the table of `metric` (`seeds_note`: which seeds were searched and which scored, its first
+    line)."""
+    summary = summarise(results, metric)
     files = {
         ABLATION_RESULTS_FILE: out_dir / "ablation_results.parquet",
         "table.md": out_dir / "ablation_table.md",
@@ -214,7 +218,7 @@ def write_table(
         ABLATION_SUMMARY_FILE: out_dir / "ablation_summary.csv",
     }
     results.to_parquet(files[ABLATION_RESULTS_FILE], index=False)
-    table = to_markdown(summary, TABLE_METRIC, seeds=seeds, partition_seeds=partition_seeds)
+    table = to_markdown(summary, metric, seeds=seeds, partition_seeds=partition_seeds)
     if spent := privacy_line(results):
         table += f"\n{spent}\n"
     files["table.md"].write_text(f"{seeds_note[:1].upper()}{seeds_note[1:]}.\n\n{table}" if seeds_note else table)
@@ -325,10 +329,10 @@ def settle(
     if len(outcome.results) and status != RUN_KILLED:
         note = plan.seed_plan.describe() if plan.seed_plan is not None else ""
         outcome.summary, outcome.files = write_table(
-            outcome.results, len(plan.seeds), options.out_dir, partition_seeds=plan.partition_seeds, seeds_note=note
+            outcome.results, len(plan.seeds), options.out_dir, plan.partition_seeds, note, plan.metric
         )
         summary = outcome.summary
         tracker.log_files(outcome.parent_run_id, outcome.files, ABLATION_FOLDER)  # the run keeps its own copy
     auto = seed_facts(plan)["auto"] if plan.auto is not None else ""  # a resume may have changed the target
-    end = ablation_parent_end(plan.seeds, auto, outcome.wall_time_s, counts, summary, TABLE_METRIC)
+    end = ablation_parent_end(plan.seeds, auto, outcome.wall_time_s, counts, summary, plan.metric)
     tracker.log_results(outcome.parent_run_id, end.metrics, end.tags)

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from raytune_fl.ablation.seeds import AUTO_START, HELD_OUT, SeedPlan, seed_plan
 from raytune_fl.cli import common, progress, stopping
-from raytune_fl.config import ConfigError, SearchSpace
+from raytune_fl.config import ConfigError, ExperimentConfig, SearchSpace
+from raytune_fl.metrics import TABLE_METRICS, TEST_ACC
 from raytune_fl.registry import UnknownNameError
 
 if TYPE_CHECKING:  # the command's --help and its checks load none of them
@@ -49,6 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="each --grid setting runs the configuration its variant was tuned to at that setting (studies made by "
         "tune --per-setting over the same grid), not the one study over the file's base",
+    )
+    parser.add_argument(
+        "--metric",
+        choices=TABLE_METRICS,
+        default=TABLE_METRICS[0],
+        help="the table's final-round score (default: %(default)s): test_acc on the global test set; on each "
+        "client's own test part (base.partition.test_fraction), personal_test_acc (the model each client uses: its "
+        "own where the method personalises, else the global one) or client_test_acc (the global model)",
     )
     common.add_cluster(parser)
     _add_output_options(parser)
@@ -212,6 +221,7 @@ def _check(args: argparse.Namespace) -> Checked:
     axes = parse_grid(args.grid)
     check_partition_seeds(args.partition_seeds, axes)
     experiments = settings(space, axes)
+    _check_metric(args.metric, experiments)
     uri = common.check_mlflow_uri(args)
     common.check_address(args.address)
     common.check_cluster_fits(args.address, space.base.resources)
@@ -224,6 +234,19 @@ def _check(args: argparse.Namespace) -> Checked:
         except ConfigError as error:
             raise ConfigError(f"setting {label}: {error}") from None
     return Checked(space, variants, axes, auto, uri, out_dir, data)
+
+
+def _check_metric(metric: str, experiments: dict[str, ExperimentConfig]) -> None:
+    """--metric: a score on each client's own test part needs one in every setting."""
+    if metric == TEST_ACC:
+        return
+    for label, experiment in experiments.items():
+        if experiment.partition.test_fraction == 0:
+            where = "" if len(experiments) == 1 else f" (setting {label})"
+            raise ConfigError(
+                f"--metric {metric}: scored on each client's own test part, and base.partition.test_fraction is 0"
+                f"{where}; set it (e.g. 0.2)"
+            )
 
 
 def _plan(args: argparse.Namespace, checked: Checked, found: tuple[Any, str] | None) -> AblationPlan:
@@ -245,7 +268,7 @@ def _plan(args: argparse.Namespace, checked: Checked, found: tuple[Any, str] | N
         print(f"[{source.variant}] {source.method}: {source.note} [{shown or 'method defaults'}]", flush=True)
     auto = checked.auto
     seeding = _seeds(args, space, auto.start if auto is not None else args.seeds, searched_seeds(sources))
-    plan = make_plan(space, checked.axes, seeding, sources, args.partition_seeds, per_setting, auto)
+    plan = make_plan(space, checked.axes, seeding, sources, args.partition_seeds, per_setting, auto, args.metric)
     print(plan.summary_line(), flush=True)
     print(f"seeds: {seeding.describe()}", flush=True)
     return plan
@@ -315,7 +338,7 @@ def _run(
     outcome = run_ablation(plan, checked.data, options, resume)
     auto = plan.auto
     while auto is not None and plan.seed_plan is not None:  # --seeds auto: more seeds while an interval is too wide
-        widths, level = halfwidths(outcome.results, auto.reference)
+        widths, level = halfwidths(outcome.results, auto.reference, plan.metric)
         more = next_seed_count(widths, len(plan.seeds), auto, level)
         print(auto_line(widths, len(plan.seeds), auto, more, level), flush=True)
         if more is None or outcome.unfinished:
@@ -399,7 +422,7 @@ def check_reference(reference: str | None, variants: list[str]) -> str:
     return reference
 
 
-def halfwidths(results: pd.DataFrame, reference: str) -> tuple[dict[str, float], float]:
+def halfwidths(results: pd.DataFrame, reference: str, metric: str = TEST_ACC) -> tuple[dict[str, float], float]:
     """Each comparison with `reference` ('variant at setting') -> its interval's half-width in points, at the
     family's Bonferroni level 1 - 0.05/m (m comparisons): fixed by m and the runs' spread, never by which
     differences are called, and at least as wide as any interval the comparison table prints (report/comparison.py);
@@ -408,7 +431,7 @@ def halfwidths(results: pd.DataFrame, reference: str) -> tuple[dict[str, float],
 
     if not len(results) or reference not in set(results["variant"]):
         return {}, 1 - ALPHA_LEVEL
-    found = differences(results, reference)
+    found = differences(results, reference, metric)
     level = 1 - ALPHA_LEVEL / max(1, max((d.family for d in found), default=1))
     out = {}
     for d in found:

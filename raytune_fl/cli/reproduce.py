@@ -49,6 +49,9 @@ class PaperTable:
     # compares `contenders` (the paper's method) with each further one on the primary endpoint; () = reference alone
     references: tuple[str, ...] = ()
     contenders: tuple[str, ...] = ()
+    # the primary endpoint (ablate.py --metric): test_acc, or personal_test_acc for a table of personalised methods
+    # (then client_test_acc, the global model on the same samples, is reported beside it)
+    primary: str = TEST_ACC
 
     def space_file(self, name: str) -> Path:
         """The table's space as the commands name it: the clone's `search_spaces/papers/<name>.yaml` when run from a

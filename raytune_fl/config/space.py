@@ -26,10 +26,28 @@ from raytune_fl.metrics import (
     CLIENT_ACC_VAR,
     CLIENT_ACC_WORST,
     EPSILON,
+    PERSONAL_VAL_ACC,
     ROUND_TIME_S,
     VAL_ACC,
     VAL_LOSS,
 )
+
+
+def personal_problem(variant: VariantConfig, experiment: ExperimentConfig) -> str:
+    """Why `variant`'s clients have no models of their own to score ("" where they do): its method does not
+    personalise (under its fixed values), or a searched hyperparameter decides whether it does."""
+    from raytune_fl.methods import METHODS
+
+    spec = METHODS.get(variant.method)
+    switch = spec.personalises
+    if not isinstance(switch, bool) and switch.name in variant.search:
+        return f"uses a {variant.method} that personalises or not as its searched {switch.name} says; fix {switch.name}"
+    if spec.personalises_under(variant.fixed) or experiment.personalise.finetune_steps > 0:
+        return ""
+    return (
+        f"uses {variant.method}'s global model ({spec.summary or 'no personal model'}); tune it on "
+        f"{VAL_ACC}, or give it fine-tuning at evaluation (base.personalise.finetune_steps)"
+    )
 
 
 def _typed(param: Any, value: Any) -> Any:
@@ -473,6 +491,8 @@ OBJECTIVES: dict[str, str] = {
     CLIENT_ACC_VAR: "min",
     ROUND_TIME_S: "min",
     EPSILON: "min",  # base.privacy: the budget spent (accuracy against it: the privacy-utility front)
+    # methods that personalise: each client's own model on its validation part (what a personalised method optimises)
+    PERSONAL_VAL_ACC: "max",
 }
 Mode = Literal["max", "min"]
 Sampler = Literal["tpe", "random", "grid", "gp", "cmaes", "qmc"]
@@ -707,6 +727,19 @@ class SearchSpace(_Strict):
             raise ValueError(
                 f"tune.metric: {spread[0]} is measured by base.diagnostics.client_accuracy, which is off; turn it on"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _personal_scores_are_measured(self) -> SearchSpace:
+        """tune.metric: personal_val_acc only where every variant's clients use models of their own."""
+        if PERSONAL_VAL_ACC not in (o.metric for o in self.tune.objectives):
+            return self
+        for name, variant in self.variants.items():
+            problem = personal_problem(variant, self.experiment_for(name))
+            if problem:
+                raise ValueError(
+                    f"tune.metric: {PERSONAL_VAL_ACC} scores each client's own model, and variant {name!r} {problem}"
+                )
         return self
 
     def warm_start_for(self, variant: str) -> tuple[WarmStart | None, str]:

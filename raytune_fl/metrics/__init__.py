@@ -88,6 +88,7 @@ from raytune_fl.metrics.study import (
     BEST_PREFIX,
     ELAPSED_S,
     LAST_K,
+    TABLE_METRICS,
     TEST_ACC_LAST_K,
     VAL_ACC_SE,
 )
@@ -165,6 +166,7 @@ __all__ = [
     "ELAPSED_S",
     "LAST_K",
     "TEST_ACC_LAST_K",
+    "TABLE_METRICS",
     "GROUPS",
     "MEANINGS",
 ]

@@ -36,7 +36,9 @@ from raytune_fl.metrics import (
     CLIENT_ACC_P10,
     CLIENT_ACC_VAR,
     CLIENT_ACC_WORST,
+    CLIENT_TEST_ACC,
     LAST_K,
+    PERSONAL_TEST_ACC,
     TEST_ACC,
     TEST_ACC_LAST_K,
 )
@@ -65,6 +67,9 @@ class Metric:
 METRICS: dict[str, Metric] = {
     TEST_ACC: Metric("final-round test accuracy"),
     TEST_ACC_LAST_K: Metric(f"mean test accuracy of the last {LAST_K} rounds"),
+    # on each client's own test part (partition.test_fraction), pooled over clients
+    PERSONAL_TEST_ACC: Metric("final-round accuracy of the model each client uses on its own test part"),
+    CLIENT_TEST_ACC: Metric("final-round accuracy of the global model on each client's own test part"),
     CLIENT_ACC_WORST: Metric("worst client's accuracy (final round)"),
     CLIENT_ACC_P10: Metric("10th percentile of client accuracy (numpy interpolation, final round)"),
     # a variance of accuracies: in points² (x 10,000); lower is fairer

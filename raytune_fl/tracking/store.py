@@ -28,8 +28,11 @@ from raytune_fl.metrics import (
     CLIENT_ACC_P10,
     CLIENT_ACC_VAR,
     CLIENT_ACC_WORST,
+    CLIENT_TEST_ACC,
     EPSILON,
     LAST_K,
+    PERSONAL_TEST_ACC,
+    PERSONAL_VAL_ACC,
     ROUND,
     TEST_ACC,
     TEST_ACC_LAST_K,
@@ -103,6 +106,11 @@ RESULT_METRICS = (
     CLIENT_ACC_P10,
     CLIENT_ACC_VAR,
     EPSILON,  # base.privacy: the budget a run spent (NaN without privacy)
+    # partition.test_fraction: on each client's own test part (NaN without one); personal_val_acc: methods that
+    # personalise (NaN for the rest)
+    PERSONAL_TEST_ACC,
+    CLIENT_TEST_ACC,
+    PERSONAL_VAL_ACC,
 )
 _PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 T = TypeVar("T")

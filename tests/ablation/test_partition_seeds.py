@@ -10,11 +10,12 @@ import pytest
 
 from raytune_fl.ablation.grid import parse_grid, splits
 from raytune_fl.ablation.plan import make_plan
-from raytune_fl.ablation.run import TABLE_METRIC, with_partition_seeds, write_table
+from raytune_fl.ablation.run import with_partition_seeds, write_table
 from raytune_fl.ablation.sources import variant_source
 from raytune_fl.ablation.table import mean_interval, summarise, to_markdown
 from raytune_fl.cli.ablate import main as ablate
 from raytune_fl.config import ConfigError, parse_space
+from raytune_fl.metrics import TEST_ACC
 from raytune_fl.tracking.records import ablation_cell, summary_metrics
 from tests.support import ablate_argv, tiny_space
 
@@ -155,7 +156,7 @@ def test_summary_has_the_t_interval_of_the_mean_and_the_splits_it_counted():
 
 def test_the_parent_logs_mean_sd_n_and_the_interval_per_variant_and_setting(tmp_path):
     results = _results().assign(setting="alpha=0.1,rho=0.5")
-    metrics = summary_metrics(summarise(results), TABLE_METRIC)
+    metrics = summary_metrics(summarise(results), TEST_ACC)
     prefix = "ablation/full/alpha-0.1_rho-0.5/test_acc_"  # MLflow names: the setting as its artifact folder
     assert metrics[prefix + "mean"] == pytest.approx(0.72) and metrics[prefix + "sd"] == pytest.approx(0.02)
     assert metrics[prefix + "n"] == 3.0
