@@ -12,6 +12,7 @@ from raytune_fl.methods import METHODS, build_method
 from raytune_fl.methods.base import ClientContext, ClientHook, Method, Stateless
 from raytune_fl.methods.fedper import SPEC
 from raytune_fl.methods.impl.personal import LocalHead, classifier_keys, with_own_entries, with_own_head
+from raytune_fl.methods.personal import personal_head_method
 from raytune_fl.testing import check_method
 from raytune_fl.weights import read_weights
 from tests.support.methods import MODEL, f32, initial_weights, through_pickle, two_client_worker
@@ -76,7 +77,10 @@ def test_a_clients_model_is_the_global_body_with_its_own_head():
     assert personal["classifier.weight"].tolist() == [[-3.0]] and personal["classifier.bias"].tolist() == [4.0]
     assert with_own_head(glob, {}) == glob  # never sampled: the global head
     assert with_own_entries("other", glob, {"local_head": own}) == glob  # another hook's entries are not these
-    assert build_method("fedper", {}, 10).personalise is with_own_head
+    built = build_method("fedper", {}, 10)
+    assert built.personalise is with_own_head and built.phases == personal_head_method("fedper").phases
+    [hook] = built.hooks
+    assert isinstance(hook, LocalHead) and hook.owner == "fedper" and hook.per_sample
 
 
 def test_the_head_is_the_classifiers_entries_and_another_models_head_is_refused():
