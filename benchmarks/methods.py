@@ -46,6 +46,9 @@ DEFAULT_METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "fedgh_official": ("fedgh", {"fidelity": "official"}),
     "fedalign": ("fedalign", {}),
     "fedpac": ("fedpac", {}),
+    "fedper": ("fedper", {}),
+    "fedrep": ("fedrep", {}),
+    "fedbabu": ("fedbabu", {}),
 }
 
 # docs/explanation/workload.md: mnist5k, Dirichlet(0.1) over 10 clients, the small CNN, SGD 0.01/0.9/1e-5, E=1, B=64

@@ -36,5 +36,6 @@ SPEC = register(
         summary="BatchNorm weights and statistics stay per client; the rest is FedAvg",
         as_fedavg={},  # a client's first round trains from the global BN entries: exactly FedAvg
         image_model="it keeps each client's BatchNorm layers, which the text model has none of",
+        personalises=True,
     )
 )

@@ -88,5 +88,6 @@ SPEC = register(
         as_fedavg={LAMBDA.name: 0.0, CLASSIFIER_EPOCHS.name: 0, MIX.name: False},
         central_privacy="its server reads each client's class statistics and mixes classifiers per client",
         per_sample="each client reports its class means and feature statistics, which no noise covers",
+        personalises=MIX,  # its own mixed classifier; without the mix every client uses the global one
     )
 )

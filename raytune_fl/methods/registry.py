@@ -29,6 +29,10 @@ NAMES = (
     "feddyn",
     "fedalign",
     "fedpac",
+    # personalised: each client's own head (FedPer, FedRep), a head fine-tuned at evaluation (FedBABU)
+    "fedper",
+    "fedrep",
+    "fedbabu",
     # the representation methods this platform ablates
     "feduv",
     "univarfl",
