@@ -67,7 +67,7 @@ class FinetuneRun:
         Its own generator, and the global random state kept (fork_rng): evaluating never shifts training's random
         numbers, whether the federation trains in this process or not."""
         device = next(model.parameters()).device
-        index = torch.as_tensor(np.asarray(self.parts[client_id]), dtype=torch.long)
+        index = torch.as_tensor(np.asarray(self.parts[client_id]), dtype=torch.long, device="cpu")  # rows of x
         x, y = self.images(self.x[index]).to(device), self.y[index].to(device)
         settings = self.settings.for_round(max(round_index, 1))
         generator = torch.Generator().manual_seed(finetune_seed(self.seed, round_index, client_id))
