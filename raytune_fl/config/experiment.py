@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import (
     Field,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -78,6 +79,26 @@ class PartitionConfig(_Strict):
         description="each client's held-out validation share, which tuning selects on (0: no validation; "
         "val_acc is then NaN and tune.py refuses it)",
     )
+    test_fraction: float = Field(
+        default=0.0,
+        ge=0.0,
+        lt=1.0,
+        description="each client's own test share, held out beside validation: never trained on, never selected "
+        "on; scored as client_test_acc (the global model) and personal_test_acc (the model each client uses). "
+        "0: none, and the split is the one without it",
+    )
+
+    @field_validator("test_fraction")
+    @classmethod
+    def _leaves_training(cls, value: float, info: ValidationInfo) -> float:
+        """Validation and test together must leave each client a training share."""
+        val_fraction = info.data.get("val_fraction", 0.0)
+        if value > 0 and value + val_fraction >= 1:
+            raise ValueError(
+                f"{value:g} with val_fraction {val_fraction:g} holds out {value + val_fraction:g} of each client's "
+                "samples, which leaves none to train on; their sum must be under 1"
+            )
+        return value
 
     @model_validator(mode="after")
     def _settings_its_kind_uses(self) -> PartitionConfig:
@@ -388,6 +409,20 @@ class DiagnosticsConfig(_Strict):
         return self.every > 0 and (round_index % self.every == 0 or round_index == rounds)
 
 
+class PersonaliseConfig(_Strict):
+    """Personalisation at evaluation, for any method: before each client's held-out parts are scored, the model it
+    uses is fine-tuned on its own training samples, scored, and dropped (training never sees it)."""
+
+    # 0: off, so that a run reports what its method alone does; k costs clients x k steps per evaluated round
+    finetune_steps: int = Field(
+        default=0,
+        ge=0,
+        description="SGD steps each client's model trains on its own training samples before its validation and "
+        "test parts are scored (plain cross-entropy at the run's lr, batch size and momentum; 'FedAvg + "
+        "fine-tuning'); it replaces a method's own fine-tuning (FedBABU's). 0: off",
+    )
+
+
 class BatchNormConfig(_Strict):
     """BatchNorm's running statistics (running_mean, running_var) in the federation; its affine weights are
     ordinary parameters, aggregated by the method."""
@@ -537,6 +572,10 @@ class ExperimentConfig(_Strict):
         default=None,
         description="differential privacy: central (DP-FedAvg) or local (DP-SGD), its clip norm, noise or target "
         "epsilon, delta and accountant; unset = none",
+    )
+    personalise: PersonaliseConfig = Field(
+        default=PersonaliseConfig(),
+        description="personalisation at evaluation for any method: finetune_steps (0 = off)",
     )
     checkpoint_every: int = Field(
         default=1, ge=0, description="rounds between trial checkpoints (what --resume restarts from); 0 = none"

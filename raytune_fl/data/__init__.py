@@ -23,7 +23,7 @@ from raytune_fl.data.partition import (
     shards,
 )
 from raytune_fl.data.record import partition_heatmap, partition_table, save_partition_parquet
-from raytune_fl.data.split import label_histogram, train_val_split
+from raytune_fl.data.split import label_histogram, train_val_split, train_val_test_split
 
 __all__ = [
     "DATASET_OPTIONS",
@@ -48,4 +48,5 @@ __all__ = [
     "load_dataset",
     "partition",
     "train_val_split",
+    "train_val_test_split",
 ]

@@ -58,14 +58,18 @@ def data_identity(
     partition: dict[str, Any],
     root: str | None = None,
     options: dict[str, Any] | None = None,
+    test_parts: list[np.ndarray] | None = None,
 ) -> DataIdentity:
     """The identity of a dataset split among clients; `partition` is the partition config as a dict, `root` and
-    `options` (dataset_options: an npz's path) where the data was read from."""
+    `options` (dataset_options: an npz's path) where the data was read from, `test_parts` the clients' own test
+    parts (partition.test_fraction; none or empty: the identity is the one without them)."""
+    test_parts = list(test_parts or []) if any(len(part) for part in test_parts or []) else []
     digest = hashlib.blake2b(digest_size=DIGEST_CHARS // 2)
     for array in (dataset.x_train, dataset.y_train, dataset.x_test, dataset.y_test):
         digest.update(str((array.dtype.str, array.shape)).encode())
         digest.update(np.ascontiguousarray(array).data)
-    for parts in (train_parts, val_parts):  # the split itself: which sample went to which client, and to what
+    # the split itself: which sample went to which client, and to what
+    for parts in (train_parts, val_parts, test_parts):
         for part in parts:
             digest.update(np.asarray(part, dtype=np.int64).tobytes())
             digest.update(b"|")
@@ -79,6 +83,7 @@ def data_identity(
         "val_samples": int(sum(len(p) for p in val_parts)),
         "test_samples": len(dataset.y_test),
         "clients": len(train_parts),  # not-a-metric: the data set's profile
+        **({"client_test_samples": int(sum(len(p) for p in test_parts))} if test_parts else {}),
     }
     return DataIdentity(
         name=f"{dataset.name}/{partition_label(partition)}",

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from raytune_fl.config import ConfigError, ExperimentConfig, PartitionConfig
-from raytune_fl.data import ArrayDataset, PartitionError, load_dataset, partition, train_val_split
+from raytune_fl.data import ArrayDataset, PartitionError, load_dataset, partition, train_val_split, train_val_test_split
 from raytune_fl.data.flwr import KIND as FLWR
 from raytune_fl.data.flwr import flwr_partition
 from raytune_fl.data.identity import DataIdentity, data_identity
@@ -20,10 +20,17 @@ class FederatedData:
     dataset: ArrayDataset
     train_parts: list[np.ndarray]  # per client: positions in dataset.x_train used for local training
     val_parts: list[np.ndarray]  # per client: held-out positions; their union is the validation set
+    # per client: its own test part (partition.test_fraction), positions in dataset.x_train; empty: no test split
+    test_parts: list[np.ndarray] = field(default_factory=list)
 
     @property
     def num_clients(self) -> int:
         return len(self.train_parts)
+
+    @property
+    def client_test_parts(self) -> list[np.ndarray]:
+        """Each client's test part: empty ones without a test split."""
+        return self.test_parts or [part[:0] for part in self.train_parts]
 
     @property
     def val_indices(self) -> np.ndarray:
@@ -31,8 +38,8 @@ class FederatedData:
 
     @property
     def client_parts(self) -> list[np.ndarray]:
-        """Each client's whole share (train and validation), as the partitioner made it."""
-        return [np.sort(np.concatenate([t, v])) for t, v in zip(self.train_parts, self.val_parts)]
+        """Each client's whole share (train, validation and test), as the partitioner made it."""
+        return [np.sort(np.concatenate(p)) for p in zip(self.train_parts, self.val_parts, self.client_test_parts)]
 
 
 def prepare_data(experiment: ExperimentConfig) -> FederatedData:
@@ -50,12 +57,22 @@ def prepare_data(experiment: ExperimentConfig) -> FederatedData:
             domains=dataset.domains_train,
             **partition_kwargs(spec),
         )
-    splits = [
-        train_val_split(part, spec.val_fraction, seed=spec.seed * 100_003 + cid) for cid, part in enumerate(parts)
-    ]
-    data = FederatedData(dataset, [train for train, _ in splits], [val for _, val in splits])
+    splits = [split_client(spec, cid, part) for cid, part in enumerate(parts)]
+    tests = [test for _, _, test in splits] if spec.test_fraction > 0 else []
+    data = FederatedData(dataset, [train for train, _, _ in splits], [val for _, val, _ in splits], tests)
     check_steps(experiment, data)
     return data
+
+
+def split_client(spec: PartitionConfig, cid: int, part: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Client `cid`'s share as train, validation, test: validation as it always was (the seed below), and the test
+    part, only where test_fraction > 0, from a seed of its own, so every split without it stays as it was."""
+    seed = spec.seed * 100_003 + cid
+    test_seed = int(np.random.SeedSequence([spec.seed, cid, TEST_STREAM]).generate_state(1)[0])
+    return train_val_test_split(part, spec.val_fraction, spec.test_fraction, seed, test_seed)
+
+
+TEST_STREAM = 61  # keys the test split's seeds apart from the validation split's
 
 
 def flwr_parts(spec: PartitionConfig, dataset: ArrayDataset) -> list[np.ndarray]:
@@ -96,13 +113,18 @@ def check_steps(experiment: ExperimentConfig, data: FederatedData) -> None:
     smallest = min(n for _, n in idle)
     batch_bound = drop_last and smallest >= 2  # a smaller batch would do (base.batch_size is at least 2)
     field = "base.batch_size" if batch_bound else "base.partition.min_size"
+    if spec.test_fraction > 0 and all(epoch_steps(n + len(data.test_parts[c]), size, 1, drop_last) for c, n in idle):
+        field = "base.partition.test_fraction"  # the test parts took the samples these clients would step on
     why = (
         f"with base.drop_last: true a step takes a full batch of base.batch_size {size}"
         if drop_last
         else "a step takes at least 2 samples, as BatchNorm and the batch statistics need pairs"
     )
     fixes = [f"base.batch_size <= {smallest}", "base.drop_last: false"] if batch_bound else []
-    share = _share_for(size if drop_last else 2, spec.val_fraction)  # a share whose training part takes a step
+    if field.endswith("test_fraction"):
+        fixes.insert(0, f"base.partition.test_fraction < {spec.test_fraction:g}")
+    # a share whose training part takes a step (validation and test held out together: near enough for a hint)
+    share = _share_for(size if drop_last else 2, spec.val_fraction + spec.test_fraction)
     samples = len(data.dataset.y_train)
     if len(train_sizes) * share <= samples:
         fixes.append(f"base.partition.min_size >= {share} (a client's share, before validation is held out)")
@@ -154,6 +176,10 @@ def data_identity_of(experiment: ExperimentConfig, data: FederatedData) -> DataI
         "min_size": spec.min_size,
         "seed": spec.seed,
         "val_fraction": spec.val_fraction,
+        # only where set: the records of runs without a test split stay as they were
+        **({"test_fraction": spec.test_fraction} if spec.test_fraction > 0 else {}),
     }
     options = experiment.dataset_options or None  # synthetic's settings are its own section, in the params
-    return data_identity(data.dataset, data.train_parts, data.val_parts, settings, experiment.root, options)
+    return data_identity(
+        data.dataset, data.train_parts, data.val_parts, settings, experiment.root, options, data.test_parts
+    )

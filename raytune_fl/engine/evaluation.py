@@ -1,5 +1,6 @@
 """Scoring the global model: validation and test metrics, the cheap diagnostics, personalised accuracy
-(method.personalise) and FedLD's loss decomposition, all on one model the weights are loaded into."""
+(method.personalise, fine-tuning at evaluation), the clients' own test parts (partition.test_fraction) and FedLD's
+loss decomposition, all on one model the weights are loaded into."""
 
 from __future__ import annotations
 
@@ -21,11 +22,23 @@ from raytune_fl.engine.diagnostics import (
     per_client_accuracy,
     spectrum_summary,
 )
+from raytune_fl.engine.finetune import FinetuneRun
 from raytune_fl.engine.precision import Precision, check_precision, mixed_forward
 from raytune_fl.engine.report import CLIENT_ACC_KEY, SPECTRUM_KEY
 from raytune_fl.metrics import (
+    CLIENT_ACC_BOTTOM10,
+    CLIENT_ACC_MEAN,
+    CLIENT_ACC_WORST,
+    CLIENT_TEST_ACC,
+    CLIENT_TEST_ACC_BOTTOM10,
+    CLIENT_TEST_ACC_MEAN,
+    CLIENT_TEST_ACC_WORST,
     COLLAPSED,
     PERSONAL_PREFIX,
+    PERSONAL_TEST_ACC,
+    PERSONAL_TEST_ACC_BOTTOM10,
+    PERSONAL_TEST_ACC_MEAN,
+    PERSONAL_TEST_ACC_WORST,
     PERSONAL_VAL_ACC,
     TEST_ACC,
     TEST_CHANCE,
@@ -39,6 +52,29 @@ from raytune_fl.types import ClientUpdate, Weights
 from raytune_fl.weights import load_weights
 
 Personalise = Callable[[Weights, Mapping[str, Any]], Weights]  # a method's: the model a client uses
+
+# the clients' own test parts: the pooled accuracy and the spread, under the global model and the model each uses
+CLIENT_TEST_NAMES = (CLIENT_TEST_ACC, CLIENT_TEST_ACC_MEAN, CLIENT_TEST_ACC_WORST, CLIENT_TEST_ACC_BOTTOM10)
+PERSONAL_TEST_NAMES = (PERSONAL_TEST_ACC, PERSONAL_TEST_ACC_MEAN, PERSONAL_TEST_ACC_WORST, PERSONAL_TEST_ACC_BOTTOM10)
+
+
+def owners(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """Which client each sample of the sorted union of `parts` belongs to."""
+    if not len(parts):
+        return np.zeros(0, dtype=np.int64)
+    owner = np.concatenate([np.full(len(part), cid) for cid, part in enumerate(parts)])
+    return owner[np.argsort(np.concatenate(parts), kind="stable")]
+
+
+def own_test_scores(correct: np.ndarray, owner: np.ndarray, num_clients: int, names: Sequence[str]) -> dict:
+    """The clients' own test parts under one model per client: sample-weighted (pooled), then the unweighted mean,
+    worst and worst-decile mean over the clients with a test part (per_client_accuracy's definitions), under
+    `names` (CLIENT_TEST_NAMES or PERSONAL_TEST_NAMES). Nothing without a test part."""
+    if not len(correct):
+        return {}
+    spread = per_client_accuracy(correct, owner, num_clients)
+    values = (float(correct.mean()), spread[CLIENT_ACC_MEAN], spread[CLIENT_ACC_WORST], spread[CLIENT_ACC_BOTTOM10])
+    return dict(zip(names, values))
 
 
 @torch.no_grad()
@@ -95,6 +131,7 @@ class Evaluator:
         batch_size: int,
         diagnostics: DiagnosticsConfig,
         precision: Precision = "fp32",
+        finetune: FinetuneRun | None = None,
     ) -> None:
         self.data, self.model, self.batch_size, self.diagnostics = data, model, batch_size, diagnostics
         # the held-out sets live where the model is: uploaded once, not per round
@@ -106,8 +143,13 @@ class Evaluator:
         self.val_x = torch.from_numpy(dataset.x_train[val]).to(device)
         self.val_y = torch.from_numpy(dataset.y_train[val]).to(device)
         # which client each validation sample belongs to: per-client accuracy comes from the same pass
-        owner = np.concatenate([np.full(len(part), cid) for cid, part in enumerate(data.val_parts)])
-        self.val_owner = owner[np.argsort(np.concatenate(data.val_parts), kind="stable")]
+        self.val_owner = owners(data.val_parts)
+        # the clients' own test parts (partition.test_fraction), from the training arrays; empty without a split
+        mine = np.sort(np.concatenate(data.client_test_parts)) if data.num_clients else np.zeros(0, dtype=np.int64)
+        self.client_test_x = torch.from_numpy(dataset.x_train[mine]).to(device)
+        self.client_test_y = torch.from_numpy(dataset.y_train[mine]).to(device)
+        self.client_test_owner = owners(data.client_test_parts)
+        self.finetune = finetune  # personalisation at evaluation (engine/finetune.py); None: off
         # evaluation batches stay NCHW: the first convolution converts them, no second copy of the test set
         self.test_x, self.test_y = (
             torch.from_numpy(dataset.x_test).to(device),
@@ -125,9 +167,11 @@ class Evaluator:
         personalise: Personalise | None,
         client_states: Mapping[int, Any],
         extra: Mapping[str, Weights] | None = None,
+        round_index: int = 0,
     ) -> dict[str, Any]:
-        """The global model's metrics, personalised accuracy when the method has it, the server's other models
-        (`extra`, by name: `<name>_val_acc`, ...) and the cheap diagnostics."""
+        """The global model's metrics, the clients' own test parts, personalised accuracy when the method has it (or
+        fine-tunes: `round_index` keys its random numbers), the server's other models (`extra`, by name:
+        `<name>_val_acc`, ...) and the cheap diagnostics."""
         load_weights(self.model, weights)
         size, num_clients = self.batch_size, self.data.num_clients
         val_losses, val_correct = predict(self.model, self.val_x, self.val_y, size, self.precision)
@@ -142,17 +186,14 @@ class Evaluator:
         metrics[VAL_CHANCE], metrics[TEST_CHANCE] = self.val_chance, self.test_chance
         scores = ((metrics[VAL_ACC], self.val_chance), (test_acc, self.test_chance))
         metrics[COLLAPSED] = float(collapsed(scores))  # a number (0/1), so that it is logged with the scores
-        if personalise is not None:
-            metrics.update(self.evaluate_personalised(weights, personalise, client_states))
-        for name, other in (extra or {}).items():
-            load_weights(self.model, {**weights, **other})
-            losses, correct = predict(self.model, self.val_x, self.val_y, size, self.precision)
-            other_test_loss, other_test_acc = evaluate(self.model, self.test_x, self.test_y, size, self.precision)
-            metrics[f"{name}_{VAL_LOSS}"] = float(losses.mean()) if len(losses) else math.nan
-            metrics[f"{name}_{VAL_ACC}"] = float(correct.mean()) if len(correct) else math.nan
-            metrics[f"{name}_{TEST_LOSS}"], metrics[f"{name}_{TEST_ACC}"] = other_test_loss, other_test_acc
+        own_test = predict(self.model, self.client_test_x, self.client_test_y, size, self.precision)[1]
+        metrics.update(own_test_scores(own_test, self.client_test_owner, num_clients, CLIENT_TEST_NAMES))
+        if personalise is not None or self.finetune is not None:
+            metrics.update(self.evaluate_personalised(weights, personalise, client_states, round_index))
+        else:  # every client uses the global model: its personal scores are the ones above, no second pass
+            metrics.update(own_test_scores(own_test, self.client_test_owner, num_clients, PERSONAL_TEST_NAMES))
         if extra:
-            load_weights(self.model, weights)  # the model holds the global weights again
+            metrics.update(self.evaluate_extra(weights, extra))
         wanted = self.diagnostics
         if wanted.client_accuracy:
             metrics.update(per_client_accuracy(val_correct, self.val_owner, num_clients))
@@ -164,22 +205,54 @@ class Evaluator:
             metrics[SPECTRUM_KEY] = spectrum.tolist()  # a list: the logger files it as an artifact, not a metric
         return metrics
 
+    def evaluate_extra(self, weights: Weights, extra: Mapping[str, Weights]) -> dict[str, float]:
+        """The server's other models, by name (`<name>_val_acc`, ...); the model holds the global weights after."""
+        size, metrics = self.batch_size, {}
+        for name, other in extra.items():
+            load_weights(self.model, {**weights, **other})
+            losses, correct = predict(self.model, self.val_x, self.val_y, size, self.precision)
+            other_test_loss, other_test_acc = evaluate(self.model, self.test_x, self.test_y, size, self.precision)
+            metrics[f"{name}_{VAL_LOSS}"] = float(losses.mean()) if len(losses) else math.nan
+            metrics[f"{name}_{VAL_ACC}"] = float(correct.mean()) if len(correct) else math.nan
+            metrics[f"{name}_{TEST_LOSS}"], metrics[f"{name}_{TEST_ACC}"] = other_test_loss, other_test_acc
+        load_weights(self.model, weights)  # the model holds the global weights again
+        return metrics
+
     def evaluate_personalised(
-        self, weights: Weights, personalise: Personalise, client_states: Mapping[int, Any]
+        self,
+        weights: Weights,
+        personalise: Personalise | None,
+        client_states: Mapping[int, Any],
+        round_index: int = 0,
     ) -> dict[str, float]:
-        """Each client's held-out samples under the model that client uses (method.personalise)."""
-        size = self.batch_size
-        correct = np.zeros(len(self.val_y), dtype=bool)
-        for cid in range(self.data.num_clients):
-            mine = np.flatnonzero(self.val_owner == cid)
-            if len(mine) == 0:
+        """Each client's held-out samples (validation part, own test part) under the model that client uses: its
+        own (method.personalise) or the global one, fine-tuned on its training samples where fine-tuning is on."""
+        num_clients = self.data.num_clients
+        val_correct = np.zeros(len(self.val_y), dtype=bool)
+        test_correct = np.zeros(len(self.client_test_y), dtype=bool)
+        for cid in range(num_clients):
+            val_mine = np.flatnonzero(self.val_owner == cid)
+            test_mine = np.flatnonzero(self.client_test_owner == cid)
+            if len(val_mine) == 0 and len(test_mine) == 0:
                 continue
-            load_weights(self.model, personalise(weights, client_states.get(cid, {})))
-            index = torch.from_numpy(mine).to(self.device)
-            correct[mine] = predict(self.model, self.val_x[index], self.val_y[index], size, self.precision)[1]
+            own = weights if personalise is None else personalise(weights, client_states.get(cid, {}))
+            load_weights(self.model, own)
+            if self.finetune is not None:
+                self.finetune.train(self.model, cid, round_index)
+            val_correct[val_mine] = self._correct(self.val_x, self.val_y, val_mine)
+            test_correct[test_mine] = self._correct(self.client_test_x, self.client_test_y, test_mine)
         load_weights(self.model, weights)
-        spread = per_client_accuracy(correct, self.val_owner, self.data.num_clients)
-        return {PERSONAL_VAL_ACC: float(correct.mean()), **{PERSONAL_PREFIX + k: v for k, v in spread.items()}}
+        spread = per_client_accuracy(val_correct, self.val_owner, num_clients)
+        metrics = {PERSONAL_VAL_ACC: float(val_correct.mean()) if len(val_correct) else math.nan}
+        metrics.update({PERSONAL_PREFIX + k: v for k, v in spread.items()})
+        return {**metrics, **own_test_scores(test_correct, self.client_test_owner, num_clients, PERSONAL_TEST_NAMES)}
+
+    def _correct(self, x: torch.Tensor, y: torch.Tensor, rows: np.ndarray) -> np.ndarray:
+        """Correctness of the loaded model on `rows` of (x, y)."""
+        if not len(rows):
+            return np.zeros(0, dtype=bool)
+        index = torch.from_numpy(rows).to(self.device)
+        return predict(self.model, x[index], y[index], self.batch_size, self.precision)[1]
 
     def decompose_loss(
         self, weights: Weights, start_weights: Weights, updates: Sequence[ClientUpdate], val_loss: float

@@ -30,6 +30,7 @@ from raytune_fl.engine.evaluation import (
     mean_client_metrics,
 )
 from raytune_fl.engine.fedbuff import BufferedAsync
+from raytune_fl.engine.finetune import FinetuneRun
 from raytune_fl.engine.local import LocalSettings, NonFiniteLossError
 from raytune_fl.engine.lr_schedule import LrSchedule
 from raytune_fl.engine.pool import ClientPool, InProcessPool, WorkerFailure
@@ -43,7 +44,7 @@ from raytune_fl.engine.traffic import upload_metrics
 from raytune_fl.engine.worker import ClientWorker, ModelSpec, WorkerSpec
 from raytune_fl.errors import RaytuneFLError
 from raytune_fl.methods import METHODS, Method, build_method
-from raytune_fl.methods.base import Stateless
+from raytune_fl.methods.base import Finetune, Stateless
 from raytune_fl.metrics import (
     ACTOR_FAILURES,
     ACTOR_FAILURES_TOTAL,
@@ -209,6 +210,13 @@ def partial_sums(experiment: ExperimentConfig, method: Method) -> bool:
     return False
 
 
+def evaluation_finetune(experiment: ExperimentConfig, method: Method) -> Finetune | None:
+    """The fine-tuning the evaluator runs: the config's personalise.finetune_steps where set (it wins over the
+    method's own, FedBABU's, so that one setting compares any methods), else the method's; None: off."""
+    steps = experiment.personalise.finetune_steps
+    return Finetune(steps=steps) if steps > 0 else method.finetune
+
+
 def in_process_pool(data: FederatedData, spec: WorkerSpec) -> ClientPool:
     return InProcessPool(ClientWorker(spec, data.dataset.x_train, data.dataset.y_train, data.train_parts))
 
@@ -257,7 +265,8 @@ class Federation:
             self.schedule = BufferedAsync(exp, self.data.num_clients, self.method.buffer_size)
         self.round = 0  # rounds completed
         self.failures_total = 0  # worker deaths survived so far
-        self.evaluator = Evaluator(self.data, self.model, exp.eval_batch_size, exp.diagnostics, exp.precision)
+        finetune = FinetuneRun.of(evaluation_finetune(exp, self.method), self.spec, self.data)
+        self.evaluator = Evaluator(self.data, self.model, exp.eval_batch_size, exp.diagnostics, exp.precision, finetune)
         self.privacy = privacy_of(exp, sizes)
 
     @classmethod
@@ -289,7 +298,7 @@ class Federation:
     def evaluate(self) -> dict[str, Any]:
         """The global model's metrics (and cheap diagnostics) now."""
         extra = self.method.aggregator.extra_models()
-        return self.evaluator.evaluate(self.weights, self.method.personalise, self.client_states, extra)
+        return self.evaluator.evaluate(self.weights, self.method.personalise, self.client_states, extra, self.round)
 
     def costly_round(self, round_index: int) -> bool:
         return self.experiment.diagnostics.costly(round_index, self.experiment.rounds)

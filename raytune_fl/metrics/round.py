@@ -26,6 +26,12 @@ PERSONAL_PREFIX: Final = "personal_"
 # Each comes sample-weighted (the pooled accuracy) and as _mean (of the clients'), _worst and _bottom10
 PERSONAL_TEST_ACC: Final = "personal_test_acc"
 CLIENT_TEST_ACC: Final = "client_test_acc"
+CLIENT_TEST_ACC_MEAN: Final = "client_test_acc_mean"
+CLIENT_TEST_ACC_WORST: Final = "client_test_acc_worst"
+CLIENT_TEST_ACC_BOTTOM10: Final = "client_test_acc_bottom10"
+PERSONAL_TEST_ACC_MEAN: Final = "personal_test_acc_mean"
+PERSONAL_TEST_ACC_WORST: Final = "personal_test_acc_worst"
+PERSONAL_TEST_ACC_BOTTOM10: Final = "personal_test_acc_bottom10"
 
 # local training, as the clients report it (ClientUpdate.metrics) and as the round does (sample-weighted means)
 LOCAL_LOSS: Final = "loss"
@@ -131,6 +137,14 @@ GROUPS: Final[Mapping[str, Mapping[str, str]]] = {
         "that client's own test part; _mean, _worst, _bottom10 over clients",
         CLIENT_TEST_ACC: "partition.test_fraction: the global model on each client's own test part; _mean, _worst, "
         "_bottom10 over clients",
+        CLIENT_TEST_ACC_MEAN: "the global model's accuracy on each client's own test part: unweighted mean over the "
+        "clients with one",
+        CLIENT_TEST_ACC_WORST: "the lowest client's",
+        CLIENT_TEST_ACC_BOTTOM10: "the mean of the worst ceil(K/10) clients' (as client_acc_bottom10)",
+        PERSONAL_TEST_ACC_MEAN: "the model each client uses on its own test part: unweighted mean over the clients "
+        "with one",
+        PERSONAL_TEST_ACC_WORST: "the lowest client's",
+        PERSONAL_TEST_ACC_BOTTOM10: "the mean of the worst ceil(K/10) clients' (as client_acc_bottom10)",
     },
     "local training (means over the round's clients, weighted by their samples)": {
         LOCAL_LOSS: "a client's local loss, as it reports it (ClientUpdate.metrics); the round's is train_loss",

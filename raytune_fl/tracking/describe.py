@@ -31,9 +31,10 @@ def setup_line(base: ExperimentConfig) -> str:
     """The data and the training protocol every run of the study shares, in one line."""
     part, opt = base.partition, base.optimizer
     split = f"{part.label}" + (f" (alpha {part.alpha:g})" if part.kind in ("dirichlet", "quantity_skew") else "")
+    test = f", {part.test_fraction:.0%} as its own test part" if part.test_fraction > 0 else ""
     return (
         f"Data: `{base.dataset}`, {split} over {part.clients_text} clients ({part.val_fraction:.0%} of each held out "
-        f"for validation). Training: {base.rounds} rounds, {base.participation:.0%} of clients per round, "
+        f"for validation{test}). Training: {base.rounds} rounds, {base.participation:.0%} of clients per round, "
         f"{base.local_epochs} local epoch(s), batch {base.batch_size}, SGD lr {opt.lr:g} momentum {opt.momentum:g} "
         f"weight decay {opt.weight_decay:g}, model `{base.model}`, seed {base.seed}."
     )

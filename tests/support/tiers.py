@@ -129,6 +129,7 @@ NOT_UNIT: dict[str, frozenset[str]] = {
             "engine/test_gpu_methods.py::test_the_comparison_sees_a_different_run",
             "engine/test_one_loop.py::test_both_loops_train_on_the_same_plan_from_the_same_seeds",
             "engine/test_partial_sums.py::test_a_round_of_partial_sums_gives_the_per_client_model_within_float_summation",
+            "engine/test_personal_scores.py::test_fine_tuning_changes_the_scored_models_but_never_the_global_ones",
             "engine/test_partial_sums.py::test_later_rounds_drift_only_as_float_noise_does",
             "engine/test_partial_sums.py::test_the_decomposition_rounds_keep_each_clients_delta",
             "engine/test_precision.py::test_bf16_reaches_fp32_accuracy_on_digits",
