@@ -1,5 +1,6 @@
-"""The privacy settings a variant may fix or search like a method's hyperparameters: `privacy.clip_norm` and
-`privacy.noise_multiplier` in a variant's `fixed` or `search`, over base.privacy's values for that variant's trials.
+"""The experiment settings a variant may fix or search like a method's hyperparameters, over base's values for that
+variant's trials: `privacy.clip_norm`, `privacy.noise_multiplier` and `privacy.target_epsilon` (base.privacy's), and
+`personalise.finetune_steps` (a "FedAvg + fine-tuning" row beside FedAvg in one table).
 
 They are declared as `Param`s, so the search-space checks, the samplers and the records treat them as they treat a
 method's own; `TrialSpec.resolve` moves them into the trial's experiment (its `privacy` section), which is where the
@@ -36,21 +37,39 @@ PRIVACY_PARAMS: Mapping[str, Param] = hyperparameters(
         gt=0,
     ),
 )
+PERSONALISE_PREFIX = "personalise."
+FINETUNE_STEPS = Param(
+    int,
+    0,
+    "fine-tuning steps at evaluation (base.personalise.finetune_steps) for this variant's trials",
+    name="personalise.finetune_steps",
+    ge=0,
+)
+# everything a variant may set besides its method's hyperparameters
+VARIANT_SETTINGS: Mapping[str, Param] = {**PRIVACY_PARAMS, **hyperparameters(FINETUNE_STEPS)}
 
 
 def variant_spec(spec: MethodSpec) -> MethodSpec:
-    """`spec` with the privacy settings beside its hyperparameters: what a variant's `fixed` and `search` may name."""
-    return dataclasses.replace(spec, params={**spec.params, **PRIVACY_PARAMS})
+    """`spec` with the experiment settings beside its hyperparameters: what a variant's `fixed` and `search` may
+    name."""
+    return dataclasses.replace(spec, params={**spec.params, **VARIANT_SETTINGS})
 
 
 def split_privacy(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the privacy settings among `values`, the rest: the method's hyperparameters)."""
-    private = {k: v for k, v in values.items() if k in PRIVACY_PARAMS}
-    return private, {k: v for k, v in values.items() if k not in PRIVACY_PARAMS}
+    """(the experiment settings among `values`: privacy's and personalise's, the rest: the method's
+    hyperparameters)."""
+    settings = {k: v for k, v in values.items() if k in VARIANT_SETTINGS}
+    return settings, {k: v for k, v in values.items() if k not in VARIANT_SETTINGS}
 
 
 def with_privacy(experiment: ExperimentConfig, values: Mapping[str, Any]) -> ExperimentConfig:
-    """`experiment` with a variant's privacy settings (`privacy.<field>`: value) in its privacy section."""
+    """`experiment` with a variant's settings: `privacy.<field>` in its privacy section, `personalise.<field>` in
+    its personalise section."""
+    personal = {k.removeprefix(PERSONALISE_PREFIX): v for k, v in values.items() if k.startswith(PERSONALISE_PREFIX)}
+    if personal:
+        section = experiment.personalise.model_copy(update=personal)
+        experiment = experiment.model_copy(update={"personalise": section})
+    values = {k: v for k, v in values.items() if k in PRIVACY_PARAMS}
     if not values:
         return experiment
     if experiment.privacy is None:  # the space's checks refuse this before Ray; a direct caller learns it here

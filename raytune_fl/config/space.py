@@ -34,19 +34,24 @@ from raytune_fl.metrics import (
 
 
 def personal_problem(variant: VariantConfig, experiment: ExperimentConfig) -> str:
-    """Why `variant`'s clients have no models of their own to score ("" where they do): its method does not
-    personalise (under its fixed values), or a searched hyperparameter decides whether it does."""
+    """Why `variant`'s clients have no models of their own to score ("" where they do): neither its method (under its
+    fixed values) nor fine-tuning at evaluation personalises, or a searched value decides whether one does."""
+    from raytune_fl.config.privacy import FINETUNE_STEPS
     from raytune_fl.methods import METHODS
 
     spec = METHODS.get(variant.method)
     switch = spec.personalises
     if not isinstance(switch, bool) and switch.name in variant.search:
         return f"uses a {variant.method} that personalises or not as its searched {switch.name} says; fix {switch.name}"
-    if spec.personalises_under(variant.fixed) or experiment.personalise.finetune_steps > 0:
+    if spec.personalises_under(variant.fixed):
+        return ""
+    if FINETUNE_STEPS.name in variant.search:
+        return f"searches {FINETUNE_STEPS.name}, so that a trial at 0 would have no personal model; fix it"
+    if FINETUNE_STEPS.get(variant.fixed, experiment.personalise.finetune_steps) > 0:
         return ""
     return (
-        f"uses {variant.method}'s global model ({spec.summary or 'no personal model'}); tune it on "
-        f"{VAL_ACC}, or give it fine-tuning at evaluation (base.personalise.finetune_steps)"
+        f"uses {variant.method}'s global model ({spec.summary or 'no personal model'}); tune it on {VAL_ACC}, or "
+        f"fine-tune at evaluation (base.personalise.finetune_steps, or {FINETUNE_STEPS.name} in its fixed)"
     )
 
 

@@ -35,7 +35,7 @@ class TrialSpec:
         from raytune_fl.config.privacy import split_privacy, with_privacy
         from raytune_fl.methods import METHODS
 
-        private, values = split_privacy({**fixed, **(searched or {})})  # privacy.*: into the experiment
+        private, values = split_privacy({**fixed, **(searched or {})})  # privacy.*, personalise.*: the experiment
         return cls(with_privacy(experiment, private), method, METHODS.get(method).resolve(values))
 
     @property

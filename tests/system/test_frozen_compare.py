@@ -7,8 +7,8 @@ parent), and the bytes uploaded (a "bytes" metric: frozen_compare leaves such ou
 eval_every and precision, are params of every trial (at their defaults: the rounds are unchanged), and
 resources.partial_sums (off by default: a delta per client, as before); since issue 58 the chance bounds, the
 collapsed flag and count, and the parent's tuning_seeds, edges, sampler and scheduler tags; since issue 63 the
-privacy setting (unset: None); since issue 60 the partition's Flower partitioner (unset: None) and its options.
-All allowed as added keys only."""
+privacy setting (unset: None); since issue 60 the partition's Flower partitioner (unset: None) and its options; since issue 61 the per-client test
+fraction and fine-tuning at evaluation (each 0: off). All allowed as added keys only."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def test_a_seeded_study_logs_what_it_logged_before_the_record_builder(tmp_path):
     added += ",sampler,scheduler"  # issue 62: the search's sampler and scheduler, tagged on the parent
     added += ",privacy"  # issue 63: base.privacy, a param of every trial (None: no privacy, as before)
     added += ",partition.partitioner,partition.options"  # issue 60: kind flwr's settings (None: another kind)
+    added += ",partition.test_fraction,personalise.finetune_steps"  # issue 61: each 0 (off) unless set
     command += ["--allow-added-keys", added]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
