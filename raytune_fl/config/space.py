@@ -34,25 +34,18 @@ from raytune_fl.metrics import (
 
 
 def personal_problem(variant: VariantConfig, experiment: ExperimentConfig) -> str:
-    """Why `variant`'s clients have no models of their own to score ("" where they do): neither its method (under its
-    fixed values) nor fine-tuning at evaluation personalises, or a searched value decides whether one does."""
+    """Why `variant`'s clients use the global model ("" where they have models of their own): neither its method
+    (under its fixed values) nor fine-tuning at evaluation personalises."""
     from raytune_fl.config.privacy import FINETUNE_STEPS
     from raytune_fl.methods import METHODS
 
     spec = METHODS.get(variant.method)
-    switch = spec.personalises
-    if not isinstance(switch, bool) and switch.name in variant.search:
-        return f"uses a {variant.method} that personalises or not as its searched {switch.name} says; fix {switch.name}"
-    if spec.personalises_under(variant.fixed):
-        return ""
-    if FINETUNE_STEPS.name in variant.search:
-        return f"searches {FINETUNE_STEPS.name}, so that a trial at 0 would have no personal model; fix it"
-    if FINETUNE_STEPS.get(variant.fixed, experiment.personalise.finetune_steps) > 0:
-        return ""
-    return (
-        f"uses {variant.method}'s global model ({spec.summary or 'no personal model'}); tune it on {VAL_ACC}, or "
-        f"fine-tune at evaluation (base.personalise.finetune_steps, or {FINETUNE_STEPS.name} in its fixed)"
+    if not isinstance(spec.personalises, bool) and spec.personalises.name in variant.search:
+        return ""  # some of its trials personalise
+    finetunes = FINETUNE_STEPS.name in variant.search or FINETUNE_STEPS.get(
+        variant.fixed, experiment.personalise.finetune_steps
     )
+    return "" if spec.personalises_under(variant.fixed) or finetunes else f"{variant.method} uses the global model"
 
 
 def _typed(param: Any, value: Any) -> Any:
@@ -736,15 +729,19 @@ class SearchSpace(_Strict):
 
     @model_validator(mode="after")
     def _personal_scores_are_measured(self) -> SearchSpace:
-        """tune.metric: personal_val_acc only where every variant's clients use models of their own."""
+        """tune.metric: personal_val_acc where some variant's clients use models of their own. A variant whose clients
+        use the global model reports it too (its val_acc: the model each client uses), so that one study tunes a
+        table's personalised and global rows on one metric; a space of global variants alone is a mistake."""
         if PERSONAL_VAL_ACC not in (o.metric for o in self.tune.objectives):
             return self
-        for name, variant in self.variants.items():
-            problem = personal_problem(variant, self.experiment_for(name))
-            if problem:
-                raise ValueError(
-                    f"tune.metric: {PERSONAL_VAL_ACC} scores each client's own model, and variant {name!r} {problem}"
-                )
+        problems = {name: personal_problem(v, self.experiment_for(name)) for name, v in self.variants.items()}
+        if all(problems.values()):
+            said = "; ".join(f"{name}: {why}" for name, why in problems.items())
+            raise ValueError(
+                f"tune.metric: {PERSONAL_VAL_ACC} scores the model each client uses, and no variant personalises "
+                f"({said}), so it is their {VAL_ACC}: tune on {VAL_ACC}, or fine-tune at evaluation "
+                "(base.personalise.finetune_steps, or personalise.finetune_steps in a variant's fixed)"
+            )
         return self
 
     def warm_start_for(self, variant: str) -> tuple[WarmStart | None, str]:

@@ -191,6 +191,7 @@ class Evaluator:
         if personalise is not None or self.finetune is not None:
             metrics.update(self.evaluate_personalised(weights, personalise, client_states, round_index))
         else:  # every client uses the global model: its personal scores are the ones above, no second pass
+            metrics[PERSONAL_VAL_ACC] = metrics[VAL_ACC]  # a table tunes global and personal rows on one metric
             metrics.update(own_test_scores(own_test, self.client_test_owner, num_clients, PERSONAL_TEST_NAMES))
         if extra:
             metrics.update(self.evaluate_extra(weights, extra))

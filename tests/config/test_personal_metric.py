@@ -29,10 +29,16 @@ def test_personal_val_acc_is_tuned_on_where_the_clients_have_models_of_their_own
     assert space.tune.primary == PERSONAL_VAL_ACC and space.tune.mode == "max"
 
 
-def test_a_global_method_is_refused_naming_the_variant_and_the_way_out():
-    line = _first_line(_space({"bn": {"method": "fedbn"}, "avg": {"method": "fedavg"}}))
-    assert "tune.metric" in line and "personal_val_acc" in line and "variant 'avg'" in line
-    assert "base.personalise.finetune_steps" in line  # fine-tuning at evaluation would give it personal models
+def test_a_space_of_global_variants_alone_is_refused_naming_them_and_the_way_out():
+    line = _first_line(_space({"avg": {"method": "fedavg"}, "plain": {"method": "fedpac", "fixed": {"mix": False}}}))
+    assert line.startswith("tune.metric: personal_val_acc") and "no variant personalises" in line
+    assert "avg: fedavg uses the global model; plain: fedpac uses the global model" in line
+    assert "tune on val_acc" in line and "base.personalise.finetune_steps" in line
+
+
+def test_a_global_row_beside_personalised_ones_is_tuned_on_the_same_metric():
+    space = parse_space(_space({"bn": {"method": "fedbn"}, "avg": {"method": "fedavg"}}))
+    assert space.tune.primary == PERSONAL_VAL_ACC
 
 
 def test_fine_tuning_at_evaluation_gives_a_global_method_personal_models():
@@ -40,11 +46,9 @@ def test_fine_tuning_at_evaluation_gives_a_global_method_personal_models():
     assert space.variants["avg"].method == "fedavg"
 
 
-def test_fedpac_personalises_only_with_its_mix_and_a_searched_mix_is_refused():
-    assert "variant 'plain'" in _first_line(_space({"plain": {"method": "fedpac", "fixed": {"mix": False}}}))
-    searched = {"pac": {"method": "fedpac", "search": {"mix": {"choice": [True, False]}}}}
-    line = _first_line(_space(searched))
-    assert "variant 'pac'" in line and "fix mix" in line
+def test_fedpac_personalises_only_with_its_mix_and_a_searched_mix_may():
+    assert "plain: fedpac" in _first_line(_space({"plain": {"method": "fedpac", "fixed": {"mix": False}}}))
+    parse_space(_space({"pac": {"method": "fedpac", "search": {"mix": {"choice": [True, False]}}}}))
 
 
 def test_another_metric_is_not_checked_for_personal_models():
@@ -85,5 +89,4 @@ def test_a_variant_fixes_its_own_fine_tuning_beside_a_global_row():
     spec = TrialSpec.resolve(space.base, "fedavg", space.variants["avg_ft"].fixed)
     assert spec.experiment.personalise.finetune_steps == 5 and spec.params == {}
     assert space.base.personalise.finetune_steps == 0  # the other rows keep base's
-    searched = {"avg_ft": {"method": "fedavg", "search": {"personalise.finetune_steps": {"int": [0, 5]}}}}
-    assert "fix it" in _first_line(_space(searched))
+    assert "avg: fedavg uses the global model" in _first_line(_space({"avg": {"method": "fedavg"}}))

@@ -32,6 +32,7 @@ def test_a_seeded_study_logs_what_it_logged_before_the_record_builder(tmp_path):
     added += ",privacy"  # issue 63: base.privacy, a param of every trial (None: no privacy, as before)
     added += ",partition.partitioner,partition.options"  # issue 60: kind flwr's settings (None: another kind)
     added += ",partition.test_fraction,personalise.finetune_steps"  # issue 61: each 0 (off) unless set
+    added += ",personal_val_acc,best_personal_val_acc"  # issue 61: a global model's is its val_acc
     command += ["--allow-added-keys", added]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
