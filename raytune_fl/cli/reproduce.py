@@ -23,7 +23,7 @@ from pathlib import Path
 
 from raytune_fl.cli import common, progress, stopping
 from raytune_fl.config import ConfigError, SearchSpace, load_space
-from raytune_fl.metrics import BEST_PREFIX, TEST_ACC, VAL_ACC
+from raytune_fl.metrics import BEST_PREFIX, CLIENT_TEST_ACC, PERSONAL_TEST_ACC, PERSONAL_VAL_ACC, TEST_ACC, VAL_ACC
 from raytune_fl.registry import UnknownNameError
 
 # the paper spaces are package data (pyproject.toml), so an installed wheel finds them from any folder; a wheel
@@ -52,6 +52,9 @@ class PaperTable:
     # the primary endpoint (ablate.py --metric): test_acc, or personal_test_acc for a table of personalised methods
     # (then client_test_acc, the global model on the same samples, is reported beside it)
     primary: str = TEST_ACC
+    # the ablation's settings when they are not Dirichlet alphas (a --grid value, e.g. a shards split's classes per
+    # client); "" = the alphas
+    grid: str = ""
 
     def space_file(self, name: str) -> Path:
         """The table's space as the commands name it: the clone's `search_spaces/papers/<name>.yaml` when run from a
@@ -110,6 +113,25 @@ PAPERS: dict[str, PaperTable] = {
         "mean update and is refused under it.",
         alphas="0.5",
         seeds=3,
+    ),
+    "personalised": PaperTable(
+        "Personalised FL beside global methods: each client's own test part, at Dirichlet alpha 0.1 and 1.0",
+        reference="fedavg",
+        shape="FedAvg (the global model each client uses), FedAvg with fine-tuning at evaluation, FedPer, FedRep, "
+        "FedBABU, Ditto, APFL, pFedMe, FedBN and FedPAC (each client's own model), UniVarFL and FedUV (global "
+        "models), scored on each client's own test part.",
+        alphas="0.1,1",
+        seeds=3,
+        primary=PERSONAL_TEST_ACC,
+    ),
+    "personalised_shards": PaperTable(
+        "Personalised FL on the pathological split: 2 classes per client",
+        reference="fedavg",
+        shape="The personalised table's variants on a shards split where every client holds 2 classes, scored on "
+        "each client's own test part.",
+        seeds=3,
+        primary=PERSONAL_TEST_ACC,
+        grid="partition.classes_per_client=2",
     ),
     "fedld_table2": PaperTable(
         "FedLD (MICCAI 2024), Table 2's shape: margin control x principal-gradient aggregation",
@@ -251,6 +273,8 @@ def _stages(args: argparse.Namespace, paper: PaperTable, space_file: Path) -> St
         raise ConfigError(f"--seeds: at least 1 (got {seeds})")
     if partition_seeds < 1:
         raise ConfigError(f"--partition-seeds: at least 1 (got {partition_seeds})")
+    if paper.grid and args.alphas is not None:
+        raise ConfigError(f"--alphas: table {args.name}'s settings are not alphas but {paper.grid}; leave it out")
     alphas = _alphas(paper.alphas if args.alphas is None else args.alphas)
     common.check_new_folder(work, "--work")
     if args.resume and not (work / "mlflow.db").exists():
@@ -277,9 +301,10 @@ def _stages(args: argparse.Namespace, paper: PaperTable, space_file: Path) -> St
     searched = [name for name, variant in space.variants.items() if variant.search]
     tune_argv = [*shared, "--variants", ",".join(searched), "--no-models"]
     tune_argv += [f"--num-samples={args.num_samples}"] if args.num_samples is not None else []
-    grid = "alpha=" + ",".join(f"{a:g}" for a in alphas)
+    grid = paper.grid or "alpha=" + ",".join(f"{a:g}" for a in alphas)
     ablate_argv = [*shared, "--seeds", str(seeds), "--grid", grid, "--out", str(work / "ablation")]
     ablate_argv += ["--partition-seeds", str(partition_seeds)] if partition_seeds > 1 else []
+    ablate_argv += [f"--metric={paper.primary}"] if paper.primary != TEST_ACC else []
     if args.resume:
         _resumed_stages(space, work, uri, tune_argv, ablate_argv)
     splits = f" x {partition_seeds} partition seeds" if partition_seeds > 1 else ""
@@ -407,11 +432,13 @@ def export(run: PageRun, machine_text: str, commit: str, *, generated: str | Non
     space, paper = load_space(run.space_file), run.paper
     results = pd.read_parquet(run.results_file)
     tracker = StudyTracker(run.uri, space.name)
-    _write_tables(results, run.assets, tracker)
+    _write_tables(results, run.assets, tracker, paper.primary)
     header = [line[1:].strip() for line in run.space_file.read_text().splitlines() if line.startswith("#")]
     metrics = [TEST_ACC, TEST_ACC_LAST_K] + (
         [CLIENT_ACC_WORST, CLIENT_ACC_BOTTOM10, CLIENT_ACC_VAR] if paper.fairness else []
     )
+    if paper.primary != TEST_ACC:  # scored on each client's own test part: the global model's beside, then the test set
+        metrics = [paper.primary, CLIENT_TEST_ACC, TEST_ACC]
     record = results_page.PageRecord(
         name=run.name,
         title=paper.title,
@@ -432,12 +459,13 @@ def export(run: PageRun, machine_text: str, commit: str, *, generated: str | Non
         held_out=held_out_facts(space),
         references=list(paper.references),
         contenders=list(paper.contenders),
+        primary=paper.primary,
     )
     record.dump(run.assets)
     return record
 
 
-def _write_tables(results, assets: Path, tracker) -> None:
+def _write_tables(results, assets: Path, tracker, primary: str = TEST_ACC) -> None:
     """table.csv, runs.csv (the columns the page shows) and, when the runs probed gradients, gradients.csv."""
     from raytune_fl.ablation.table import summarise, to_csv
     from raytune_fl.metrics import CLIENT_ACC_BOTTOM10, CLIENT_ACC_VAR, CLIENT_ACC_WORST, TEST_ACC_LAST_K
@@ -445,9 +473,10 @@ def _write_tables(results, assets: Path, tracker) -> None:
     from raytune_fl.tracking.store import prefixed_rounds
 
     assets.mkdir(parents=True, exist_ok=True)
-    (assets / results_page.TABLE_FILE).write_text(to_csv(summarise(results)))
+    (assets / results_page.TABLE_FILE).write_text(to_csv(summarise(results, primary)))
     columns = ["variant", "method", "setting", "seed", "partition_seed", "status", "rounds_completed", TEST_ACC]
     extra = [TEST_ACC_LAST_K, VAL_ACC, CLIENT_ACC_WORST, CLIENT_ACC_BOTTOM10, CLIENT_ACC_VAR]
+    extra += [PERSONAL_TEST_ACC, CLIENT_TEST_ACC, PERSONAL_VAL_ACC]  # where the runs have a test part of their own
     columns = [c for c in columns if c in results] + [c for c in extra if c in results and results[c].notna().any()]
     results[columns].to_csv(assets / results_page.RUNS_FILE, index=False)
     grads = gradients.histories(lambda run_id: prefixed_rounds(tracker.client, run_id, gradients.PREFIXES), results)
@@ -501,10 +530,13 @@ def run_facts(space, results) -> dict[str, str]:
     held_out = f" ({', '.join(map(str, scored))}; {tuning} the tuning seed {base.seed})"
     splits = results["partition_seed"].nunique() if "partition_seed" in results else 1
     alphas = ", ".join(s.removeprefix("alpha=") for s in dict.fromkeys(results["setting"]))
+    part = base.partition
+    skew = f"Dirichlet α ∈ {{{alphas}}}" if part.kind == "dirichlet" else f"{part.label}, {alphas}"
+    test = f", {int(part.test_fraction * 100)} % as its own test part" if part.test_fraction else ""
     searched = [v for v, spec in space.variants.items() if spec.search]
     return {
-        "data": f"{base.dataset} (embedded), {int(base.partition.val_fraction * 100)} % of each client's samples "
-        "held out for validation",
+        "data": f"{base.dataset} (embedded), {int(part.val_fraction * 100)} % of each client's samples held out for "
+        f"validation{test}",
         "model": base.model,
         "clients": str(base.partition.clients),  # not-a-metric: the protocol table's row
         "participation": "every client in every round"
@@ -512,7 +544,7 @@ def run_facts(space, results) -> dict[str, str]:
         else f"{base.participation:g} of the clients a round",
         "rounds": str(int(results["rounds_completed"].max())),
         "local epochs": f"E = {base.local_epochs}",
-        "label skew": f"Dirichlet α ∈ {{{alphas}}}",
+        "label skew": skew,
         "optimiser": f"SGD, lr {opt.lr:g}, momentum {opt.momentum:g}, weight decay {opt.weight_decay:g}; "
         f"{schedule} schedule; batch {base.batch_size}",
         "hyperparameters": "fixed as in the space file"
