@@ -29,6 +29,10 @@ NAMES = (
     "feddyn",
     "fedalign",
     "fedpac",
+    # a second model per client (issue 61's personalised methods)
+    "ditto",
+    "apfl",
+    "pfedme",
     # the representation methods this platform ablates
     "feduv",
     "univarfl",
