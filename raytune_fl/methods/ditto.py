@@ -28,7 +28,9 @@ from raytune_fl.methods.base import Method, MethodContext, MethodSpec, Param, St
 from raytune_fl.methods.registry import register
 
 # 1: the official scripts' value (run_*_ditto_lam1.sh); its dynamic choice picks from {0.1, 1, 2}
-LAMBDA = Param(float, 1.0, "lambda: the pull of each personal model v towards the global model w^t", name="lambda", ge=0)
+LAMBDA = Param(
+    float, 1.0, "lambda: the pull of each personal model v towards the global model w^t", name="lambda", ge=0
+)
 PERSONAL_LR = Param(float, None, "the personal model's SGD rate eta_p", name="personal_lr", gt=0)
 
 

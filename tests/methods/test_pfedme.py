@@ -50,7 +50,10 @@ def test_theta_carries_over_to_the_next_step_and_pulls_to_the_current_w():
 
 def test_the_server_moves_beta_of_the_way_to_the_weighted_mean_and_averages_statistics():
     global_weights = {"w": f32([1.0, 2.0]), "bn.running_var": f32([1.0])}
-    updates = [update(0, 1, {"w": [4.0, 0.0], "bn.running_var": [2.0]}), update(1, 3, {"w": [0.0, 4.0], "bn.running_var": [6.0]})]
+    updates = [
+        update(0, 1, {"w": [4.0, 0.0], "bn.running_var": [2.0]}),
+        update(1, 3, {"w": [0.0, 4.0], "bn.running_var": [6.0]}),
+    ]
     # mean delta: w (1*[4,0] + 3*[0,4]) / 4 = [1, 3]; running_var (2 + 18) / 4 = 5, never scaled by beta
     merged = pfedme(global_weights, updates, beta=2.0)
     np.testing.assert_allclose(merged["w"], [1 + 2 * 1, 2 + 2 * 3])
