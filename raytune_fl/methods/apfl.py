@@ -1,5 +1,6 @@
-"""APFL, adaptive personalized federated learning (Deng, Kamani & Mahdavi 2020, arXiv:2003.13461; official code
-github.com/MLOPTPSU/FedTorch, fedtorch/comms/trainings/federated/apfl.py).
+"""APFL, adaptive personalized FL (Deng, Kamani & Mahdavi 2020, arXiv:2003.13461): each client mixes a personal
+model with the global one, alpha v + (1 - alpha) w, and learns alpha. Official code: github.com/MLOPTPSU/FedTorch,
+fedtorch/comms/trainings/federated/apfl.py.
 
 What the paper's Algorithm 1 does, and the code does, per local step on a batch:
 - w_i <- w_i - eta grad f_i(w_i): the global model's own step, the loop's cross-entropy, untouched (FedAvg's local

@@ -1,5 +1,5 @@
-"""Ditto (Li, Hu, Beirami & Smith, ICML 2021; official code github.com/litian96/ditto): a personal model v_k per
-client, pulled towards the global model, beside FedAvg's global model.
+"""Ditto (Li, Hu, Beirami & Smith, ICML 2021): a personal model v_k per client, pulled towards the global model,
+beside FedAvg's global model. Official code: github.com/litian96/ditto, flearn/trainers_MTL/ditto.py.
 
 What the paper's Algorithm 1 does, and the code does:
 - the global model w: each sampled client trains it on its local objective F_k from the w^t it was sent, and the

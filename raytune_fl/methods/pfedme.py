@@ -1,5 +1,6 @@
-"""pFedMe, personalized FL with Moreau envelopes (T. Dinh, Tran & Nguyen, NeurIPS 2020; official code
-github.com/CharlieDinh/pFedMe, FLAlgorithms/users/userpFedMe.py and servers/serverbase.py).
+"""pFedMe, personalized FL with Moreau envelopes (T. Dinh, Tran & Nguyen, NeurIPS 2020): a personal model theta
+per client, near the local model w. Official code: github.com/CharlieDinh/pFedMe, FLAlgorithms/users/userpFedMe.py
+and servers/serverbase.py.
 
 What the paper's Algorithm 1 does, and the code does, per local step on a batch D:
 - the personal model theta ~ argmin_theta f(theta; D) + (lambda / 2) ||theta - w||^2, solved approximately by K
