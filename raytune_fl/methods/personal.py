@@ -107,6 +107,11 @@ def personal_tensors(model: nn.Module, own: Mapping[str, np.ndarray] | None) -> 
     return params, buffers
 
 
+def squared_distance(params: Mapping[str, Tensor], anchors: Mapping[str, Tensor]) -> Tensor:
+    """||params - anchors||^2 over every tensor (a graph to `params`; `anchors` detached by the caller)."""
+    return torch.stack([((p - anchors[name]) ** 2).sum() for name, p in params.items()]).sum()
+
+
 def cross_entropy(logits: Tensor, y: Tensor) -> Tensor:
     return F.cross_entropy(logits, y)
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from raytune_fl.methods.base import ClientContext
-from raytune_fl.methods.personal import PersonalModel, cross_entropy, own_weights
+from raytune_fl.methods.personal import PersonalModel, cross_entropy, own_weights, squared_distance
 from raytune_fl.types import Weights
 
 
@@ -29,8 +28,7 @@ class DittoPersonal(PersonalModel):
 
     def objective(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
         ce = cross_entropy(self.forward(model, x, self.params), y)
-        pull = sum(((p - self.anchors[name]) ** 2).sum() for name, p in self.params.items())
-        return ce + 0.5 * self.lam * torch.as_tensor(pull)
+        return ce + 0.5 * self.lam * squared_distance(self.params, self.anchors)
 
 
 def personal_model(global_weights: Weights, state: Mapping[str, Any]) -> Weights:

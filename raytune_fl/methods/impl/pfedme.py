@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from raytune_fl.methods.base import ClientContext
-from raytune_fl.methods.personal import PersonalModel, cross_entropy, own_weights
+from raytune_fl.methods.personal import PersonalModel, cross_entropy, own_weights, squared_distance
 from raytune_fl.types import Weights
 
 
@@ -26,8 +26,8 @@ class MoreauPersonal(PersonalModel):
     def objective(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
         w = dict(model.named_parameters())
         ce = cross_entropy(self.forward(model, x, self.params), y)
-        pull = sum(((theta - w[name].detach()) ** 2).sum() for name, theta in self.params.items())
-        return ce + 0.5 * self.lam * torch.as_tensor(pull)
+        anchors = {name: w[name].detach() for name in self.params}
+        return ce + 0.5 * self.lam * squared_distance(self.params, anchors)
 
     def after_backward(self, ctx: ClientContext) -> None:
         self.step()  # inner step 1, with the gradient `loss` took
