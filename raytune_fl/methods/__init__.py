@@ -12,8 +12,10 @@ Layout, one rule for every method `<name>`:
 A family shares one torch-free module beside its methods' own: `fedopt.py` (with `impl/fedopt.py`) declares what
 `fedadagrad.py`, `fedadam.py` and `fedyogi.py` have in common; `feddecorr.py` stacks its term on another method for
 `fedprox_decorr.py`, `fedavgm_decorr.py` and `moon_decorr.py`. `registry.py` declares every name with its module
-(`METHODS` knows them all without importing one); `base.py` is the interface; `losses.py`, `hooks.py` and
-`lipschitz.py` are torch code that several methods share (imported inside `build` or by impl/).
+(`METHODS` knows them all without importing one); `base.py` is the interface; `losses.py`, `hooks.py`,
+`lipschitz.py` and `personal_model.py` (a second model per client: Ditto's, APFL's, pFedMe's) are torch code that
+several methods share (imported inside `build` or by impl/); `personal.py` is the torch-free part FedPer and FedRep
+share.
 """
 
 from raytune_fl.methods.base import (

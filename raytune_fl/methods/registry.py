@@ -33,6 +33,10 @@ NAMES = (
     "fedper",
     "fedrep",
     "fedbabu",
+    # a second model per client (issue 61's personalised methods)
+    "ditto",
+    "apfl",
+    "pfedme",
     # the representation methods this platform ablates
     "feduv",
     "univarfl",
