@@ -7,8 +7,9 @@ parent), and the bytes uploaded (a "bytes" metric: frozen_compare leaves such ou
 eval_every and precision, are params of every trial (at their defaults: the rounds are unchanged), and
 resources.partial_sums (off by default: a delta per client, as before); since issue 58 the chance bounds, the
 collapsed flag and count, and the parent's tuning_seeds, edges, sampler and scheduler tags; since issue 63 the
-privacy setting (unset: None); since issue 60 the partition's Flower partitioner (unset: None) and its options; since issue 61 the per-client test
-fraction and fine-tuning at evaluation (each 0: off). All allowed as added keys only."""
+privacy setting (unset: None); since issue 60 the partition's Flower partitioner (unset: None) and its options;
+since issue 61 the per-client test fraction and fine-tuning at evaluation (each 0: off), and personal_val_acc (a
+global model's: its val_acc). All allowed as added keys only."""
 
 from __future__ import annotations
 
