@@ -14,6 +14,7 @@ import pytest
 from raytune_fl.cli import reproduce
 from raytune_fl.config import load_space
 from raytune_fl.methods import METHODS
+from raytune_fl.metrics import PERSONAL_VAL_ACC, TEST_ACC
 from tests.support import REPO
 
 
@@ -27,7 +28,7 @@ def test_every_paper_table_names_a_space_file_that_loads_and_holds_its_reference
     space = load_space(path)
     assert paper.reference in space.variants and not space.variants[paper.reference].search
     assert space.base.partition.val_fraction > 0  # tuning selects on validation, never on the test set
-    assert space.tune.metric == "val_acc"
+    assert space.tune.metric == ("val_acc" if paper.primary == TEST_ACC else PERSONAL_VAL_ACC)
     for variant in space.variants.values():
         assert variant.method in METHODS
     # a paper table tunes something, unless it compares fixed forms (qffl_forms: both forms at the same q;
@@ -87,6 +88,7 @@ def test_the_paper_spaces_are_found_in_the_package_from_a_folder_outside_the_rep
         (["feduv_table4", "--alphas", "0.1,-1"], "--alphas: comma-separated positive numbers"),
         (["feduv_table4", "--seeds", "0"], "--seeds: at least 1 (got 0)"),
         (["univarfl_paper", "--partition-seeds", "0"], "--partition-seeds: at least 1 (got 0)"),
+        (["personalised_shards", "--alphas", "0.1"], "--alphas: table personalised_shards's settings are not alphas"),
     ],
 )
 def test_bad_options_are_refused_by_name_before_ray_starts(argv, message, capsys, monkeypatch, tmp_path):
@@ -115,3 +117,27 @@ def test_the_page_names_the_commands_as_the_user_started_this_one(program, expec
     monkeypatch.setattr(sys, "argv", [program, "fedld_table2", "--resume"])
     lines = reproduce._commands(None, ["--space", "s.yaml", "--resume"], ["--space", "s.yaml"], searched=["margin"])
     assert lines == [f"{expected[0]} fedld_table2", f"{expected[1]} --space s.yaml", f"{expected[2]} --space s.yaml"]
+
+
+def test_a_personalised_table_ablates_on_its_primary_metric_over_its_own_grid(tmp_path):
+    """The stages' command lines: the ablation scores personal_test_acc, and the shards table's setting is its grid."""
+    import argparse
+
+    from raytune_fl.metrics import PERSONAL_TEST_ACC
+
+    for name, grid in (("personalised", "alpha=0.1,1"), ("personalised_shards", "partition.classes_per_client=2")):
+        paper = reproduce.PAPERS[name]
+        args = reproduce.build_parser().parse_args([name, "--work", str(tmp_path / name), "--out", str(tmp_path)])
+        stages = reproduce._stages(args, paper, paper.space_file(name))
+        assert isinstance(args, argparse.Namespace) and paper.primary == PERSONAL_TEST_ACC
+        assert f"--metric={PERSONAL_TEST_ACC}" in stages.ablate_argv
+        assert stages.ablate_argv[stages.ablate_argv.index("--grid") + 1] == grid
+        assert "--metric" not in " ".join(
+            reproduce._stages(
+                reproduce.build_parser().parse_args(
+                    ["feduv_table4", "--work", str(tmp_path / "f"), "--out", str(tmp_path)]
+                ),
+                reproduce.PAPERS["feduv_table4"],
+                reproduce.PAPERS["feduv_table4"].space_file("feduv_table4"),
+            ).ablate_argv
+        )
