@@ -127,11 +127,10 @@ def make_plan(
     partition_seeds: int = 1,
     per_setting: dict[str, dict[str, VariantSource]] | None = None,
     auto: AutoSeeds | None = None,
-    metric: str = TEST_ACC,
 ) -> AblationPlan:
     """The plan over every setting of `axes`; with `per_setting` (setting -> variant -> source) each setting's
     cells run their own selection. `seeds`: the training seeds, or the SeedPlan they came from (recorded on the
-    parent, the seeds it scores); `auto`: `--seeds auto`'s target; `metric`: the table's."""
+    parent, the seeds it scores); `auto`: `--seeds auto`'s target."""
     check_partition_seeds(partition_seeds, axes)
     seed_plan = seeds if isinstance(seeds, SeedPlan) else None
     scored = list(seeds.scored) if isinstance(seeds, SeedPlan) else list(seeds)
@@ -150,7 +149,6 @@ def make_plan(
         auto,
         optimizers,
         per_setting,
-        metric,
     )
 
 

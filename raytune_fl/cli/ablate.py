@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import shlex
 from collections.abc import Iterable, Sequence
@@ -268,7 +269,8 @@ def _plan(args: argparse.Namespace, checked: Checked, found: tuple[Any, str] | N
         print(f"[{source.variant}] {source.method}: {source.note} [{shown or 'method defaults'}]", flush=True)
     auto = checked.auto
     seeding = _seeds(args, space, auto.start if auto is not None else args.seeds, searched_seeds(sources))
-    plan = make_plan(space, checked.axes, seeding, sources, args.partition_seeds, per_setting, auto, args.metric)
+    plan = make_plan(space, checked.axes, seeding, sources, args.partition_seeds, per_setting, auto)
+    plan = dataclasses.replace(plan, metric=args.metric)
     print(plan.summary_line(), flush=True)
     print(f"seeds: {seeding.describe()}", flush=True)
     return plan

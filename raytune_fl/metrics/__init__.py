@@ -94,10 +94,14 @@ from raytune_fl.metrics.study import (
     BEST_PREFIX,
     ELAPSED_S,
     LAST_K,
-    TABLE_METRICS,
     TEST_ACC_LAST_K,
     VAL_ACC_SE,
 )
+
+# what an ablation table can show (ablate.py --metric), final round: the papers' test accuracy (the default:
+# selection already happened on validation), or on each client's own test part (partition.test_fraction) the model
+# each client uses (its own, or the global one) and the global model
+TABLE_METRICS: Final = (TEST_ACC, PERSONAL_TEST_ACC, CLIENT_TEST_ACC)
 
 GROUPS: Final[Mapping[str, Mapping[str, str]]] = {**_round.GROUPS, **_study.GROUPS}
 MEANINGS: Final[Mapping[str, str]] = {name: meaning for group in GROUPS.values() for name, meaning in group.items()}

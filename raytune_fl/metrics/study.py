@@ -7,17 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from raytune_fl.metrics.round import CLIENT_TEST_ACC, PERSONAL_TEST_ACC, TEST_ACC
-
 VAL_ACC_SE: Final = "val_acc_se"
 BEST_PREFIX: Final = "best_"
 ELAPSED_S: Final = "elapsed_s"
 LAST_K: Final = 5  # rounds the ablation's late-training score averages: less round-to-round jitter, still the end
 TEST_ACC_LAST_K: Final = "test_acc_last5"  # the name says its LAST_K
-# what an ablation table can show (ablate.py --metric), final round: the papers' test accuracy (the default:
-# selection already happened on validation), or on each client's own test part (partition.test_fraction) the model
-# each client uses (its own, or the global one) and the global model
-TABLE_METRICS: Final = (TEST_ACC, PERSONAL_TEST_ACC, CLIENT_TEST_ACC)
 
 
 GROUPS: Final[Mapping[str, Mapping[str, str]]] = {
