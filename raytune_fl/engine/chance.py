@@ -10,6 +10,10 @@ model (a constant prediction, or a near-uniform guess) falls under it at any n. 
 computes the bound from its labels once (engine/evaluation.py: `val_chance`, `test_chance`) and flags each evaluated
 round (`collapsed`: an evaluated split at or under its bound); the tracker, the study and the console read the last
 round's flag (tracking/records.py's `ended_status`), the report only the numbers.
+
+A method whose clients use models of their own is judged on those (`personal_val_acc`): its global model may
+legitimately stay near chance (pFedMe's w, FedBABU's never-trained head). A model per client that learned nothing
+predicts its client's majority class at best, so that bound is the pooled per-client trivial rate (`pooled_bound`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,19 @@ def split_bound(labels: Iterable[int], classes: int, z: float = CHANCE_Z) -> flo
     """The chance bound of an evaluated split from its labels (`trivial_rate` + z standard errors)."""
     labels = list(labels)
     return chance_bound(trivial_rate(labels, classes), len(labels), z) if labels else math.nan
+
+
+def pooled_bound(labels_per_client: Iterable[Iterable[int]], classes: int, z: float = CHANCE_Z) -> float:
+    """The chance bound of one model per client, each scored on its own labels: the clients' trivial rates weighted
+    by their samples, + z standard errors over all of them; NaN without samples."""
+    sizes, rates = [], []
+    for labels in labels_per_client:
+        labels = list(labels)
+        if labels:
+            sizes.append(len(labels))
+            rates.append(trivial_rate(labels, classes))
+    total = sum(sizes)
+    return chance_bound(sum(n * r for n, r in zip(sizes, rates)) / total, total, z) if total else math.nan
 
 
 def at_chance(accuracy: float, bound: float) -> bool:

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from raytune_fl.config import DiagnosticsConfig
-from raytune_fl.engine.chance import collapsed, split_bound
+from raytune_fl.engine.chance import at_chance, collapsed, pooled_bound, split_bound
 from raytune_fl.engine.data import FederatedData
 from raytune_fl.engine.diagnostics import (
     classifier_spectrum,
@@ -160,6 +160,8 @@ class Evaluator:
         # computed once; NaN for a split with no samples (no validation split), which then never flags a round
         self.val_chance = split_bound(dataset.y_train[val].tolist(), dataset.num_classes)
         self.test_chance = split_bound(dataset.y_test.tolist(), dataset.num_classes)
+        own_labels = (dataset.y_train[part].tolist() for part in data.val_parts)
+        self.personal_val_chance = pooled_bound(own_labels, dataset.num_classes)
 
     def evaluate(
         self,
@@ -190,6 +192,10 @@ class Evaluator:
         metrics.update(own_test_scores(own_test, self.client_test_owner, num_clients, CLIENT_TEST_NAMES))
         if personalise is not None or self.finetune is not None:
             metrics.update(self.evaluate_personalised(weights, personalise, client_states, round_index))
+            # judged on the models its clients use (engine/chance.py): its global model may stay near chance;
+            # without a validation split, on the global scores as before
+            if not math.isnan(self.personal_val_chance):
+                metrics[COLLAPSED] = float(at_chance(metrics[PERSONAL_VAL_ACC], self.personal_val_chance))
         else:  # every client uses the global model: its personal scores are the ones above, no second pass
             metrics[PERSONAL_VAL_ACC] = metrics[VAL_ACC]  # a table tunes global and personal rows on one metric
             metrics.update(own_test_scores(own_test, self.client_test_owner, num_clients, PERSONAL_TEST_NAMES))

@@ -90,3 +90,11 @@ def test_a_variant_fixes_its_own_fine_tuning_beside_a_global_row():
     assert spec.experiment.personalise.finetune_steps == 5 and spec.params == {}
     assert space.base.personalise.finetune_steps == 0  # the other rows keep base's
     assert "avg: fedavg uses the global model" in _first_line(_space({"avg": {"method": "fedavg"}}))
+
+
+def test_personal_against_global_accuracy_is_a_two_objective_search():
+    data = _space({"ditto": {"method": "ditto", "search": {"lambda": {"loguniform": [0.01, 2.0]}}}})
+    data["tune"]["metric"] = [{PERSONAL_VAL_ACC: "max"}, {"val_acc": "max"}]
+    data["tune"]["scheduler"] = {}
+    tune = parse_space(data).tune
+    assert [str(o) for o in tune.objectives] == ["personal_val_acc (max)", "val_acc (max)"] and tune.multi_objective

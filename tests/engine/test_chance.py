@@ -11,7 +11,7 @@ import torch
 
 from raytune_fl.config import DiagnosticsConfig, ExperimentConfig
 from raytune_fl.data.datasets import ArrayDataset
-from raytune_fl.engine.chance import at_chance, chance_bound, collapsed, split_bound, trivial_rate
+from raytune_fl.engine.chance import at_chance, chance_bound, collapsed, pooled_bound, split_bound, trivial_rate
 from raytune_fl.engine.data import FederatedData
 from raytune_fl.engine.evaluation import Evaluator
 from raytune_fl.engine.federation import Federation
@@ -72,6 +72,48 @@ def test_the_evaluator_reports_each_splits_bound_and_flags_a_constant_prediction
     # every sample called class 1: validation 3/6 right, test 1/4; both at chance
     assert (metrics[VAL_ACC], metrics[TEST_ACC]) == (0.5, 0.25)
     assert metrics[COLLAPSED] == 1.0 and isinstance(metrics[COLLAPSED], float)  # a number: logged with the scores
+
+
+def test_the_pooled_bound_of_one_model_per_client_by_hand():
+    # client 0: labels 1,1,1 (rate 1); client 1: 0,2,0 (rate max(1/3, 2/3) = 2/3); pooled (3 + 2) / 6 = 5/6, n = 6
+    bound = 5 / 6 + 2 * math.sqrt(5 / 6 * (1 / 6) / 6)
+    assert pooled_bound([[1, 1, 1], [0, 2, 0], []], 3) == pytest.approx(bound)
+    assert math.isnan(pooled_bound([[], []], 3))
+
+
+class _Linear(torch.nn.Module):
+    """Logits W x of a one-hot input: W = identity reads the label off the input, all-ones in row 1 calls class 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(3, 3))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.flatten(1) @ self.weight.T, x.flatten(1)
+
+
+def test_a_personalising_method_is_judged_on_its_clients_own_models():
+    # validation: client 0 ten samples of class 1, client 1 six of 0 and four of 2; inputs one-hot of the label
+    y_train = np.array([1] * 10 + [0] * 6 + [2] * 4 + [0, 1], dtype=np.int64)
+    x_train = np.eye(3, dtype=np.float32)[y_train].reshape(-1, 1, 1, 3)
+    dataset = ArrayDataset("hand", x_train, y_train, x_train[:4], y_train[:4], 3)
+    data = FederatedData(dataset, [np.array([20]), np.array([21])], [np.arange(10), np.arange(10, 20)])
+    model = _Linear()
+    evaluator = Evaluator(data, model, 8, DiagnosticsConfig(spectrum=False, client_accuracy=False))
+    calls_one = {"weight": np.array([[0, 0, 0], [1, 1, 1], [0, 0, 0]], dtype=np.float32)}
+    reads_label = {"weight": np.eye(3, dtype=np.float32)}
+    # the global model calls class 1: 10/20 right, under its bound 0.5 + 2 sqrt(0.25 / 20) = 0.7236: collapsed
+    plain = evaluator.evaluate(calls_one, None, {})
+    assert plain[VAL_ACC] == 0.5 and plain[COLLAPSED] == 1.0
+    # each client's own model reads the label: 20/20, above the pooled bound of per-client majorities,
+    # (10 x 1 + 10 x 0.6) / 20 = 0.8 + 2 sqrt(0.8 x 0.2 / 20) = 0.9789: not collapsed, whatever the global model
+    personal = evaluator.evaluate(calls_one, lambda weights, state: reads_label, {})
+    assert evaluator.personal_val_chance == pytest.approx(0.8 + 2 * math.sqrt(0.16 / 20))
+    assert personal["personal_val_acc"] == 1.0 and personal[COLLAPSED] == 0.0
+    # the same global model with clients that each call their majority class: at the pooled bound, collapsed
+    majority = {0: {"weight": calls_one["weight"]}, 1: {"weight": np.array([[1, 1, 1], [0] * 3, [0] * 3], np.float32)}}
+    stuck = evaluator.evaluate(calls_one, lambda weights, state: state, majority)
+    assert stuck["personal_val_acc"] == 0.8 and stuck[COLLAPSED] == 1.0
 
 
 def _last_report(**changes) -> dict:
