@@ -137,7 +137,9 @@ def test_fedbn_is_also_scored_with_each_clients_own_batchnorm():
     assert rows[-1]["personal_client_acc_worst"] <= rows[-1]["personal_client_acc_mean"]
     plain: list[dict] = []
     Federation(_experiment(every=0), "fedavg", {}).run(plain.append)
-    assert not any(k.startswith("personal_") for k in plain[-1])  # the global model is every FedAvg client's
+    # the global model is every FedAvg client's: its personal_val_acc is its val_acc, and no spread of its own
+    assert plain[-1]["personal_val_acc"] == plain[-1]["val_acc"]
+    assert not any(k.startswith("personal_client_") for k in plain[-1])
 
 
 # ---- gradient norms (diagnostics.gradient_norms)
