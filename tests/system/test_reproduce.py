@@ -26,7 +26,7 @@ ALPHAS = {"privacy_budget": ("0.5",), "privacy_central": ("0.5",), "feduv_table4
 # univarfl_paper at 2 local epochs, not its protocol's 10 (the slowest table by far: 10 epochs x 28 cells)
 RUNS_PER_CELL = {
     "univarfl_paper": ["--seeds=1", "--partition-seeds=2", "--set=base.local_epochs=2"],
-    "personalised_shards": ["--seeds=2", "--set=base.dataset=digits"],  # its 12 variants on the smaller images
+    "personalised_shards": ["--seeds=2"],
 }
 # univarfl_comparison runs the same methods through the same code as univarfl_paper, and qffl_forms only fixed
 # variants through the same stages: left out here to keep the slow tier's time (their space files are loaded and
