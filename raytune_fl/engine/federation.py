@@ -63,6 +63,7 @@ from raytune_fl.metrics import (
     DIVERGED,
     DIVERGENCE_KEY,
     EVALUATE_S,
+    PERSONAL_VAL_ACC,
     ROUND,
     ROUND_TIME_S,
     SETUP_S,
@@ -440,6 +441,7 @@ class Federation:
             ROUND: self.round + 1 if self.round < self.experiment.rounds else self.round,
             DIVERGED: 1.0,
             VAL_ACC: 0.0,  # the worst score, so the searcher learns to avoid this region
+            PERSONAL_VAL_ACC: 0.0,  # its clients' own models: as bad (every method reports it)
             VAL_LOSS: float("inf"),
             DIVERGENCE_KEY: reason,
         }

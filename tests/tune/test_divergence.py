@@ -40,6 +40,10 @@ def test_a_diverged_run_reports_every_objective_a_study_may_select_on_at_its_wor
     assert row["client_acc_worst"] == row["client_acc_mean"] == row["client_acc_bottom10"] == 0.0
     assert (row["client_acc_std"], row["client_acc_var"]) == (0.5, 0.25)  # the largest spread of accuracies
     assert row["epsilon"] == epsilon([GaussianSteps(1.0, 1.0, 1)], 1e-5)  # round 1's noise was spent
+    assert row["personal_val_acc"] == 0.0  # its clients' own models, as every method reports them
+    from raytune_fl.config.space import OBJECTIVES
+
+    assert set(OBJECTIVES) - set(row) <= {"round_time_s"}, set(OBJECTIVES) - set(row)
 
 
 def test_a_study_marks_diverged_trials_and_carries_on(ray_cluster, tmp_path):
