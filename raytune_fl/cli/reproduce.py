@@ -460,6 +460,7 @@ def export(run: PageRun, machine_text: str, commit: str, *, generated: str | Non
         references=list(paper.references),
         contenders=list(paper.contenders),
         primary=paper.primary,
+        tuned_on=space.tune.primary,
     )
     record.dump(run.assets)
     return record
@@ -499,7 +500,7 @@ def tuned_values(space, tracker) -> list[dict[str, str]]:
             continue
         shown = {k: v for k, v in study.params.items() if k in spec.search}
         values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
-        best = study.metrics.get(BEST_PREFIX + VAL_ACC, float("nan"))
+        best = study.metrics.get(BEST_PREFIX + space.tune.primary, float("nan"))
         tuned.append({"variant": variant, "method": spec.method, "values": values, "best_val_acc": f"{best * 100:.1f}"})
     return tuned
 

@@ -41,6 +41,7 @@ from raytune_fl.metrics import (
     PERSONAL_TEST_ACC,
     TEST_ACC,
     TEST_ACC_LAST_K,
+    VAL_ACC,
 )
 from raytune_fl.report import comparison, gradients
 from raytune_fl.report.paper_protocols import ASPECTS, PAPERS
@@ -115,6 +116,9 @@ class PageRecord:
     # one is compared with `contenders` only (default: every variant that is no reference), on `primary`
     references: list[str] = field(default_factory=list)
     contenders: list[str] = field(default_factory=list)
+    # what the studies selected on (`best_val_acc` in `tuned` is its best): val_acc, or personal_val_acc (each
+    # client's own model on its validation part)
+    tuned_on: str = VAL_ACC
 
     def __post_init__(self) -> None:
         if self.references and self.references[0] != self.reference:
@@ -140,6 +144,22 @@ class PageRecord:
 
 
 # ---------------------------------------------------------------- the numbers
+
+
+def _tuned_heading(tuned_on: str) -> list[str]:
+    """The tuned values' heading and table head: what the studies selected on."""
+    if tuned_on == VAL_ACC:
+        return [
+            "## Tuned values (selected on validation accuracy at the file's alpha)",
+            "",
+            "| variant | method | tuned values | best val acc (%) |",
+        ]
+    return [
+        f"## Tuned values (selected on {tuned_on} at the file's setting: each client's own model on its "
+        "validation part)",
+        "",
+        f"| variant | method | tuned values | best {tuned_on.replace('_', ' ')} (%) |",
+    ]
 
 
 def metrics_present(record: PageRecord, runs: pd.DataFrame) -> list[str]:
@@ -409,9 +429,7 @@ def _run_section(record: PageRecord, runs: pd.DataFrame, per_cell: str) -> list[
         f"Space file: `{record.space_file}`; {rounds} rounds in the ablation; {per_cell} per cell; "
         f"per-run results in `{record.name}/{RUNS_FILE}`.",
         "",
-        "## Tuned values (selected on validation accuracy at the file's alpha)",
-        "",
-        "| variant | method | tuned values | best val acc (%) |",
+        *_tuned_heading(record.tuned_on),
         "|---|---|---|:---:|",
         *(f"| {r['variant']} | {r['method']} | {r['values']} | {r['best_val_acc']} |" for r in record.tuned),
         "",
