@@ -70,7 +70,7 @@ class Timing:
     round_times: list[float]
     setup_s: float
     val_acc: float
-    personal_val_acc: float  # NaN unless the method personalises (FedBN)
+    personal_val_acc: float  # the model each client uses: a global method's is its val_acc
     aggregate_share: float = 0.0  # median over rounds of aggregate_s / round_time_s
 
     @property
