@@ -49,6 +49,9 @@ DEFAULT_METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "fedper": ("fedper", {}),
     "fedrep": ("fedrep", {}),
     "fedbabu": ("fedbabu", {}),
+    "ditto": ("ditto", {}),
+    "apfl": ("apfl", {}),
+    "pfedme": ("pfedme", {}),
 }
 
 # docs/explanation/workload.md: mnist5k, Dirichlet(0.1) over 10 clients, the small CNN, SGD 0.01/0.9/1e-5, E=1, B=64
