@@ -511,10 +511,14 @@ def verdict_lines(
 
 
 def protocol_section(record: PageRecord) -> list[str]:
-    """The paper's protocol beside the run's, and which of the paper's claims the run can and cannot test."""
+    """The paper's protocol beside the run's, and which of the paper's claims the run can and cannot test; a page
+    shaped after no one paper (the privacy and personalised tables): the run's protocol alone."""
     paper = PAPERS.get(record.name)
     if paper is None:
-        return []
+        if not record.run:
+            return []
+        rows = [f"| {aspect} | {record.run[aspect]} |" for aspect in ASPECTS if aspect in record.run]
+        return ["## This run's protocol", "", "| | this run |", "|---|---|", *rows, ""]
     lines = [
         "## The paper's protocol and this run's",
         "",
