@@ -356,9 +356,8 @@ def _report(
     """The table, where everything is, the dashboard, and what to run next; the exit code (1: a cell unfinished)."""
     space, uri, files = checked.space, checked.uri, outcome.files
     splits_text = f" x {args.partition_seeds} partition seeds" if args.partition_seeds > 1 else ""
-    print(
-        f"\n=== {space.name}: final-round test accuracy (%), mean ± std over {len(plan.seeds)} seeds{splits_text} ==="
-    )
+    scored = "test accuracy" if plan.metric == TEST_ACC else plan.metric
+    print(f"\n=== {space.name}: final-round {scored} (%), mean ± std over {len(plan.seeds)} seeds{splits_text} ===")
     print(files["table.md"].read_text() if files else "(no run finished)")
     for what, path in files.items():
         print(f"{what:>16}: {path}")
