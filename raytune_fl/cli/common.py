@@ -375,11 +375,14 @@ def check_cluster_fits(address: str | None, resources: ResourcesConfig) -> None:
 
 
 def check_mlflow_uri(args: argparse.Namespace) -> str:
-    """The tracking URI (the option's, else the default), checked before anything is written: its scheme, its
-    SQLite file's folder, its server's answer (tracking/uri_check.py)."""
+    """The tracking URI (the option's, else the default), checked before anything is written: MLflow's own
+    environment variables (tracking/environment.py), the URI's scheme, its SQLite file's folder, its server's answer
+    (tracking/uri_check.py)."""
     from raytune_fl.runtime.cluster import check_store_outside_job_dir
+    from raytune_fl.tracking.environment import check_mlflow_environment
     from raytune_fl.tracking.uri_check import check_tracking_uri
 
+    check_mlflow_environment()  # first: the URI check itself reads MLFLOW_TRACKING_INSECURE_TLS
     uri = tracking_uri(args)
     environ = "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "--mlflow-uri (the default)"
     option = "--mlflow-uri" if args.mlflow_uri else environ
