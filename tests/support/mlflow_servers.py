@@ -21,14 +21,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_mlflow_server(root: Path) -> tuple[subprocess.Popen, str]:
-    """(the server process, its URL) once it answers /health; the test fails with its log if it does not in 90 s."""
+def start_mlflow_server(root: Path, allowed_hosts: str | None = None) -> tuple[subprocess.Popen, str]:
+    """(the server process, its URL) once it answers /health; the test fails with its log if it does not in 90 s.
+    `allowed_hosts`: its --allowed-hosts ("{port}" replaced by its port); MLflow's default (localhost and private
+    addresses) without it. /health answers whatever the Host, so a restrictive list still starts."""
     port = free_port()
+    hosts = ["--allowed-hosts", allowed_hosts.format(port=port)] if allowed_hosts else []
     with open(root / "server.log", "w") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port)]
             + ["--backend-store-uri", f"sqlite:///{root / 'server.db'}"]
-            + ["--artifacts-destination", str(root / "artifacts"), "--workers", "1"],
+            + ["--artifacts-destination", str(root / "artifacts"), "--workers", "1", *hosts],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -1,4 +1,5 @@
-"""A real `mlflow server` (bound to 127.0.0.1): the same study logs to it through --mlflow-uri unchanged."""
+"""A real `mlflow server` (bound to 127.0.0.1): the same study logs to it through --mlflow-uri unchanged; its
+--allowed-hosts admits only the address the study uses, so an other name for it is refused before Ray starts."""
 
 from __future__ import annotations
 
@@ -10,15 +11,18 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from raytune_fl.cli import main
+from raytune_fl.config import ConfigError
+from raytune_fl.tracking.uri_check import check_tracking_uri
 from tests.support import tiny_space
 from tests.support.mlflow_servers import start_mlflow_server, stop_mlflow_server
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """One server for the module (it takes ~15 s to answer): its URL and the folder it stores into."""
+    """One server for the module (it takes ~15 s to answer): its URL and the folder it stores into. Its Host check
+    (MLflow 3.5+) admits 127.0.0.1:PORT alone, the address every test here uses."""
     root = tmp_path_factory.mktemp("mlflow-server")
-    process, url = start_mlflow_server(root)
+    process, url = start_mlflow_server(root, allowed_hosts="127.0.0.1:{port}")
     yield url, root
     stop_mlflow_server(process)
 
@@ -70,6 +74,24 @@ def test_study_logs_to_a_server(ray_cluster, mlflow_server, served, tmp_path, mo
     assert not (tmp_path / "mlruns").exists() and not list(tmp_path.glob("ray/**/mlruns"))
     optuna_db = f"sqlite:///{tmp_path / 'optuna.db'}"
     assert [s.study_name for s in optuna.get_all_study_summaries(optuna_db)] == ["served-full"]
+
+
+def test_a_host_the_server_does_not_allow_is_refused_before_ray_with_the_flag_to_set(mlflow_server, tmp_path, capsys):
+    port = int(mlflow_server.rsplit(":", 1)[1])
+    check_tracking_uri(mlflow_server)  # the allowed address: an API call answered
+    other = f"http://localhost:{port}"  # the same server under a name its --allowed-hosts lacks: every call is a 403
+    with pytest.raises(ConfigError) as refused:
+        check_tracking_uri(other)
+    assert str(refused.value).splitlines()[0] == (
+        f"--mlflow-uri {other}: the tracking server answers 403 'Invalid Host header' (MLflow 3.5+ checks the Host "
+        f"header, and localhost:{port} is not among its allowed hosts); restart it with --allowed-hosts "
+        f"localhost:{port} (or MLFLOW_SERVER_ALLOWED_HOSTS), listing every address the driver and the workers use"
+    )
+    space = tmp_path / "refused.yaml"  # the command: exit 2 before Ray starts, nothing written
+    space.write_text(yaml.safe_dump(tiny_space("refused")))
+    assert main(["--space", str(space), "--mlflow-uri", other, "--storage", str(tmp_path / "ray")]) == 2
+    assert not (tmp_path / "ray").exists()
+    assert f"error: --mlflow-uri {other}: the tracking server answers 403" in capsys.readouterr().err
 
 
 def _external_ip() -> str | None:
