@@ -1,8 +1,10 @@
 """Issue 50: the cluster recipes (examples/kuberay/rayjob.yaml, examples/slurm/study.sbatch, the commands of
 docs/how-to/jobs.md) checked against the code they drive, without a cluster: every `raytune-fl` command line parses
 with that command's own argparse parser, every search-space file named exists in the repository, every `ray` and
-`mlflow server` option exists in their command lines, the RayJob has the fields KubeRay requires, the outputs go to
-the shared storage, and every environment variable set is one this package, MLflow or Ray reads. Each check is also
+`mlflow server` option exists in their command lines, the RayJob has the fields KubeRay requires and an entrypoint
+that is one command (KubeRay 1.0-1.2 and 1.3+ submit the same job), every `mlflow server` admits the host its
+clients use, the outputs go to the shared storage, and every environment variable set is one this package, MLflow
+or Ray reads. Each check is also
 run on a broken copy, which it must refuse. (A job really submitted: tests/system/test_ray_job.py.)"""
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ from tests.support import REPO
 MANIFEST = REPO / "examples" / "kuberay" / "rayjob.yaml"
 SBATCH = REPO / "examples" / "slurm" / "study.sbatch"
 JOBS_PAGE = REPO / "docs" / "how-to" / "jobs.md"
+SERVER_PAGES = [REPO / "docs" / "how-to" / page for page in ("cluster.md", "storage.md")]  # start `mlflow server`
 
 OPERATORS = {"&&", "||", ";", "|", "&"}
+SHELL_PUNCTUATION = "();<>|&"  # a word made only of these is an operator or a redirection
+REQUOTED = '"\\$'  # subprocess.list2cmdline (ray job submit) and the head's shell would rewrite these
 PROGRAMS = ("raytune-fl", "ray", "mlflow")
 # options whose value is a file or folder a command writes: on a cluster, on storage every node shares
 OUTPUTS = ("--storage", "--out", "--optuna-storage", "--backend-store-uri", "--artifacts-destination")
@@ -99,8 +104,48 @@ def bash_blocks(markdown: str) -> str:
     return "\n".join(re.findall(r"```bash\n(.*?)```", markdown, flags=re.S))
 
 
-def entrypoint_commands(manifest: dict) -> list[list[str]]:
-    return shell_commands(manifest["spec"]["entrypoint"])
+def shell_tokens(text: str) -> list[str]:
+    """A shell line's words and operators (&&, ;, >, 2>&1's >&), quotes removed, as a POSIX shell splits them."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    return list(lexer)
+
+
+def submitted(entrypoint: str, kuberay: str) -> list[str]:
+    """The words KubeRay's submitter passes to `ray job submit --`. Before 1.3 it splits the entrypoint as a shell
+    would (Go's shlex) into the pod's argv; from 1.3 it pastes it raw into one `bash -c` line of its own, so the
+    job's command ends at the first operator (ray-project/kuberay#3802, common/job.go's GetK8sJobCommand)."""
+    if kuberay == "1.0-1.2":
+        return shlex.split(entrypoint)
+    line = (
+        "if ray job status --address http://head:8265 id >/dev/null 2>&1 ; then ray job logs --address "
+        f"http://head:8265 --follow id ; else ray job submit --address http://head:8265 --submission-id id -- "
+        f"{entrypoint} ; fi"
+    )
+    words = shell_tokens(line)
+    job = words[words.index("--") + 1 :]
+    return job[: next(i for i, word in enumerate(job) if set(word) <= set(SHELL_PUNCTUATION))]
+
+
+def entrypoint_problems(entrypoint: str) -> list[str]:
+    """An entrypoint is one command: no bare shell operator or redirection (KubeRay 1.3+ would run what follows in
+    the submitter pod), and a `bash -c` script free of what Ray's job command line quotes again."""
+    bare = [word for word in shell_tokens(entrypoint) if set(word) <= set(SHELL_PUNCTUATION)]
+    if bare:
+        return [
+            f"spec.entrypoint: bare shell operator {' '.join(dict.fromkeys(bare))} outside quotes: KubeRay 1.3+ "
+            "ends the job's command there and runs the rest in its submitter pod; wrap the commands in bash -c '...'"
+        ]
+    argv = shlex.split(entrypoint)
+    if argv[:2] == ["bash", "-c"] and set(argv[2]) & set(REQUOTED):
+        return [f"spec.entrypoint: the bash -c script holds one of {REQUOTED} (Ray's job command line quotes it)"]
+    return []
+
+
+def entrypoint_commands(entrypoint: str) -> list[list[str]]:
+    """The commands an entrypoint runs: a `bash -c` script's, else its own."""
+    argv = shlex.split(entrypoint)
+    return shell_commands(argv[2] if argv[:2] == ["bash", "-c"] and len(argv) == 3 else entrypoint)
 
 
 # ------------------------------------------------------------------------------------------------ the checks
@@ -177,6 +222,20 @@ def output_problems(commands: list[list[str]], shared: tuple[str, ...]) -> list[
                 problems.append(
                     f"{shlex.join(argv)}: {option} {value} is not on the shared storage ({', '.join(shared)})"
                 )
+    return problems
+
+
+def allowed_hosts_problems(commands: list[list[str]]) -> list[str]:
+    """Each `mlflow server` admits, in --allowed-hosts, the host:port it listens on: the address its clients use
+    (MLflow 3.5+ answers 403 to a Host header it does not list; its default lists only localhost and private IPs)."""
+    problems = []
+    for argv in programs(commands):
+        if argv[:2] != ["mlflow", "server"]:
+            continue
+        options = dict(zip(argv, argv[1:]))
+        address = f"{options.get('--host', '127.0.0.1')}:{options.get('--port', '5000')}"
+        if address not in options.get("--allowed-hosts", "").split(","):
+            problems.append(f"{shlex.join(argv)}: --allowed-hosts does not list {address}, the address clients use")
     return problems
 
 
@@ -286,11 +345,43 @@ def test_the_rayjob_has_what_kuberay_requires(manifest):
 
 
 def test_the_rayjobs_entrypoint_runs_a_search_then_an_ablation_that_parse(manifest):
-    commands = list(programs(entrypoint_commands(manifest)))
+    entrypoint = manifest["spec"]["entrypoint"]
+    commands = list(programs(entrypoint_commands(entrypoint)))
     assert [argv[:2] for argv in commands] == [["raytune-fl", "tune"], ["raytune-fl", "ablate"]]
-    assert command_problems(entrypoint_commands(manifest)) == []
+    assert command_problems(entrypoint_commands(entrypoint)) == []
     shared = tuple(f"{path}/" for path in mount_paths(manifest))
-    assert output_problems(entrypoint_commands(manifest), shared) == []
+    assert output_problems(entrypoint_commands(entrypoint), shared) == []
+
+
+def test_the_rayjobs_entrypoint_is_one_command_every_kuberay_submits_whole(manifest):
+    entrypoint = manifest["spec"]["entrypoint"]
+    assert entrypoint_problems(entrypoint) == []
+    job = submitted(entrypoint, "1.3+")
+    assert job == submitted(entrypoint, "1.0-1.2") and job[:2] == ["bash", "-c"] and len(job) == 3
+    assert "&& raytune-fl ablate" in job[2]  # the ablation runs in the job, on the cluster
+
+
+@pytest.mark.parametrize(
+    ("entrypoint", "bare"),
+    [
+        ("raytune-fl tune --space s.yaml && raytune-fl ablate --space s.yaml", "&&"),  # the manifest's old form
+        ("raytune-fl tune --space s.yaml || true", "||"),
+        ("raytune-fl tune --space s.yaml; raytune-fl ablate --space s.yaml", ";"),
+        ("raytune-fl tune --space s.yaml | tee log", "|"),
+        ("raytune-fl tune --space s.yaml > log 2>&1", "> >&"),
+    ],
+)
+def test_an_entrypoint_with_a_bare_shell_operator_is_refused(entrypoint, bare):
+    assert entrypoint_problems(entrypoint) == [
+        f"spec.entrypoint: bare shell operator {bare} outside quotes: KubeRay 1.3+ ends the job's command there and "
+        "runs the rest in its submitter pod; wrap the commands in bash -c '...'"
+    ]
+    assert submitted(entrypoint, "1.3+") == ["raytune-fl", "tune", "--space", "s.yaml"]  # what reaches the cluster
+    quoted = f"bash -c {shlex.quote(entrypoint)}"
+    assert entrypoint_problems(quoted) == [] and submitted(quoted, "1.3+") == submitted(quoted, "1.0-1.2")
+    assert entrypoint_problems("bash -c 'raytune-fl tune --storage $HOME/r'") == [
+        f"spec.entrypoint: the bash -c script holds one of {REQUOTED} (Ray's job command line quotes it)"
+    ]
 
 
 def test_the_slurm_script_starts_a_head_workers_and_a_server_then_runs_valid_commands():
@@ -306,6 +397,18 @@ def test_the_slurm_script_starts_a_head_workers_and_a_server_then_runs_valid_com
     assert command_problems(commands) == []
     assert output_problems(commands, ("$SHARED/",)) == []
     assert "trap cleanup EXIT" in SBATCH.read_text()
+
+
+def test_every_mlflow_server_admits_the_address_its_clients_use():
+    texts = [SBATCH.read_text(), *(bash_blocks(page.read_text()) for page in SERVER_PAGES)]
+    servers = [argv for text in texts for argv in programs(shell_commands(text)) if argv[:2] == ["mlflow", "server"]]
+    assert len(servers) == len(texts)  # one in each
+    assert all(allowed_hosts_problems(shell_commands(text)) == [] for text in texts)
+    assert MANIFEST.read_text().count("--allowed-hosts mlflow.mlflow.svc:5000") == 1  # the server it assumes
+    broken = _broken(SBATCH.read_text(), '--allowed-hosts "$head_ip:5000" ', "")
+    assert allowed_hosts_problems(shell_commands(broken))[0].endswith(
+        "--allowed-hosts does not list $head_ip:5000, the address clients use"
+    )
 
 
 def test_the_jobs_page_commands_parse():
@@ -345,8 +448,7 @@ def _broken(text: str, old: str, new: str) -> str:
     ],
 )
 def test_a_broken_entrypoint_is_refused(manifest, old, new, expected):
-    spec = dict(manifest["spec"], entrypoint=_broken(manifest["spec"]["entrypoint"], old, new))
-    problems = command_problems(shell_commands(spec["entrypoint"]))
+    problems = command_problems(entrypoint_commands(_broken(manifest["spec"]["entrypoint"], old, new)))
     assert any(expected in problem for problem in problems), problems
 
 
