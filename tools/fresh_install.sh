@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# A new user's install, checked: build the wheel, install it (no extras) in a fresh venv at the OLDEST releases
-# pyproject.toml admits (constraints/lower-bounds.txt), run the console script's quick start outside the repository,
-# run a paper table by name from an empty folder (`raytune-fl reproduce`), then the lower-bounds test subset against
-# those releases. CI runs this after the main tiers (~8 min).
+# A new user's install, checked: build the wheel, check its metadata as an index would render it (twine check),
+# install it (no extras) in a fresh venv at the OLDEST releases pyproject.toml admits (constraints/lower-bounds.txt),
+# run the console script's quick start outside the repository, run a paper table by name from an empty folder
+# (`raytune-fl reproduce`), then the lower-bounds test subset against those releases. CI runs this after the main
+# tiers (~8 min).
 #
 #   tools/fresh_install.sh [VENV_DIR]     (default: a temporary directory, removed at the end)
 set -euo pipefail
@@ -18,6 +19,8 @@ if [ -d /opt/pypi-more/files ]; then links=(--find-links /opt/pypi-more/files); 
 start=$SECONDS
 python -m build --wheel --outdir "$scratch/dist" "$repo" >"$scratch/build.log" 2>&1 || { cat "$scratch/build.log"; exit 1; }
 rm -rf "$repo/build"  # setuptools' staging folder
+# its metadata (the README as long description) renders: what `twine upload` would refuse, refused here
+python -m twine check --strict "$scratch"/dist/raytune_fl-*.whl
 python -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check "${links[@]}" \
   -c "$repo/constraints/lower-bounds.txt" "$scratch"/dist/raytune_fl-*.whl pytest

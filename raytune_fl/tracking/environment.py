@@ -1,6 +1,7 @@
-"""MLflow's own environment variables, read as MLflow reads them before Ray starts: a value MLflow would refuse at
-its first use (MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING=maybe raises inside a run, after the cluster is up and the parent
-run is open) is a ConfigError that names the variable and the values it takes.
+"""MLflow's own environment variables, read as MLflow reads them before Ray starts.
+
+A value MLflow would refuse at its first use (MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING=maybe raises inside a run, after
+the cluster is up and the parent run is open) is a ConfigError that names the variable and the values it takes.
 
 MLflow declares each variable once, with its type (mlflow/environment_variables.py); those declarations are the
 reference, so a variable MLflow adds or retypes is checked as that version reads it. MLflow is imported only when an
