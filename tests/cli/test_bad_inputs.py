@@ -378,6 +378,17 @@ CASES = [
         ["--mlflow-uri", "{tmp}/space.yaml", "is a file"],
         args=["--mlflow-uri", "{tmp}/space.yaml/mlruns"],
     ),
+    # ---------------------------------------------------------------- issue 59: MLflow's refusals, before Ray
+    Case(
+        "mlflow-uri-bare-folder",
+        ["--mlflow-uri '{tmp}/results': a folder is MLflow's file store", "give sqlite:///{tmp}/results/mlflow.db"],
+        args=["--mlflow-uri", "{tmp}/results"],
+    ),
+    Case(
+        "mlflow-variable-unreadable",
+        ["MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING='maybe': MLflow reads", "true, false, 1 or 0"],
+        env={"MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING": "maybe"},
+    ),
     Case(
         "address-unreachable",
         ["--address: cannot join the Ray cluster: nothing answers at 127.0.0.1:{port} within 3 s"],
