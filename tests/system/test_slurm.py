@@ -1,9 +1,8 @@
 """Issue 59: examples/slurm/study.sbatch, unchanged, under a real Slurm on this machine (Debian's slurm-wlm and
 munge, installed where absent; munged, slurmctld and slurmd started by hand, no systemd). One node of 2 CPUs, a
-tiny space. The first job is cancelled (`scancel`) while its search runs: it must stop as a driver-only SIGTERM
-does (the study's runs KILLED, the resume line in the job log, within seconds). The second job resumes it
-(RESUME=1) and runs the ablation: it must end COMPLETED, its MLflow server's database holding the parent and trial
-runs, its log showing the progress lines while it ran. Every process started here is ended by its id."""
+tiny space, the script's settings given in the environment: the job runs the search and the ablation and must end
+COMPLETED, its MLflow server's database holding the parent and trial runs, its log showing the progress lines while
+it ran. Every process started here is ended by its id."""
 
 from __future__ import annotations
 
@@ -24,6 +23,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from tests.support import REPO, tiny_space
+from tests.support.killed_study import survivors
 from tests.support.ray_nodes import free_ports
 
 SBATCH = REPO / "examples" / "slurm" / "study.sbatch"
@@ -202,3 +202,37 @@ def _follow(slurm, job: str, log: Path, timeout_s: float, until: str | None = No
         time.sleep(0.5)
     _run(["scancel", job], slurm)
     pytest.fail(f"job {job} still {state} after {timeout_s:g} s:\n{log.read_text()[-3000:] if log.exists() else ''}")
+
+
+def _parents(shared: Path) -> dict[str, tuple[str, dict[str, str]]]:
+    """The study's parent runs in the job's MLflow database: name -> (status, tags); and its trial runs' count."""
+    client = MlflowClient(f"sqlite:///{shared / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("slurm").experiment_id])
+    return {r.info.run_name: (r.info.status, r.data.tags) for r in runs if "mlflow.parentRunId" not in r.data.tags}
+
+
+def _children(shared: Path) -> list:
+    client = MlflowClient(f"sqlite:///{shared / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("slurm").experiment_id])
+    return [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+
+
+def test_the_study_job_completes_with_its_runs_and_live_progress(slurm, tmp_path, request):
+    ray_tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths have a length limit
+    request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
+    log = tmp_path / "job.log"
+    job = _submit(slurm, tmp_path, log, RAY_TMPDIR=ray_tmp)
+    state, seen = _follow(slurm, job, log, 540)
+    printed = log.read_text()
+    assert state == "COMPLETED", printed[-3000:]
+    assert "Ray nodes up: 1 of 1" in printed
+    # unbuffered: the progress lines were in the log while the job ran, not only at its end
+    assert any(line.startswith("=== variant full") for line in seen), seen[-40:]
+    assert any(line.startswith("[full] trial 1/1 finished") for line in seen), seen[-40:]
+    parents = _parents(tmp_path / "shared")
+    assert parents["fedavg"][0] == parents["full"][0] == "FINISHED", parents
+    assert any(tags.get("role") == "parent" and status == "FINISHED" for status, tags in parents.values()), parents
+    assert {r.data.tags["variant"] for r in _children(tmp_path / "shared")} >= {"fedavg", "full"}
+    assert (tmp_path / "shared" / "reports" / "ablation_table.md").is_file()
+    # nothing of the job is left: the Ray node, the server, the drivers
+    assert survivors(str(tmp_path / "shared"), 20) == [] and survivors(ray_tmp, 20) == []

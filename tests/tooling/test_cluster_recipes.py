@@ -338,7 +338,7 @@ SLURM_FIXES = {
     # the head's address: an IPv4 one, not loopback nor link-local (hostname --ip-address may give IPv6)
     "ipv4": "grep -E '^[0-9]+(\\.[0-9]+){3}$' | grep -vE '^(127|169\\.254)\\.'",
     # token authentication where the Ray installed has it (2.52 and later)
-    "token": "sys.exit(tuple(map(int, ray.__version__.split(\".\")[:2])) < (2, 52))'; then\n    export RAY_AUTH_MODE=token",
+    "token": "[:2])) < (2, 52))'; then\n    export RAY_AUTH_MODE=token",
     # nodes that did not join: the job fails, naming them
     "missing nodes": "not joined: $(missing_nodes)",
     # MLflow 3.5+ answers 403 to a Host header it does not allow
