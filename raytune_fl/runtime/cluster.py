@@ -396,11 +396,12 @@ def _own_session() -> Iterator[None]:
             kwargs.setdefault("start_new_session", True)
             super().__init__(*args, **kwargs)
 
-    services.ConsolePopen = OwnSessionPopen  # a patch of Ray's own module for the node's start, undone after it
+    # a patch of Ray's own module for the node's start, undone after it
+    services.ConsolePopen = OwnSessionPopen  # type: ignore[misc]
     try:
         yield
     finally:
-        services.ConsolePopen = original
+        services.ConsolePopen = original  # type: ignore[misc]
 
 
 def cluster_view() -> tuple[str, dict[str, float], list[dict[str, float]]]:
