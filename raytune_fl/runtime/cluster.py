@@ -329,7 +329,11 @@ def start_local(*, log_to_driver: bool = False, **init_kwargs: Any) -> None:
     the node it builds is amended while it starts; if Ray's internals moved, the cluster starts with them."""
     import ray
 
-    with _lean_node_parameters(include_log_monitor=log_to_driver), _without_record(_AUTH_LOGGER, _AUTH_BANNER):
+    with (
+        _lean_node_parameters(include_log_monitor=log_to_driver),
+        _own_session(),
+        _without_record(_AUTH_LOGGER, _AUTH_BANNER),
+    ):
         ray.init(address="local", include_dashboard=False, log_to_driver=log_to_driver, **init_kwargs)
 
 
@@ -368,6 +372,36 @@ def _lean_node_parameters(include_log_monitor: bool) -> Iterator[None]:
         parameter.RayParams = original  # type: ignore[misc]
         if api_server is not None:
             Node.start_api_server = api_server  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _own_session() -> Iterator[None]:
+    """The private cluster's processes (the GCS, the raylet and, through it, the workers) started in a session of
+    their own: a SIGTERM to the command's process group (`timeout`, `kill -- -PGID`, a batch system's stop) then
+    reaches the command alone, which stops the study gracefully on a cluster still alive, as a SIGTERM to it alone
+    does. They still end with it (Ray binds them to their parent's death), and Ray blocks SIGINT in them already.
+    If Ray's internals moved, they start in the command's group as before."""
+    try:
+        from ray._private import services
+    except ImportError:  # pragma: no cover - another Ray
+        yield
+        return
+    original = getattr(services, "ConsolePopen", None)
+    if original is None:  # pragma: no cover - another Ray
+        yield
+        return
+
+    class OwnSessionPopen(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("start_new_session", True)
+            super().__init__(*args, **kwargs)
+
+    # a patch of Ray's own module for the node's start, undone after it
+    services.ConsolePopen = OwnSessionPopen  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        services.ConsolePopen = original  # type: ignore[misc]
 
 
 def cluster_view() -> tuple[str, dict[str, float], list[dict[str, float]]]:

@@ -7,6 +7,10 @@ A command runs inside `guarded()`. The first signal asks for a stop:
   `StudyInterrupted` is raised once Tune has returned: nothing after `fit()` selects, exports or summarises;
 - anywhere else (start-up, between variants, the best model's export) `StudyInterrupted` is raised at once.
 
+A SIGTERM to a whole Slurm job (`scancel`, its time limit) also reaches the cluster's own processes: a graceful
+stop would then wait on the dead cluster (Ray's GCS reconnect timeout, a minute) and die with the runs still
+RUNNING. A watcher started with the first stop makes it a forced one as soon as the cluster stops answering.
+
 A second signal raises `StudyInterrupted(forced=True)` wherever the driver is (Tune's last save is skipped; its
 periodic one and the trials' checkpoints are what a resume reads, as after a kill); a third ends the process.
 `StudyInterrupted` is a KeyboardInterrupt, so MLflow's parent run closes KILLED (tracking/tracker.py) and no
@@ -22,7 +26,10 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -60,6 +67,7 @@ class _State:
     in_tune: bool = False  # a Tune fit() is running: the first stop goes to it
     forwarded: bool = False  # Tune's stop was asked for in this fit
     resume_command: str = ""  # the outermost command's line with --resume (cli/stopping.py)
+    cluster_gone: bool = False  # the stop's second signal came from the watcher: the Ray cluster stopped too
     previous: dict[int, Any] = field(default_factory=dict)
 
 
@@ -92,9 +100,11 @@ def _handle(signum: int, frame: Any) -> None:
         _say("third interrupt: exiting now")
         os._exit(128 + (state.signum or signum))
     if state.count == 2:
-        _say("second interrupt: stopping at once; the study stays resumable from its last checkpoints")
+        first = "the Ray cluster stopped too" if state.cluster_gone else "second interrupt"
+        _say(f"{first}: stopping at once; the study stays resumable from its last checkpoints")
         raise StudyInterrupted(state.signum or signum, forced=True)
     if state.in_tune:
+        _watch_cluster(_gcs_address())
         _quiet_worker_exits()
         _say(
             f"{StudyInterrupted(signum).name}: stopping the running trials and saving where they are "
@@ -147,6 +157,47 @@ def _without_exit_traceback(handle: Any) -> Any:
         handle(data)
 
     return filtered
+
+
+WATCH_INTERVAL_S = 0.25
+WATCH_FOR_S = 120.0  # a graceful stop that takes longer is not waiting on a dead cluster
+
+
+def _gcs_address() -> str | None:
+    """The joined cluster's GCS host:port, where this process runs Ray (never imported here)."""
+    ray = sys.modules.get("ray")
+    try:
+        return ray.get_runtime_context().gcs_address if ray is not None and ray.is_initialized() else None
+    except Exception:  # another Ray, or one shutting down: nothing to watch
+        return None
+
+
+def _answers(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=1.0).close()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _watch_cluster(address: str | None) -> None:
+    """While the graceful stop runs, probe the GCS; once it refuses twice running, the stop's second signal."""
+    if address is None:
+        return
+
+    def watch() -> None:
+        failures, deadline = 0, time.monotonic() + WATCH_FOR_S
+        # only inside fit(): after it the command itself ends the cluster (stop_ray)
+        while _STATE.in_tune and _STATE.count == 1 and time.monotonic() < deadline:
+            failures = 0 if _answers(address) else failures + 1
+            if failures >= 2 and _STATE.in_tune and _STATE.count == 1:
+                _STATE.cluster_gone = True
+                os.kill(os.getpid(), _STATE.signum or signal.SIGTERM)  # handled on the main thread, as a second
+                return
+            time.sleep(WATCH_INTERVAL_S)
+
+    threading.Thread(target=watch, name="stop-watch-cluster", daemon=True).start()
 
 
 def _own_signals() -> None:

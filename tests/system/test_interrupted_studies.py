@@ -1,7 +1,7 @@
 """Issue 46's audit: a study stopped by Ctrl-C (SIGINT to its process group, as a terminal sends it), by SIGTERM of
-its driver, and by a second Ctrl-C, at seeded random rounds, exits non-zero, reports no cut trial as best, and
-`--resume` completes it to the uninterrupted result; `ablate` refuses a variant whose study was cut, and an
-ablation stopped by Ctrl-C writes no table and resumes to one."""
+its driver and of its whole group (issue 59), and by a second Ctrl-C, at seeded random rounds, exits non-zero,
+reports no cut trial as best, and `--resume` completes it to the uninterrupted result; `ablate` refuses a variant
+whose study was cut, and an ablation stopped by Ctrl-C writes no table and resumes to one."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ BETWEEN_VARIANTS = "[fedavg] done:"
 # how each stop is sent, and the exit code it must give
 STOPS = [
     ("SIGINT to the group", 130),
-    ("SIGINT to the group", 130),
+    ("SIGTERM to the group", 143),  # timeout(1), a batch system's stop: the private cluster is not in the group
     ("SIGTERM to the driver", 143),
     ("Ctrl-C twice", 130),
 ]
@@ -56,6 +56,8 @@ def _stop_at(process: subprocess.Popen, marker: str, how: str, timeout_s: float 
                 sent = True
                 if how == "SIGTERM to the driver":
                     os.kill(process.pid, signal.SIGTERM)  # a scheduler's stop: the driver only
+                elif how == "SIGTERM to the group":
+                    os.killpg(process.pid, signal.SIGTERM)  # timeout(1), kill -- -PGID: the whole group
                 else:
                     os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group
                     if how == "Ctrl-C twice":

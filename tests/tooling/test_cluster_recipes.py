@@ -15,6 +15,8 @@ import io
 import json
 import re
 import shlex
+import sys
+import sysconfig
 from collections.abc import Iterator
 from functools import cache
 from importlib.util import find_spec
@@ -56,6 +58,7 @@ READERS: dict[str, list[tuple[str, str]]] = {
     "RAY_ADDRESS": [("raytune_fl", "runtime/cluster.py"), ("ray", "_private/ray_constants.py")],
     "RAY_AUTH_MODE": [("ray", "_private/authentication/authentication_token_setup.py")],
     "RAY_AUTH_TOKEN": [("ray", "_raylet.so")],  # read by Ray's core (C++), where every process authenticates
+    "PYTHONUNBUFFERED": [("python", "")],  # read by the interpreter itself (its C start-up)
 }
 
 
@@ -146,6 +149,16 @@ def entrypoint_commands(entrypoint: str) -> list[list[str]]:
     """The commands an entrypoint runs: a `bash -c` script's, else its own."""
     argv = shlex.split(entrypoint)
     return shell_commands(argv[2] if argv[:2] == ["bash", "-c"] and len(argv) == 3 else entrypoint)
+
+
+def with_defaults(text: str) -> str:
+    """A script as it runs with no setting given: `${NAME:-default}` as its default, `${NAME:+word}` as nothing
+    (nested ones too), so the commands are checked with the values a user gets."""
+    while True:
+        changed = re.sub(r"\$\{\w+:\+[^{}]*\}", "", re.sub(r"\$\{\w+:-([^{}]*)\}", r"\1", text))
+        if changed == text:
+            return text
+        text = changed
 
 
 # ------------------------------------------------------------------------------------------------ the checks
@@ -323,6 +336,10 @@ def env_problems(names: list[str]) -> list[str]:
 
 
 def _names(package: str, path: str, name: str) -> bool:
+    if package == "python":  # the interpreter: its executable, or the libpython it links
+        binaries = [Path(sys.executable).resolve()]
+        binaries += [Path(sysconfig.get_config_var("LIBDIR") or "/") / (sysconfig.get_config_var("LDLIBRARY") or "-")]
+        return any(file.is_file() and name.encode() in file.read_bytes() for file in binaries)
     spec = find_spec(package)
     if spec is None or spec.origin is None:
         return False
@@ -385,7 +402,7 @@ def test_an_entrypoint_with_a_bare_shell_operator_is_refused(entrypoint, bare):
 
 
 def test_the_slurm_script_starts_a_head_workers_and_a_server_then_runs_valid_commands():
-    commands = shell_commands(SBATCH.read_text())
+    commands = shell_commands(with_defaults(SBATCH.read_text()))
     run = [argv[:3] for argv in programs(commands)]
     assert ["ray", "start", "--head"] in run and any(
         argv[:2] == ["ray", "start"] and argv[2].startswith("--address") for argv in run
@@ -405,10 +422,47 @@ def test_every_mlflow_server_admits_the_address_its_clients_use():
     assert len(servers) == len(texts)  # one in each
     assert all(allowed_hosts_problems(shell_commands(text)) == [] for text in texts)
     assert MANIFEST.read_text().count("--allowed-hosts mlflow.mlflow.svc:5000") == 1  # the server it assumes
-    broken = _broken(SBATCH.read_text(), '--allowed-hosts "$head_ip:5000" ', "")
+    broken = _broken(SBATCH.read_text(), '--allowed-hosts "$head_ip:$mlflow_port,$head_ip" ', "")
     assert allowed_hosts_problems(shell_commands(broken))[0].endswith(
-        "--allowed-hosts does not list $head_ip:5000, the address clients use"
+        "--allowed-hosts does not list $head_ip:$mlflow_port, the address clients use"
     )
+
+
+def test_with_defaults_reads_a_script_as_it_runs_unset():
+    assert with_defaults('a ${A:-x} "${B:-${C:-y}}" ${D:+--resume} ${E:-}') == 'a x "y"  '
+    assert with_defaults("${HOME} $X") == "${HOME} $X"  # no default: left as it is
+
+
+SLURM_FIXES = {
+    # the job's memory: --exclusive alone does not grant it where the cluster sets DefMemPerCPU
+    "memory": "#SBATCH --mem=0\n",
+    # the job log shows each line as it is printed
+    "unbuffered": "export PYTHONUNBUFFERED=1\n",
+    # the head's address: an IPv4 one, not loopback nor link-local (hostname --ip-address may give IPv6)
+    "ipv4": "grep -E '^[0-9]+(\\.[0-9]+){3}$' | grep -vE '^(127|169\\.254)\\.'",
+    # token authentication where the Ray installed has it (2.52 and later)
+    "token": "[:2])) < (2, 52))'; then\n    export RAY_AUTH_MODE=token",
+    # nodes that did not join: the job fails, naming them
+    "missing nodes": "not joined: $(missing_nodes)",
+    # MLflow 3.5+ answers 403 to a Host header it does not allow
+    "allowed hosts": '--allowed-hosts "$head_ip:$mlflow_port,$head_ip"',
+}
+
+
+@pytest.mark.parametrize("fix", SLURM_FIXES)
+def test_the_slurm_script_has_issue_59s_fixes(fix):
+    text = SBATCH.read_text()
+    assert SLURM_FIXES[fix] in text
+    assert "ray symmetric-run" in text  # offered where the Ray version has it (a comment: one command per step)
+
+
+def test_the_slurm_scripts_waits_are_bounded_and_fail_naming_what_is_missing():
+    text = SBATCH.read_text()
+    assert "sleep 10" not in text  # the head is waited for, not guessed
+    waits = re.findall(r"for _ in \$\(seq (\d+)\)", text)
+    assert waits and all(int(n) <= 150 for n in waits)  # every loop ends (5 minutes at most at 2 s)
+    assert 'echo "error: the Ray head did not start on $head_node' in text
+    assert text.count("exit 1") >= 3  # no IPv4 address, no head, a node missing
 
 
 def test_the_jobs_page_commands_parse():
@@ -463,7 +517,7 @@ def test_a_broken_entrypoint_is_refused(manifest, old, new, expected):
     ],
 )
 def test_a_broken_slurm_script_is_refused(old, new, expected):
-    text = _broken(SBATCH.read_text(), old, new)
+    text = with_defaults(_broken(SBATCH.read_text(), old, new))
     commands = shell_commands(text)
     problems = command_problems(commands) + output_problems(commands, ("$SHARED/",)) + env_problems(exported(text))
     assert any(expected in problem for problem in problems), problems

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import time
 
 import pytest
 from ray import tune
@@ -49,6 +51,23 @@ def test_a_second_signal_forces_the_stop_wherever_the_driver_is():
             _send(signal.SIGINT)
             pytest.fail("the second signal did not raise")
     assert stopped.value.forced and stopped.value.exit_code == 130
+
+
+def test_a_stop_whose_cluster_stops_answering_is_forced_within_a_second():
+    # a SIGTERM to a whole Slurm job reaches the cluster's own processes too: the graceful stop would wait on them
+    server = socket.create_server(("127.0.0.1", 0))  # stands for the GCS's port: a real listening socket
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    with interrupt.guarded(), pytest.raises(StudyInterrupted) as stopped:
+        with interrupt.tune_run():
+            _send(signal.SIGTERM)  # no Tune listening: the first stop is only recorded
+            interrupt._watch_cluster(address)
+            time.sleep(0.8)
+            assert interrupt._answers(address)  # alive: the graceful stop goes on
+            server.close()
+            time.sleep(5)
+            pytest.fail("the watcher did not force the stop")
+    assert stopped.value.forced and stopped.value.exit_code == 143
+    assert not interrupt._answers(address)
 
 
 def test_a_stop_asked_for_before_a_tune_run_starts_none():
