@@ -115,7 +115,8 @@ def _readable(items: list[Any]) -> list[Any]:
     or, where every member refused the value's type, one error that lists what the field takes (`expected a
     string or a list`); the members' names left out of every loc."""
     tagged = [(item, _union_tags(item["loc"])) for item in items]
-    return [{**item, "loc": tuple(p for n, p in enumerate(item["loc"]) if n not in tags)} for item, tags in _fold(tagged)]
+    folded = _fold(tagged)
+    return [{**item, "loc": tuple(p for n, p in enumerate(item["loc"]) if n not in tags)} for item, tags in folded]
 
 
 def _fold(tagged: list[tuple[Any, list[int]]], level: int = 0) -> list[tuple[Any, list[int]]]:
