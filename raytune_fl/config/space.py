@@ -151,6 +151,14 @@ def grid_size(search: dict[str, Distribution]) -> builtins.int:
     return math.prod(len(dist.grid_points or ()) for dist in search.values())
 
 
+def single_point(search: dict[str, Distribution]) -> dict[str, Any] | None:
+    """The one configuration a search holds where each hyperparameter is a choice of one value ({choice: [0.1]}),
+    else None: every trial would run it again."""
+    if not search or any(dist.choice is None or len({repr(v) for v in dist.choice}) != 1 for dist in search.values()):
+        return None
+    return {name: dist.choice[0] for name, dist in search.items() if dist.choice}
+
+
 # a warm start's sources besides another variant's name: the same variant's study at the previous setting of
 # `tune --per-setting` (the default), or a finished study in MLflow named by its parent run
 PREVIOUS_SETTING = "previous_setting"
