@@ -155,15 +155,18 @@ def grid_notice(settings: TuneSettings, search: Search, variant: str) -> str | N
     )
 
 
-def single_run_notice(settings: TuneSettings, search: dict[str, Distribution], variant: str) -> str | None:
-    """The line that says a variant with nothing to search runs once, where tune.num_samples asks for more."""
-    point = single_point(search)
-    if settings.num_samples == 1 or (search and point is None):
+def single_run_notice(space: SearchSpace, variant: str) -> str | None:
+    """The line that says a variant with nothing to search runs one trial where tune.num_samples asks for more: a
+    search of one configuration, or no search in a space where no variant searches (a baseline beside searched
+    variants runs once, as tune.num_samples says)."""
+    search, num_samples = space.variants[variant].search, space.tune.num_samples
+    point, searching = single_point(search), any(v.search for v in space.variants.values())
+    if num_samples == 1 or (search and point is None) or (not search and searching):
         return None
     what = "its search holds one configuration (" + ", ".join(f"{k}: {v!r}" for k, v in (point or {}).items()) + ")"
     return (
-        f"[{variant}] nothing to search: {what if search else 'it has no search section'}; one trial, as "
-        f"every other would repeat it (tune.num_samples {settings.num_samples} does not apply)"
+        f"[{variant}] nothing to search: {what if search else 'no variant of the space has a search section'}; "
+        f"one trial, as every other would repeat it (tune.num_samples {num_samples} does not apply)"
     )
 
 

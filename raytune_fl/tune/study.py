@@ -104,8 +104,7 @@ def run_variant(
     resumed = Resumed(resume.optuna_study) if resume else None
     enqueued = warm_start.configs if warm_start is not None and space.variants[variant_name].search else ()
     search = make_search(space, variant_name, stamp, options.optuna_storage, resumed, key, enqueued)
-    searched = space.variants[variant_name].search
-    for notice in (grid_notice(settings, search, variant_name), single_run_notice(settings, searched, variant_name)):
+    for notice in (grid_notice(settings, search, variant_name), single_run_notice(space, variant_name)):
         if notice is not None:
             options.out(notice)
     storage = resolve_storage(options.storage)
