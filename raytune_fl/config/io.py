@@ -134,7 +134,7 @@ def _fold(tagged: list[tuple[Any, list[int]]], level: int = 0) -> list[tuple[Any
     out: list[tuple[Any, list[int]]] = []
     for entry in order:
         if isinstance(entry[0], dict):
-            out.append(entry)  # type: ignore[arg-type]
+            out.append(entry)
             continue
         group = groups[entry]
         at = group[0][1][level]
