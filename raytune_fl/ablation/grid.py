@@ -72,18 +72,39 @@ def as_fields(axes: list[GridAxis]) -> list[GridAxis]:
 
 
 def settings(space: SearchSpace, axes: list[GridAxis], option: str = "--grid") -> dict[str, ExperimentConfig]:
-    """Every combination of the axes' values -> its label (`alpha=0.01,rho=0.5`) and base experiment."""
+    """Every combination of the axes' values -> its label (`alpha=0.01,rho=0.5`) and base experiment. A number is
+    labelled as its field holds it (alpha=1e-1 as alpha=0.1, alpha=1 as alpha=1.0): one setting has one label
+    however it was typed, so that a study tuned at it is found by `ablate --per-setting` and `tune --resume`."""
     if not axes:
         return {NO_SETTING: space.base}
     out: dict[str, ExperimentConfig] = {}
+    typed: dict[str, str] = {}  # label -> the values as written (what a collision names)
     for combination in itertools.product(*(axis.values for axis in axes)):
-        label = ",".join(f"{axis.name}={value}" for axis, value in zip(axes, combination, strict=True))
+        written = ",".join(f"{axis.name}={value}" for axis, value in zip(axes, combination, strict=True))
         changes = {f"base.{axis.field}": value for axis, value in zip(axes, combination, strict=True)}
         try:
-            out[label] = override(space, changes, source=f"{option} {label}").base
+            experiment = override(space, changes, source=f"{option} {written}").base
         except ConfigError as error:
             raise ConfigError(str(error).replace("\n", "\n  ")) from None
+        held = (_held(experiment, axis.field, value) for axis, value in zip(axes, combination, strict=True))
+        label = ",".join(f"{axis.name}={value}" for axis, value in zip(axes, held, strict=True))
+        if label in out:
+            raise ConfigError(
+                f"{option} {written}: the same setting as {typed[label]} ({label}: numbers are compared as numbers); "
+                "give each value once"
+            )
+        out[label], typed[label] = experiment, written
     return out
+
+
+def _held(experiment: ExperimentConfig, field: str, written: Any) -> Any:
+    """The number `field` holds in `experiment` where `written` set a number (YAML reads 1e-1 as text), else
+    `written` as it was given."""
+    value: Any = experiment
+    for part in field.split("."):
+        value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return value if number and not isinstance(written, bool) else written
 
 
 def split_label(setting: str, split: int | None) -> str:

@@ -113,7 +113,9 @@ def _add_seed_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_output_options(parser: argparse.ArgumentParser) -> None:
     """Where the table goes, --resume, and what else the run writes and prints."""
-    parser.add_argument("--out", help="where the table and results go; default: reports/<space name>/")
+    parser.add_argument(
+        "--out", type=common.expand_home, help="where the table and results go; default: reports/<space name>/"
+    )
     parser.add_argument(
         "--resume",
         action="store_true",

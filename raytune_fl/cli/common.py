@@ -49,6 +49,22 @@ SPACE_HELP = "search-space YAML file, e.g. search_spaces/univarfl.yaml"
 MLFLOW_URI_HELP = "MLflow tracking URI; default: MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db"
 
 
+# `~` at the start of a path inside a URI: sqlite:///~/m.db, file:~/x, file://~/x
+_HOME_IN_URI = re.compile(r"(sqlite:///|file://|file:)(~[^/]*)")
+
+
+def expand_home(text: str) -> str:
+    """A path option's value with a leading `~` expanded as the shell would: `~/x`, and inside a URI `sqlite:///~/x.db`
+    or `file:~/x`. The shell leaves it as typed when it is quoted or follows `--option=`, and a folder named `~`
+    would be made; an argparse `type` of every option that names a path or a store."""
+    if text.startswith("~"):
+        return os.path.expanduser(text)
+    match = _HOME_IN_URI.match(text)
+    if match is None or (home := os.path.expanduser(match[2])) == match[2]:
+        return text
+    return f"{match[1]}{home}{text[match.end() :]}"
+
+
 def console_prog(script: str) -> str:
     """The program name usage lines show: `raytune-fl tune` when run as that (console.py names argv[0] so), else
     the script's file name."""
@@ -118,7 +134,7 @@ def space_options(args: argparse.Namespace) -> list[str]:
 def command_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """A command's parser, with the option every command has: --space."""
     parser = argparse.ArgumentParser(prog=console_prog(prog), description=description)
-    parser.add_argument("--space", required=True, help=SPACE_HELP)
+    parser.add_argument("--space", required=True, type=expand_home, help=SPACE_HELP)
     parser.add_argument(
         "--plugin",
         action="append",
@@ -154,6 +170,7 @@ def add_cluster(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--storage",
         default="ray_results",
+        type=expand_home,
         help="where Ray Tune results, checkpoints and the study record go, reachable from every Ray node: a "
         "directory (on a cluster: shared, e.g. NFS), file:///dir, s3://bucket/prefix, gs://bucket/prefix or "
         "hdfs://host/path; another S3-compatible endpoint via AWS_ENDPOINT_URL (docs/how-to/storage.md) "
@@ -162,13 +179,14 @@ def add_cluster(parser: argparse.ArgumentParser) -> None:
 
 
 def add_mlflow_uri(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--mlflow-uri", help=MLFLOW_URI_HELP)
+    parser.add_argument("--mlflow-uri", type=expand_home, help=MLFLOW_URI_HELP)
 
 
 def tracking_uri(args: argparse.Namespace) -> str:
     from raytune_fl.tracking import default_tracking_uri
 
-    return args.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    from_env = expand_home(os.environ.get("MLFLOW_TRACKING_URI", ""))  # quoted in a job script: not expanded
+    return args.mlflow_uri or from_env or default_tracking_uri()
 
 
 def exit_now(code: int) -> NoReturn:

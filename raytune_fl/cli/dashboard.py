@@ -17,7 +17,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Build a self-contained HTML dashboard of a search space's MLflow runs.",
     )
     common.add_mlflow_uri(parser)
-    parser.add_argument("--out", help="HTML file to write; default: reports/<space name>/dashboard.html")
+    parser.add_argument(
+        "--out", type=common.expand_home, help="HTML file to write; default: reports/<space name>/dashboard.html"
+    )
     parser.add_argument("--no-log", action="store_true", help="do not log the HTML back to MLflow")
     return parser
 

@@ -168,9 +168,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, as tune.py's --set"
     )
-    parser.add_argument("--out", default="docs/results", help="where <NAME>.md and <NAME>/ go (default: %(default)s)")
+    parser.add_argument(
+        "--out",
+        default="docs/results",
+        type=common.expand_home,
+        help="where <NAME>.md and <NAME>/ go (default: %(default)s)",
+    )
     parser.add_argument(
         "--work",
+        type=common.expand_home,
         help="where the MLflow store, Ray Tune results and the ablation's files go (default: reports/reproduce/NAME)",
     )
     parser.add_argument("--address", help="Ray cluster to join; default: RAY_ADDRESS, else a private local cluster")

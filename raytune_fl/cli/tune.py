@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--optuna-storage",
         metavar="URL",
+        type=common.expand_home,
         help="Optuna storage (SQLAlchemy URL, e.g. sqlite:///path/optuna.db or postgresql://user:pw@host/db) each "
         "searched variant's study <space name>-<variant> persists to, for optuna.load_study and optuna-dashboard; "
         "default: optuna.db beside the MLflow SQLite file, else <cwd>/optuna.db",

@@ -4,9 +4,10 @@ formatted to name the field and the line, command-line overrides applied, a conf
 from __future__ import annotations
 
 import re
+import types
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -39,11 +40,132 @@ def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
+def _unwrapped(annotation: Any) -> Any:
+    """`annotation` without Annotated's metadata and without `| None` (pydantic tags neither in an error's loc)."""
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if get_origin(annotation) in (Union, types.UnionType):
+        members = [arg for arg in get_args(annotation) if arg is not type(None)]
+        if len(members) == 1:
+            return _unwrapped(members[0])
+    return annotation
+
+
+def _child(annotation: Any, part: int | str) -> Any:
+    """The type found one step into `annotation` (a model's field, a dict's value, a list's item), else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        field = annotation.model_fields.get(str(part))
+        return field.annotation if field else None
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is dict and len(args) == 2:
+        return args[1]
+    if origin in (list, set, frozenset) and args:
+        return args[0]
+    if origin is tuple and args:
+        return args[0] if args[-1] is Ellipsis else args[min(int(part), len(args) - 1)]
+    return None
+
+
+def _tag_names(member: Any) -> tuple[str, ...]:
+    """The names pydantic gives a union member in an error's loc (`str`, `list[...]`, `literal[...]`, a model's)."""
+    member = _unwrapped(member)
+    origin = get_origin(member)
+    if origin is not None:
+        return ("literal",) if str(origin).endswith("Literal") else (getattr(origin, "__name__", ""),)
+    name = getattr(member, "__name__", "")
+    return (name, f"constrained-{name}")
+
+
+def _union_tags(loc: tuple[int | str, ...]) -> list[int]:
+    """The positions in `loc` (inside a SearchSpace) that name a union's member rather than a field: pydantic tries
+    each member of `str | list[...]` and reports each failure under the member's name."""
+    tags: list[int] = []
+    annotation: Any = SearchSpace
+    for index, part in enumerate(loc):
+        annotation = _unwrapped(annotation)
+        if get_origin(annotation) in (Union, types.UnionType):
+            tag = str(part).split("[")[0]
+            member = next((m for m in get_args(annotation) if tag in _tag_names(m)), None)
+            tags.append(index)
+            annotation = member
+        else:
+            annotation = _child(annotation, part)
+        if annotation is None:
+            break
+    return tags
+
+
+# a union member's error that says only that the value is not of that member's type
+_MISMATCH = re.compile(r".*_(type|parsing)|literal_error")
+_TAG_WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false"}
+
+
+def _tag_word(tag: str, item: Any) -> str:
+    """What a union member is, in words: `list[...]` -> a list, `literal['auto']` -> 'auto'."""
+    base = tag.split("[")[0].removeprefix("constrained-")
+    if base == "literal":
+        return str(item.get("ctx", {}).get("expected", tag))
+    if base in ("list", "tuple", "set"):
+        return "a list"
+    return _TAG_WORDS.get(base, "a mapping")
+
+
+def _readable(items: list[Any]) -> list[Any]:
+    """pydantic's errors with each union's members folded into one: the member that got furthest (its own errors),
+    or, where every member refused the value's type, one error that lists what the field takes (`expected a
+    string or a list`); the members' names left out of every loc."""
+    tagged = [(item, _union_tags(item["loc"])) for item in items]
+    folded = _fold(tagged)
+    return [{**item, "loc": tuple(p for n, p in enumerate(item["loc"]) if n not in tags)} for item, tags in folded]
+
+
+def _fold(tagged: list[tuple[Any, list[int]]], level: int = 0) -> list[tuple[Any, list[int]]]:
+    """`_readable` for the unions at `level` (the first, second, ... union along each error's loc)."""
+    groups: dict[tuple[Any, ...], list[tuple[Any, list[int]]]] = {}
+    order: list[tuple[Any, list[int]] | tuple[Any, ...]] = []  # an error as it is, or a group's key in its place
+    for item, tags in tagged:
+        if len(tags) <= level:
+            order.append((item, tags))
+            continue
+        key = (level, *item["loc"][: tags[level]])
+        if key not in groups:
+            order.append(key)
+        groups.setdefault(key, []).append((item, tags))
+    out: list[tuple[Any, list[int]]] = []
+    for entry in order:
+        if isinstance(entry[0], dict):
+            out.append(entry)
+            continue
+        group = groups[entry]
+        at = group[0][1][level]
+        score = [(len(i["loc"]), not _MISMATCH.fullmatch(i["type"])) for i, _ in group]
+        best, tags = group[score.index(max(score))]
+        if len(best["loc"]) == at + 1 and _MISMATCH.fullmatch(best["type"]):  # no member took the value's type
+            words = list(dict.fromkeys(_tag_word(str(i["loc"][at]), i) for i, _ in group))
+            said = ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else words[0]
+            folded = {**best, "loc": best["loc"][:at], "msg": f"expected {said}", "type": "union"}
+            out.append(({**folded, "choices": re.findall(r"'([^']*)'", said)}, tags[:level]))
+            continue
+        out += _fold([(i, t) for i, t in group if i["loc"][at] == best["loc"][at]], level + 1)
+    return out
+
+
+def _choice_hint(value: Any, choices: list[str]) -> str:
+    """`did you mean 'max'?` for a misspelt choice: the closest by difflib, else the one `value` starts with
+    (maximize -> max)."""
+    hint = did_you_mean(value, choices)
+    if not hint and isinstance(value, str):
+        hint = next((f"did you mean {c!r}? " for c in choices if c and value.lower().startswith(c.lower())), "")
+    return f"; {hint.rstrip()}" if hint else ""
+
+
 def format_validation_error(error: ValidationError, source: str) -> str:
     """One line per problem, each starting with the full dotted path of the field, then what is allowed; the first
-    problem on the first line, the file (or what was checked) on the last."""
+    problem on the first line, the file (or what was checked) on the last. A union's members are folded into one
+    problem (`_readable`)."""
     lines: list[str] = []
-    for item in error.errors():
+    items = _readable(error.errors())
+    for item in items:
         parts = [str(part) for part in item["loc"]]
         message = item["msg"].removeprefix("Value error, ")
         while match := _FIELD_PREFIX.match(message):
@@ -57,10 +179,11 @@ def format_validation_error(error: ValidationError, source: str) -> str:
         elif item["type"] not in ("missing", "value_error", "model_type", "dict_type"):
             message += f" (got {item['input']!r:.80})"  # pydantic's own messages omit the value
             if item["type"] == "literal_error":  # expected: "'tpe' or 'random'"
-                hint = did_you_mean(item["input"], re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected"))))
-                message += f"; {hint.rstrip()}" if hint else ""
+                message += _choice_hint(item["input"], re.findall(r"'([^']*)'", str(item["ctx"]["expected"])))
+            elif item["type"] == "union":
+                message += _choice_hint(item["input"], item["choices"])
         lines.append(f"{'  ' if lines else ''}{'.'.join(parts) or '(top level)'}: {message}")
-    count = error.error_count()
+    count = len(items)
     lines.append(f"  ({'the only problem' if count == 1 else f'{count} problems'} in {source})")
     return "\n".join(lines)
 

@@ -151,6 +151,14 @@ def grid_size(search: dict[str, Distribution]) -> builtins.int:
     return math.prod(len(dist.grid_points or ()) for dist in search.values())
 
 
+def single_point(search: dict[str, Distribution]) -> dict[str, Any] | None:
+    """The one configuration a search holds where each hyperparameter is a choice of one value ({choice: [0.1]}),
+    else None: every trial would run it again."""
+    if not search or any(dist.choice is None or len({repr(v) for v in dist.choice}) != 1 for dist in search.values()):
+        return None
+    return {name: dist.choice[0] for name, dist in search.items() if dist.choice}
+
+
 # a warm start's sources besides another variant's name: the same variant's study at the previous setting of
 # `tune --per-setting` (the default), or a finished study in MLflow named by its parent run
 PREVIOUS_SETTING = "previous_setting"
@@ -536,6 +544,12 @@ class TuneSettings(_Strict):
         "[val_acc: max, client_acc_worst: max], searched by Optuna's multi-objective TPE: the summary shows each "
         "variant's Pareto front and the first metric selects the configuration the ablation runs",
     )
+    against_sense: list[str] = Field(
+        default=[],
+        description="metrics of tune.metric given the direction opposite to their own on purpose, e.g. [val_loss] "
+        "beside [val_loss: max]; any other metric given against its sense (val_loss: max, client_acc_var: max) is "
+        "refused as a slip",
+    )
     scheduler: SchedulerConfig = Field(
         default=SchedulerConfig(),
         description="the trial scheduler: ASHA, Hyperband, median stopping, PBT, or none (several objectives: none, "
@@ -575,6 +589,28 @@ class TuneSettings(_Strict):
                 raise ValueError(f"{name!r} is listed twice")
             seen.add(name)
         return value
+
+    @model_validator(mode="after")
+    def _directions_follow_the_metrics(self) -> TuneSettings:
+        """Each metric improves one way (OBJECTIVES): `val_loss: max` would select the worst configuration, so a
+        contrary direction is a slip unless against_sense names the metric."""
+        contrary = [o for o in self.objectives if o.mode != OBJECTIVES[o.metric]]
+        for name in self.against_sense:
+            if _objective_name(name) not in {o.metric for o in contrary}:
+                raise ValueError(
+                    f"against_sense: {name!r} is not given against its sense in tune.metric (its sense: "
+                    f"{OBJECTIVES[name]}); drop it from against_sense"
+                )
+        slip = next((o for o in contrary if o.metric not in self.against_sense), None)
+        if slip is None:
+            return self
+        sense = OBJECTIVES[slip.metric]
+        verb, way = ("maximises", "falls") if slip.mode == "max" else ("minimises", "rises")
+        raise ValueError(
+            f"metric: [{slip.metric}: {slip.mode}] {verb} a metric that improves as it {way} (its sense: {sense}); "
+            f"write {slip.metric}: {sense}, or add tune.against_sense: [{slip.metric}] to {slip.mode}imise it on "
+            "purpose"
+        )
 
     @model_validator(mode="after")
     def _one_number_for_asha(self) -> TuneSettings:

@@ -190,11 +190,14 @@ CHANNELS = (1, 3, 4)  # what a channel axis of images holds: grayscale, RGB, RGB
 def image_layout(source: str, shape: tuple[int, ...], declared: str | None, how_to_set: str) -> str:
     """The layout of images of `shape`: `declared` where given, else read off which axis can hold channels (1, 3
     or 4): only the last -> "nhwc", only the second (or neither: the documented layout) -> "nchw"; both is
-    ambiguous ((N, 3, 3, 3), (N, 1, 4, 4)) and refused, saying `how_to_set` it. Images (N, H, W) are one channel."""
-    if declared is not None:
-        return declared
+    ambiguous ((N, 3, 3, 3), (N, 1, 4, 4)) and refused, saying `how_to_set` it. Images (N, H, W) are one channel.
+    A declared layout whose channel axis is not 1, 3 or 4 where the other layout's is is refused too: `nchw` on
+    (N, 8, 8, 3) would train 8 channels of 8x3 images."""
     if len(shape) != 4:  # (N, H, W), or a shape check_arrays refuses
-        return "nchw"
+        return declared or "nchw"
+    if declared is not None:
+        _check_declared(source, tuple(shape), declared, how_to_set)
+        return declared
     first, last = shape[1] in CHANNELS, shape[3] in CHANNELS
     if first and last:
         _, a, b, c = shape
@@ -203,6 +206,21 @@ def image_layout(source: str, shape: tuple[int, ...], declared: str | None, how_
             f"(N, H, W, C) {c} channel(s) of {a}x{b}; {how_to_set}"
         )
     return "nhwc" if last else "nchw"
+
+
+def _check_declared(source: str, shape: tuple[int, ...], declared: str, how_to_set: str) -> None:
+    """Refuse a declared layout that reads an implausible channel count where the other layout reads 1, 3 or 4."""
+    _, a, b, c = shape
+    channels, other, alternative = (a, c, "nhwc") if declared == "nchw" else (c, a, "nchw")
+    if channels in CHANNELS or other not in CHANNELS:
+        return
+    read = f"{a} channel(s) of {b}x{c} images" if declared == "nchw" else f"{c} channel(s) of {a}x{b} images"
+    plausible = f"{c} channel(s) of {a}x{b}" if declared == "nchw" else f"{a} channel(s) of {b}x{c}"
+    fix = how_to_set.replace("'nchw' or 'nhwc'", repr(alternative)).replace("nchw or nhwc", alternative)
+    raise ValueError(
+        f"{source}: layout {declared} reads x_train {shape} as {read}; {alternative} reads it as {plausible}, as "
+        f"images usually are: {fix} (or leave it unset: read off the shape)"
+    )
 
 
 def check_arrays(

@@ -10,6 +10,7 @@ ablation a parent run (stage=ablation, role=parent) with a child run per cell (r
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 # ---------------------------------------------------------------- experiment tags
@@ -124,6 +125,22 @@ def study_key(variant: str, setting: str | None) -> str:
     """What names a tune study where its variant alone would not: `<variant>@<setting>` for a study per setting
     (tune --per-setting): its parent run's name, its Optuna study, its entry in the study manifest."""
     return variant if setting is None else f"{variant}@{setting}"
+
+
+def same_setting(first: str | None, second: str | None) -> bool:
+    """Whether two setting labels (`partition.alpha=0.1,rho=1`) name one setting: their numbers compared as numbers
+    (a study tagged `partition.alpha=1` before labels held the field's own value is the setting alpha=1.0)."""
+    if first is None or second is None:
+        return first is second
+    parts = [re.split(r"([=,])", label) for label in (first, second)]
+    return len(parts[0]) == len(parts[1]) and all(_same_text(a, b) for a, b in zip(*parts, strict=True))
+
+
+def _same_text(first: str, second: str) -> bool:
+    try:
+        return first == second or float(first) == float(second)
+    except ValueError:
+        return False
 
 
 def setting_folder(setting: str) -> str:

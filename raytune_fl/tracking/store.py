@@ -69,6 +69,7 @@ from raytune_fl.tracking.schema import (
     TAG_VARIANT,
     TRIAL_UNKNOWN,
     decode_value,
+    same_setting,
 )
 
 __all__ = [
@@ -228,7 +229,7 @@ def latest_study(client: MlflowClient, experiment: str, variant: str, setting: s
     )
     for run in runs:
         tags = run.data.tags
-        if TAG_PARENT_RUN in tags or tags.get(TAG_SETTING) != setting:
+        if TAG_PARENT_RUN in tags or not same_setting(tags.get(TAG_SETTING), setting):
             continue
         if run.info.status == RUN_RUNNING or (run.info.status == RUN_KILLED and TAG_INTERRUPTED in tags):
             stopped = "running" if run.info.status == RUN_RUNNING else "interrupted"

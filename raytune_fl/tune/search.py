@@ -25,7 +25,7 @@ from ray.tune.search import BasicVariantGenerator
 from ray.tune.search.optuna import OptunaSearch
 
 from raytune_fl.config import AshaConfig, Distribution, HyperbandConfig, MedianConfig, SearchSpace, TuneSettings
-from raytune_fl.config.space import Stopping, grid_size
+from raytune_fl.config.space import Stopping, grid_size, single_point
 from raytune_fl.metrics import ROUND
 from raytune_fl.runtime import optuna_storage as optuna_db
 from raytune_fl.tune.pbt import make_pbt, tune_domain
@@ -125,7 +125,10 @@ def grid_points(search: dict[str, Distribution]) -> dict[str, list[Any]]:
 
 
 def trial_count(settings: TuneSettings, search: dict[str, Distribution]) -> int:
-    """How many trials a searched variant runs: tune.num_samples, or with the grid sampler the grid's size."""
+    """How many trials a searched variant runs: tune.num_samples, or with the grid sampler the grid's size; one
+    where the search holds one configuration (each a one-value choice)."""
+    if single_point(search) is not None:
+        return 1
     return grid_size(search) if settings.sampler == "grid" else settings.num_samples
 
 
@@ -149,6 +152,21 @@ def grid_notice(settings: TuneSettings, search: Search, variant: str) -> str | N
     return (
         f"[{variant}] grid sampler: {search.num_samples} grid points, each run once "
         f"(tune.num_samples {settings.num_samples} does not apply)"
+    )
+
+
+def single_run_notice(space: SearchSpace, variant: str) -> str | None:
+    """The line that says a variant with nothing to search runs one trial where tune.num_samples asks for more: a
+    search of one configuration, or no search in a space where no variant searches (a baseline beside searched
+    variants runs once, as tune.num_samples says)."""
+    search, num_samples = space.variants[variant].search, space.tune.num_samples
+    point, searching = single_point(search), any(v.search for v in space.variants.values())
+    if num_samples == 1 or (search and point is None) or (not search and searching):
+        return None
+    what = "its search holds one configuration (" + ", ".join(f"{k}: {v!r}" for k, v in (point or {}).items()) + ")"
+    return (
+        f"[{variant}] nothing to search: {what if search else 'no variant of the space has a search section'}; "
+        f"one trial, as every other would repeat it (tune.num_samples {num_samples} does not apply)"
     )
 
 

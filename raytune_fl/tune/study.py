@@ -37,7 +37,14 @@ from raytune_fl.tune.edges import edge_flags
 from raytune_fl.tune.events import Watch, Watcher
 from raytune_fl.tune.interrupt import resume_command
 from raytune_fl.tune.outcome import VariantOutcome, selected_schedule, summarise
-from raytune_fl.tune.search import Resumed, Search, close_optuna_trials, grid_notice, make_search
+from raytune_fl.tune.search import (
+    Resumed,
+    Search,
+    close_optuna_trials,
+    grid_notice,
+    make_search,
+    single_run_notice,
+)
 from raytune_fl.tune.tuner import fit, new_tuner, restorable, restore_tuner, run_config, study_trainable
 from raytune_fl.tune.warm_start import WarmPoints
 
@@ -97,8 +104,9 @@ def run_variant(
     resumed = Resumed(resume.optuna_study) if resume else None
     enqueued = warm_start.configs if warm_start is not None and space.variants[variant_name].search else ()
     search = make_search(space, variant_name, stamp, options.optuna_storage, resumed, key, enqueued)
-    if (notice := grid_notice(settings, search, variant_name)) is not None:
-        options.out(notice)
+    for notice in (grid_notice(settings, search, variant_name), single_run_notice(space, variant_name)):
+        if notice is not None:
+            options.out(notice)
     storage = resolve_storage(options.storage)
     restore_from = _restore_path(resume, storage, variant_name, options.out)
     data = data or (prepare_data(base) if tracker is not None else None)  # what every trial builds, seeded

@@ -51,3 +51,22 @@ def test_settings_span_every_combination_and_splits_label_each_partition_seed():
 def test_partition_seeds_below_one_are_refused():
     with pytest.raises(ConfigError, match=r"^--partition-seeds"):
         check_partition_seeds(0, [])
+
+
+def test_a_number_is_labelled_as_its_field_holds_it_however_it_was_typed():
+    # YAML reads 1e-1 as text and 1 as an integer; alpha holds floats, rounds integers
+    space = parse_space(tiny_space())
+    found = settings(space, as_fields(parse_grid(["alpha=1e-1,1"], "--per-setting")), "--per-setting")
+    assert list(found) == ["partition.alpha=0.1", "partition.alpha=1.0"]
+    assert [experiment.partition.alpha for experiment in found.values()] == [0.1, 1.0]
+    assert list(settings(space, parse_grid(["rounds=2,3"]))) == ["rounds=2", "rounds=3"]
+
+
+def test_two_spellings_of_one_number_are_refused_as_one_setting():
+    space = parse_space(tiny_space())
+    with pytest.raises(ConfigError) as error:
+        settings(space, parse_grid(["alpha=0.1,1e-1"]))
+    assert str(error.value) == (
+        "--grid alpha=1e-1: the same setting as alpha=0.1 (alpha=0.1: numbers are compared as numbers); give each "
+        "value once"
+    )

@@ -757,6 +757,22 @@ CASES = [
         ["base.root", "holds one class folder (cat)", "at least 2"],
         changed_space(("base.dataset", "image_folder"), ("base.root", str(BAD_DATA / "one_class_folder"))),
     ),
+    # ---------------------------------------------------------------- issue 59: careless inputs, new set
+    Case(
+        "objective-against-its-sense",
+        ["tune.metric: [val_loss: max] maximises a metric that improves as it falls", "tune.against_sense"],
+        changed_space(("tune.metric", [{"val_loss": "max"}])),
+    ),
+    Case(
+        "objective-direction-maximize",
+        ["tune.metric.0.val_acc: Input should be 'max' or 'min' (got 'maximize'); did you mean 'max'?"],
+        changed_space(("tune.metric", [{"val_acc": "maximize"}])),
+    ),
+    Case(
+        "per-setting-one-number-twice",
+        ["--per-setting partition.alpha=1e-1: the same setting as partition.alpha=0.1", "give each value once"],
+        args=["--per-setting", "alpha=0.1,1e-1"],
+    ),
 ]
 
 

@@ -16,6 +16,7 @@ from PIL import Image
 
 from raytune_fl.config import ConfigError, ExperimentConfig, parse_space
 from raytune_fl.data import DATASETS, ArrayDataset, check_options, load_dataset, to_array_dataset
+from raytune_fl.data.datasets import image_layout
 from tests.support import REPO, tiny_space
 from tests.support.data_files import (
     BAD_DATA,
@@ -102,6 +103,25 @@ def test_a_declared_layout_that_does_not_fit_the_splits_is_refused(tmp_path):
     path = save(tmp_path / "mixed.npz", x_train=x_train, y_train=[0, 1], x_test=x_test, y_test=[1])
     with pytest.raises(ValueError, match=r"x_train images are \(3, 8, 8\) but x_test's \(8, 3, 8\)"):
         load_dataset("npz", options={"path": path})
+
+
+def test_a_declared_layout_that_reads_implausible_channels_is_refused_naming_the_other(tmp_path):
+    x = pixels((2, 8, 8, 3))  # three 8x8 channels, channels last
+    path = save(tmp_path / "hwc.npz", x_train=x, y_train=[0, 1], x_test=x[:1], y_test=[1])
+    with pytest.raises(ValueError) as error:
+        load_dataset("npz", options={"path": path, "layout": "nchw"})  # would be 8 channels of 8x3 images
+    assert str(error.value) == (
+        f"npz: {path}: layout nchw reads x_train (2, 8, 8, 3) as 8 channel(s) of 8x3 images; nhwc reads it as 3 "
+        "channel(s) of 8x8, as images usually are: set base.dataset_options.layout: nhwc (or leave it unset: read "
+        "off the shape)"
+    )
+    assert load_dataset("npz", options={"path": path, "layout": "nhwc"}).x_train.shape == (2, 3, 8, 8)
+    how = "return layout: 'nchw' or 'nhwc' in the loader's mapping"
+    with pytest.raises(ValueError, match=r"layout nhwc reads x_train \(2, 3, 8, 8\) as 8 channel\(s\) of 3x8 images; "
+                       r"nchw reads .* return layout: 'nchw' in the loader's mapping"):  # fmt: skip
+        image_layout("dataset 'mine'", (2, 3, 8, 8), "nhwc", how)
+    # many channels where no other axis could hold them: multispectral data, declared, is read as declared
+    assert image_layout("x", (2, 13, 64, 64), "nchw", how) == "nchw" and image_layout("x", (2, 8, 8, 8), "nchw", how)
 
 
 # ---- npz: the classes -----------------------------------------------------------------------------------------

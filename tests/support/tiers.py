@@ -308,7 +308,6 @@ NOT_COVERED: dict[str, frozenset[str]] = {
             "raytune_fl.export",
             "raytune_fl.export.model_helper",
             "raytune_fl.export.trial_model",
-            "raytune_fl.runtime.storage",
             "raytune_fl.tracking.models",
             "raytune_fl.tune.edges",
             "raytune_fl.tune.events",

@@ -8,7 +8,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, HyperBandScheduler
 
 from raytune_fl.config import parse_space
 from raytune_fl.runtime import optuna_storage as optuna_db
-from raytune_fl.tune.search import Resumed, grid_notice, make_search
+from raytune_fl.tune.search import Resumed, grid_notice, make_search, single_run_notice
 from tests.support import changed_space, tiny_space
 
 
@@ -119,3 +119,22 @@ def test_a_restored_hyperband_puts_no_ended_trial_in_a_bracket():
     scheduler.on_trial_complete(None, ended, {})  # an ended trial's late news is no error
     [bracket] = [b for band in scheduler._hyperbands for b in band if b is not None]
     assert list(bracket._live_trials) == [running]
+
+
+def test_a_search_of_one_configuration_runs_one_trial_and_says_so():
+    one = {"mu": {"choice": [0.1]}, "lambda": {"choice": [2.0]}}
+    space = parse_space(changed_space(("tune.num_samples", 2), ("variants.full.search", one)))
+    search = make_search(space, "full", "stamp")
+    assert search.num_samples == 1 and search.algorithm is not None  # Optuna still hands the trial its values
+    assert single_run_notice(space, "full") == (
+        "[full] nothing to search: its search holds one configuration (mu: 0.1, lambda: 2.0); one trial, as every "
+        "other would repeat it (tune.num_samples 2 does not apply)"
+    )
+    assert single_run_notice(_space(), "full") is None  # a real search
+    assert single_run_notice(_space(), "fedavg") is None  # a baseline beside a searched variant: as documented
+    nothing = parse_space(changed_space(("tune.num_samples", 2), ("variants", {"fedavg": {"method": "fedavg"}})))
+    assert make_search(nothing, "fedavg", "stamp").num_samples == 1
+    assert single_run_notice(nothing, "fedavg") == (
+        "[fedavg] nothing to search: no variant of the space has a search section; one trial, as every other would "
+        "repeat it (tune.num_samples 2 does not apply)"
+    )
