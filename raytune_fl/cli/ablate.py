@@ -225,7 +225,7 @@ def _check(args: argparse.Namespace) -> Checked:
     _check_metric(args.metric, experiments)
     uri = common.check_mlflow_uri(args)
     common.check_address(args.address)
-    common.check_cluster_fits(args.address, space.base.resources)
+    common.check_cluster_fits(args.address, space.base.resources, space.base.precision)
     out_dir = Path(args.out or Path("reports") / space.name)
     common.check_new_folder(out_dir, "--out")
     data = {}

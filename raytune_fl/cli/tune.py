@@ -112,7 +112,7 @@ def _main(args: argparse.Namespace, state: stopping.StopState) -> int:
         uri = common.check_mlflow_uri(args)
         optuna_url, optuna_new = _check_optuna_storage(args, space, variants, uri)
         common.check_address(args.address)
-        common.check_cluster_fits(args.address, space.base.resources)
+        common.check_cluster_fits(args.address, space.base.resources, space.base.precision)
         manifest = _resumed_manifest(args, space, uri, optuna_url) if args.resume else None
         studies = _warm_started(space, _studies(args, space, variants), uri)
     except (ConfigError, UnknownNameError) as error:
