@@ -32,6 +32,22 @@ from raytune_fl.tune.pbt import make_pbt, tune_domain
 from raytune_fl.tune.space import optuna_space
 
 
+# Optuna 4: "... this `step` 3 is already reported."; 5: "... this `step=3` is already reported."
+_STEP_REPORTED = r"The reported value is ignored because this `step"
+
+
+class OptunaSearchOnce(OptunaSearch):
+    """Tune's OptunaSearch, each step reported to Optuna once. A trial resumed (or restarted) from a checkpoint
+    taken before its last reported round runs that round again and Tune reports it under the same
+    training_iteration: Optuna keeps the first value, as wanted (the same round of the same seeded trial), but
+    warns "step already reported" on the console; that warning alone is silenced here."""
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        with warnings.catch_warnings():  # Tune's loop is one thread: the filter touches no other report
+            warnings.filterwarnings("ignore", message=_STEP_REPORTED)
+            super().on_trial_result(trial_id, result)
+
+
 @dataclass(frozen=True)
 class Search:
     """How a variant's trials are proposed and stopped."""
@@ -214,7 +230,7 @@ def make_search(
         named = f"{space.name}-{key or variant_name}"
         study = resumed.study if resumed is not None else optuna_db.unused_study_name(rdb, named, stamp)
     metric, mode = objective_args(settings)
-    algorithm = OptunaSearch(
+    algorithm = OptunaSearchOnce(
         space=optuna_space(variant.search),
         metric=metric,
         mode=mode,

@@ -8,7 +8,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, HyperBandScheduler
 
 from raytune_fl.config import parse_space
 from raytune_fl.runtime import optuna_storage as optuna_db
-from raytune_fl.tune.search import Resumed, grid_notice, make_search
+from raytune_fl.tune.search import OptunaSearchOnce, Resumed, grid_notice, make_search
 from tests.support import changed_space, tiny_space
 
 
@@ -119,3 +119,14 @@ def test_a_restored_hyperband_puts_no_ended_trial_in_a_bracket():
     scheduler.on_trial_complete(None, ended, {})  # an ended trial's late news is no error
     [bracket] = [b for band in scheduler._hyperbands for b in band if b is not None]
     assert list(bracket._live_trials) == [running]
+
+
+def test_a_round_run_again_after_a_restore_is_reported_to_optuna_once_without_a_warning(recwarn):
+    search = OptunaSearchOnce(
+        space={"mu": optuna.distributions.FloatDistribution(0.0, 1.0)}, metric="val_acc", mode="max"
+    )
+    assert search.suggest("t1") is not None
+    for step, value in ((1, 0.25), (2, 0.5), (2, 0.75), (3, 0.875)):  # round 2 again: resumed from round 1's checkpoint
+        search.on_trial_result("t1", {"val_acc": value, "training_iteration": step})
+    assert search._ot_trials["t1"]._cached_frozen_trial.intermediate_values == {1: 0.25, 2: 0.5, 3: 0.875}
+    assert not [w for w in recwarn if "already reported" in str(w.message)]
