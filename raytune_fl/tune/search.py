@@ -31,7 +31,6 @@ from raytune_fl.runtime import optuna_storage as optuna_db
 from raytune_fl.tune.pbt import make_pbt, tune_domain
 from raytune_fl.tune.space import optuna_space
 
-
 # Optuna 4: "... this `step` 3 is already reported."; 5: "... this `step=3` is already reported."
 _STEP_REPORTED = r"The reported value is ignored because this `step"
 
