@@ -199,7 +199,10 @@ def _main(args: argparse.Namespace, state: stopping.StopState) -> int:
         tracker = _open(args, checked)
     except ConfigError as error:
         return common.fail(error)
-    plan, outcome = _run(args, checked, tracker, plan, resume, state)
+    try:
+        plan, outcome = _run(args, checked, tracker, plan, resume, state)
+    except ConfigError as error:  # a cell's configuration error, found in its trial (tune/refusal.py): no "next"
+        return common.fail(error)
     return _report(args, checked, plan, outcome, tracker.experiment_id)
 
 

@@ -256,11 +256,9 @@ def _run_variants(
     options = StudyOptions(
         args.storage, stores.tracker, log_model=not args.no_models, optuna_storage=stores.optuna_url, exporter=exporter
     )
-    from raytune_fl.tune.warm_start import WarmStartError
-
     try:
         outcomes = _each_study(args, studies, stores.manifest, options, state)
-    except WarmStartError as error:  # a source's configurations do not fit: said before that study started
+    except ConfigError as error:  # a warm start's source that does not fit, or a trial's config error: no "next"
         return common.fail(error)
     state.cut = "every variant had finished; the summary was not printed"
     # every variant's scores are over the same validation images (a setting's own partition: the outcomes say)

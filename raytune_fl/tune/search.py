@@ -29,6 +29,7 @@ from raytune_fl.config.space import Stopping, grid_size
 from raytune_fl.metrics import ROUND
 from raytune_fl.runtime import optuna_storage as optuna_db
 from raytune_fl.tune.pbt import make_pbt, tune_domain
+from raytune_fl.tune.refusal import refusal
 from raytune_fl.tune.space import optuna_space
 
 # Optuna 4: "... this `step` 3 is already reported."; 5: "... this `step=3` is already reported."
@@ -45,6 +46,11 @@ class OptunaSearchOnce(OptunaSearch):
         with warnings.catch_warnings():  # Tune's loop is one thread: the filter touches no other report
             warnings.filterwarnings("ignore", message=_STEP_REPORTED)
             super().on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if refusal(result) is not None:  # a trial's configuration error (tune/refusal.py): failed, never scored
+            result, error = None, True
+        super().on_trial_complete(trial_id, result=result, error=error)
 
 
 @dataclass(frozen=True)
