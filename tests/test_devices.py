@@ -5,13 +5,23 @@ random draws and the pooling give exactly what they replaced."""
 from __future__ import annotations
 
 import os
+import platform
 
 import pytest
 import torch
 from torch import nn
 
 from raytune_fl.config import ConfigError, ResourcesConfig, SearchSpace, override
-from raytune_fl.devices import CUBLAS_WORKSPACE, GpuShares, gpu_shares, reproducible
+from raytune_fl.devices import (
+    CUBLAS_WORKSPACE,
+    GpuShares,
+    bf16_refusal,
+    cpu_flags,
+    cpu_has_bf16,
+    gpu_shares,
+    local_cpu_has_bf16,
+    reproducible,
+)
 from raytune_fl.engine.augment import AugmentDraws, AugmentSpec, augment_batch
 from raytune_fl.models.pooling import GlobalAvgPool2d
 from raytune_fl.tune.resources import trial_bundles
@@ -51,6 +61,58 @@ def test_a_gpu_share_nobody_would_use_or_cuda_without_a_reservation_is_refused_b
     with pytest.raises(ConfigError, match=r"driver_gpus"):
         override(space, {"base.resources.driver_gpus": 0.00001}, source="test")
     assert override(space, {"base.resources.device": "cuda", "base.resources.gpus_per_actor": 0.5}, source="test")
+
+
+AVX512 = {"sse4_2", "avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "machine", "bf16"),
+    [
+        (AVX512, "x86_64", True),  # AVX-512 core: oneDNN's bf16 kernels (emulated through fp32)
+        (AVX512 | {"avx512_bf16", "amx_bf16"}, "x86_64", True),
+        ({"sse4_2", "avx2", "fma"}, "x86_64", False),  # an AVX2-only CPU: the careless input's machine
+        (AVX512 - {"avx512vl"}, "AMD64", False),  # Knights Landing's AVX-512 lacks VL, BW and DQ
+        ({"avx2", "avx_ne_convert", "avx_vnni_int8"}, "x86_64", True),  # AVX2-VNNI-2 (Sierra Forest)
+        ({"fp", "asimd", "bf16"}, "aarch64", True),
+        ({"fp", "asimd"}, "aarch64", False),
+        ({"avx512f"}, "ppc64le", None),  # another architecture: left to the trial's own check
+    ],
+)
+def test_a_cpus_bf16_is_read_from_its_feature_flags(flags, machine, bf16):
+    assert cpu_has_bf16(flags, machine) is bf16
+
+
+def test_the_flags_say_what_torch_says_on_this_machine(tmp_path):
+    # the driver never imports torch: its answer from /proc/cpuinfo must be the one the trial's torch gives
+    if local_cpu_has_bf16() is None:
+        pytest.skip(f"no readable CPU flags on {platform.machine()}")
+    assert local_cpu_has_bf16() is bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n\nprocessor\t: 1\nflags\t\t: fpu avx2 avx512f\n")
+    assert cpu_flags(info) == {"fpu", "avx2", "avx512f"} and cpu_flags(tmp_path / "none") is None
+
+
+@pytest.mark.parametrize(
+    ("precision", "resources", "bf16", "refused"),
+    [
+        ("bf16", R(), False, True),  # the careless input: every process of the trial on this CPU
+        ("bf16", R(), True, False),
+        ("bf16", R(), None, False),  # flags unreadable: the trial checks
+        ("fp16", R(), False, False),  # fp16 autocast runs on every CPU
+        ("bf16", R(actors=0, gpus_per_actor=0.5), False, False),  # all on a GPU: the trial checks its GPU
+        ("bf16", R(actors=2, gpus_per_actor=0.5, driver_gpus=0), False, True),  # evaluation on the CPU
+        ("bf16", R(actors=0, gpus_per_actor=0.5, device="cpu"), False, True),
+    ],
+)
+def test_bf16_is_refused_before_ray_where_the_trials_compute_on_a_cpu_without_it(precision, resources, bf16, refused):
+    refusal = bf16_refusal(precision, resources, bf16)
+    assert (refusal is not None) is refused
+    if refused:
+        assert (
+            refusal.startswith("precision: 'bf16' needs a CPU with bfloat16 kernels")
+            and "use precision: fp32" in refusal
+        )
 
 
 def test_deterministic_kernels_switch_on_and_back_off(monkeypatch):

@@ -42,6 +42,7 @@ from raytune_fl.tracking.system_metrics import system_metrics_on
 from raytune_fl.tune.callbacks import ForwardInterrupt, MlflowTrialLogger, TrialEventsCallback, print_line
 from raytune_fl.tune.events import Watch, Watcher
 from raytune_fl.tune.interrupt import resume_command, tune_run
+from raytune_fl.tune.refusal import raise_refusal
 from raytune_fl.tune.resources import placement_group_factory
 from raytune_fl.tune.tuner import run_config
 
@@ -286,6 +287,7 @@ def _run_under(
             max_concurrent=plan.space.tune.max_concurrent,
             callbacks=[*followers, MlflowTrialLogger(trials)],
         )
+        raise_refusal(results, "the ablation")  # a cell's configuration error: the parent FAILED (tune/refusal.py)
         if options.log_models:
             log_cell_models(tracker, parent.run_id, results, {cell.key: cell for cell in todo}, data, out)
 

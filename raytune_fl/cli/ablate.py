@@ -201,7 +201,10 @@ def _main(args: argparse.Namespace, state: stopping.StopState) -> int:
         tracker = _open(args, checked)
     except ConfigError as error:
         return common.fail(error)
-    plan, outcome = _run(args, checked, tracker, plan, resume, state)
+    try:
+        plan, outcome = _run(args, checked, tracker, plan, resume, state)
+    except ConfigError as error:  # a cell's configuration error, found in its trial (tune/refusal.py): no "next"
+        return common.fail(error)
     return _report(args, checked, plan, outcome, tracker.experiment_id)
 
 
@@ -227,7 +230,7 @@ def _check(args: argparse.Namespace) -> Checked:
     _check_metric(args.metric, experiments)
     uri = common.check_mlflow_uri(args)
     common.check_address(args.address)
-    common.check_cluster_fits(args.address, space.base.resources)
+    common.check_cluster_fits(args.address, space.base.resources, space.base.precision)
     out_dir = Path(args.out or Path("reports") / space.name)
     common.check_new_folder(out_dir, "--out")
     data = {}

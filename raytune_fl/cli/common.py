@@ -374,14 +374,19 @@ def check_address(address: str | None) -> None:
         raise ConfigError(f"{source}: cannot join the Ray cluster: {error}") from None
 
 
-def check_cluster_fits(address: str | None, resources: ResourcesConfig) -> None:
+def check_cluster_fits(address: str | None, resources: ResourcesConfig, precision: str = "fp32") -> None:
     """Where the command would start a private local cluster: that one trial fits on it, counted before it starts
-    (`join_ray` checks a joined cluster, and this one again, once it is up)."""
+    (`join_ray` checks a joined cluster, and this one again, once it is up), and this CPU runs `precision` where
+    the trials compute on it (a trial would refuse it only once Ray and MLflow are up)."""
+    from raytune_fl.devices import bf16_refusal, local_cpu_has_bf16
     from raytune_fl.runtime import cluster
     from raytune_fl.tune.resources import check_fits, check_nodes_fit
 
     if not cluster.starts_private_cluster(address):
         return
+    refusal = bf16_refusal(precision, resources, local_cpu_has_bf16() if precision == "bf16" else None)
+    if refusal is not None:
+        raise ConfigError(refusal)
     totals = cluster.private_cluster_resources()
     if totals is None:
         return

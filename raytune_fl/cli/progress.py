@@ -306,6 +306,13 @@ def first_start_line(state: ProgressState, trial: TrialProgress) -> str:
     )
 
 
+def repeated_round(shown: int, result: dict[str, Any]) -> bool:
+    """Whether `result` reports a round at or before `shown`, the trial's last round already reported (or reached
+    before the restore): a round run again after a restart from an older checkpoint."""
+    reported = result.get(ROUND)
+    return reported is not None and int(reported) <= shown
+
+
 def round_line(state: ProgressState, trial: TrialProgress, result: dict[str, Any]) -> str:
     """(--verbose) one line per trial round."""
 
@@ -435,10 +442,13 @@ class ConsoleProgress:
         self.display.tick()
 
     def reported(self, trial_id: str, result: dict[str, Any]) -> None:
+        # a trial resumed or restarted from a checkpoint older than its last reported round runs that round again:
+        # its line was printed the first time
+        again = repeated_round(self.state.trial(trial_id).round, result)
         reported = self.state.reported(trial_id, result)
         if self.state.rounds_run == 1:
             settled()  # the first trial's start-up is over, though nothing may be printed until a trial ends
-        if self.display.verbose:
+        if self.display.verbose and not again:
             self.display.line(round_line(self.state, reported, result))
         self.display.tick()
 

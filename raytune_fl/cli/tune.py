@@ -113,7 +113,7 @@ def _main(args: argparse.Namespace, state: stopping.StopState) -> int:
         uri = common.check_mlflow_uri(args)
         optuna_url, optuna_new = _check_optuna_storage(args, space, variants, uri)
         common.check_address(args.address)
-        common.check_cluster_fits(args.address, space.base.resources)
+        common.check_cluster_fits(args.address, space.base.resources, space.base.precision)
         manifest = _resumed_manifest(args, space, uri, optuna_url) if args.resume else None
         studies = _warm_started(space, _studies(args, space, variants), uri)
     except (ConfigError, UnknownNameError) as error:
@@ -257,11 +257,9 @@ def _run_variants(
     options = StudyOptions(
         args.storage, stores.tracker, log_model=not args.no_models, optuna_storage=stores.optuna_url, exporter=exporter
     )
-    from raytune_fl.tune.warm_start import WarmStartError
-
     try:
         outcomes = _each_study(args, studies, stores.manifest, options, state)
-    except WarmStartError as error:  # a source's configurations do not fit: said before that study started
+    except ConfigError as error:  # a warm start's source that does not fit, or a trial's config error: no "next"
         return common.fail(error)
     state.cut = "every variant had finished; the summary was not printed"
     # every variant's scores are over the same validation images (a setting's own partition: the outcomes say)

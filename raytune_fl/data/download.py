@@ -124,6 +124,38 @@ class ChecksumError(ValueError, RaytuneFLError):
     """A fetched file's md5 is not the expected one."""
 
 
+class FormatError(ValueError, RaytuneFLError):
+    """A fetched file is not of the kind its name says (a mirror's error page saved under an archive's name)."""
+
+
+# what a file of each kind begins with: a mirror's HTML page under an archive's name is caught as it arrives, not
+# left in root for a reader to fail on with a puzzling error
+SIGNATURES: dict[str, tuple[str, tuple[bytes, ...]]] = {
+    ".gz": ("gzip file", (b"\x1f\x8b",)),
+    ".tgz": ("gzip file", (b"\x1f\x8b",)),
+    ".bz2": ("bzip2 file", (b"BZh",)),
+    ".zip": ("zip archive", (b"PK\x03\x04", b"PK\x05\x06")),  # the second: an empty zip
+    ".mat": ("MATLAB file", (b"MATLAB",)),  # v5 and v7.3 (HDF5) alike start with this text header
+}
+HEAD = 32  # bytes of a wrong file quoted in the message
+
+
+def not_its_kind(filename: str, head: bytes) -> str | None:
+    """Why a file named `filename` that begins with `head` is not what its name says ("not a bzip2 file: it begins
+    with b'<html>...'"), or None: it is, or its suffix has no known signature."""
+    for suffix, (kind, magics) in SIGNATURES.items():
+        if filename.endswith(suffix):
+            if head.startswith(magics):
+                return None
+            return f"not a {kind}: it begins with {head[:HEAD]!r}" if head else f"not a {kind}: it is empty"
+    return None
+
+
+def _head(path: Path) -> bytes:
+    with path.open("rb") as f:
+        return f.read(HEAD)
+
+
 def mirror_url(base: str, filename: str) -> str:
     """`filename` on the mirror `base` (a URL that already names the file is taken as it is)."""
     if urllib.parse.urlsplit(base).path.rsplit("/", 1)[-1] == filename:
@@ -147,6 +179,7 @@ def ensure_files(
     if root is None:
         raise FileNotFoundError(f"{dataset}: download: true needs `root`, the folder to download into; set base.root")
     base = Path(root).expanduser().resolve()
+    _remove_wrong_kind(dataset, base, targets)
     if _present(base, targets):
         return
     fetch = plan()
@@ -201,6 +234,17 @@ def expected_md5s(dataset: str, plan: Plan, given: str | dict[str, str] | None) 
     if unknown:
         raise ValueError(f"{GIVEN}: {unknown[0]!r} is not a file {dataset} downloads; its files: {names}")
     return md5s | {name: (md5, GIVEN) for name, md5 in given.items()}
+
+
+def _remove_wrong_kind(dataset: str, base: Path, targets: Sequence[str]) -> None:
+    """Remove the files under root that download: true would read and that are not what their names say (left by
+    a mirror before this check, or put there by hand), so they are fetched again; each is named on stderr."""
+    for target in targets:
+        path = base / target
+        why = not_its_kind(path.name, _head(path)) if path.is_file() else None
+        if why is not None:
+            path.unlink()
+            say(f"{dataset}: removed {path} ({why}); fetching it again")
 
 
 def _present(base: Path, targets: Sequence[str]) -> bool:
@@ -282,7 +326,11 @@ def _fetch_all(
         target = folder / resource.filename
         found = file_md5(target) if target.is_file() else None
         if found == md5:
-            continue  # fetched before (its unpacking cut short) or put there by hand: intact, not fetched again
+            why = not_its_kind(target.name, _head(target))
+            if why is None:
+                continue  # fetched before (its unpacking cut short) or put there by hand: intact, not fetched again
+            target.unlink()
+            raise FormatError(_wrong_kind(dataset, target.name, str(target.parent), why, origin))
         _fetch(dataset, target, urls, (md5, origin, found), written, layout)
     UNPACKERS[plan.unpack](plan, folder, written)
 
@@ -325,6 +373,10 @@ def _fetch(
                 f"{dataset}: {target.name} from {url} has md5 {actual}, expected {md5} ({origin}); the file was "
                 f"removed; {fix}"
             )
+        why = not_its_kind(target.name, _head(part))
+        if why is not None:
+            part.unlink(missing_ok=True)
+            raise FormatError(_wrong_kind(dataset, target.name, url, why, origin))
         written.replace(part, target)
         return
     there = f" (the {target.name} there has md5 {found}, not {md5}, {origin})" if found else ""
@@ -332,6 +384,17 @@ def _fetch(
         f"{dataset}: could not download {target.name} from {', '.join(failures)}; put the files under "
         f"{target.parent} as torchvision lays them out ({layout}), or set dataset_options.download_url to a "
         f"reachable mirror{there}"
+    )
+
+
+def _wrong_kind(dataset: str, filename: str, source: str, why: str, origin: str) -> str:
+    """The message for a file that matched its md5 yet is not what its name says: only a given md5 can match it."""
+    md5 = f"{GIVEN} holds this wrong file's md5" if origin == GIVEN else f"it matched {origin}"
+    return (
+        f"{dataset}: {filename} from {source} is {why}; the file was removed; {md5}: set "
+        "dataset_options.download_url to a mirror serving the real file (an error page or a login page is served "
+        f"with status 200 by some sites), and {GIVEN} to the real file's md5, or leave {GIVEN} unset to check the "
+        "official one"
     )
 
 

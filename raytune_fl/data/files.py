@@ -246,7 +246,7 @@ def torchvision_dataset(root: str | None = None, options: TorchvisionOptions | N
     if options.download:
         targets, plan = torchvision_files(options.name, options.split)
         ensure_files(f"torchvision {options.name}", root, targets, options, lambda: plan, TORCHVISION[options.name])
-    return _torchvision(options.name, _absolute(root), options.split)
+    return _torchvision(options.name, _absolute(root), options.split, options.download)
 
 
 register_builtin("torchvision", torchvision_dataset, options=TorchvisionOptions)
@@ -280,8 +280,8 @@ def torchvision_files(name: str, split: str | None) -> tuple[tuple[str, ...], Pl
 
 
 @functools.lru_cache(maxsize=4)
-def _torchvision(name: str, root: str, split: str | None = None) -> ArrayDataset:
-    splits = [_torchvision_split(name, root, split, train) for train in (True, False)]
+def _torchvision(name: str, root: str, split: str | None = None, download: bool = False) -> ArrayDataset:
+    splits = [_torchvision_split(name, root, split, train, download) for train in (True, False)]
     (x_train, y_train, _), (x_test, y_test, classes) = splits
     if split == "letters":  # labels 1..26: torchvision's class 0 ("N/A") holds no image
         y_train, y_test, classes = np.asarray(y_train) - 1, np.asarray(y_test) - 1, classes[1:]
@@ -294,8 +294,11 @@ def _torchvision(name: str, root: str, split: str | None = None) -> ArrayDataset
     return ArrayDataset(label, x_train, y_train, x_test, y_test, count, class_names=names)
 
 
-def _torchvision_split(name: str, root: str, split: str | None, train: bool) -> tuple[np.ndarray, np.ndarray, list]:
-    """One split as uint8 images (N, C, H, W), labels and the class names (empty where torchvision has none)."""
+def _torchvision_split(
+    name: str, root: str, split: str | None, train: bool, download: bool = False
+) -> tuple[np.ndarray, np.ndarray, list]:
+    """One split as uint8 images (N, C, H, W), labels and the class names (empty where torchvision has none);
+    `download`: dataset_options.download was set (the advice then is not to set it)."""
     import torchvision
 
     kwargs: dict[str, Any] = {"split": "train" if train else "test"} if name == "SVHN" else {"train": train}
@@ -304,10 +307,15 @@ def _torchvision_split(name: str, root: str, split: str | None, train: bool) -> 
     try:
         data = getattr(torchvision.datasets, name)(root, download=False, **kwargs)
     except (RuntimeError, OSError) as error:  # RuntimeError: "Dataset not found or corrupted. You can use ..."
+        fix = (
+            "remove them to have download: true fetch them again, from the official site or a dataset_options."
+            "download_url serving the official files"
+            if download
+            else "set dataset_options.download: true to fetch them"
+        )
         raise FileNotFoundError(
             f"torchvision {name}: not found or corrupted under {root} ({str(error).split('. ')[0]}); expected "
-            f"{TORCHVISION[name]} there, as torchvision downloads them, or set dataset_options.download: true to "
-            "fetch them"
+            f"{TORCHVISION[name]} there, as torchvision downloads them; {fix}"
         ) from None
     except (ValueError, AssertionError, EOFError, KeyError, TypeError, pickle.UnpicklingError) as error:
         raise ValueError(

@@ -64,6 +64,10 @@ TAG_DIVERGENCE = "divergence"  # not-a-metric: a tag (the reason, as the report'
 TAG_ROUNDS_COMPLETED = "rounds_completed"
 TAG_ACTOR_FAILURES = "actor_failures"  # not-a-metric: a tag (the run's total worker deaths)
 TAG_TRIAL_RESTARTS = "trial_restarts"
+TAG_FAILURE = "failure"  # a FAILED parent run: the first line of the error that ended it
+# an ablation cell's run cut by a stop, whose cell `ablate --resume` ran again: the id of the run that replaced it
+TAG_SUPERSEDED_BY = "superseded_by"
+SUPERSEDED_SUFFIX = " (superseded)"  # added to such a run's name: the UI never shows two runs of one cell
 TAG_DESCRIPTION = "mlflow.note.content"  # MLflow's own: the run's description (markdown) in the UI
 TAG_MODEL_ID = "model_id"  # a run that logged a model: its MLflow model id (load with models:/<id>)
 TAG_MODEL_RUN_ID = "model_run_id"  # tune parent: the trial run that logged the variant's best model

@@ -63,6 +63,7 @@ from raytune_fl.tracking.schema import (
     TAG_SEED,
     TAG_SETTING,
     TAG_STAGE,
+    TAG_SUPERSEDED_BY,
     TAG_TRIAL_ID,
     TAG_TRIAL_STATUS,
     TAG_TUNING_SEEDS,
@@ -268,6 +269,8 @@ def ablation_results(client: MlflowClient, experiment: str, parent_run_id: str) 
     rows = []
     for run in search_all(client, experiment, _tag(TAG_PARENT_RUN, parent_run_id)):
         tags, metrics = run.data.tags, run.data.metrics
+        if TAG_SUPERSEDED_BY in tags:  # a cut cell's run that --resume ran again: the new run is the cell's
+            continue
         rows.append(
             {
                 "run_id": run.info.run_id,
@@ -356,6 +359,17 @@ def study_with_trials(tracking_uri: str, parent_run_id: str) -> tuple[Run, list[
         raise LookupError(f"no MLflow run {parent_run_id} at {tracking_uri} ({type(error).__name__})") from None
     trials = child_runs(client, parent.info.experiment_id, parent_run_id)
     return parent, sorted(trials, key=lambda run: run.info.start_time)
+
+
+def cut_cell_runs(client: MlflowClient, experiment: str, parent_run_id: str, cell: str) -> list[Run]:
+    """The runs of ablation `cell` under the parent that did not run every round and are not superseded yet: what
+    a new run of the cell (ablate --resume) replaces."""
+    runs = search_all(client, experiment, _and(_tag(TAG_PARENT_RUN, parent_run_id), _tag(TAG_CELL, cell)))
+    return [
+        run
+        for run in runs
+        if run.data.tags.get(TAG_TRIAL_STATUS) not in RAN_EVERY_ROUND and TAG_SUPERSEDED_BY not in run.data.tags
+    ]
 
 
 def trial_run(client: MlflowClient, experiment: str, parent_run_id: str, trial_id: str) -> Run | None:

@@ -40,6 +40,7 @@ from raytune_fl.tracking.schema import (
     RUN_RUNNING,
     TAG_DESCRIPTION,
     TAG_EXPERIMENT_KIND,
+    TAG_FAILURE,
     TAG_INTERRUPTED,
     TAG_PARETO_FRONT,
     TAG_RESUME_COMMAND,
@@ -269,11 +270,11 @@ class StudyTracker:
 
         The block sets `metrics` and its end (`ParentRun.end_with`, a RunEnd) on the yielded ParentRun. When it
         ends: KeyboardInterrupt -> KILLED (tagged interrupted, with the record's resume command) and re-raised, any
-        other exception -> FAILED and re-raised, a normal exit -> the status the block set (FINISHED if none). Then
-        the open runs of the block's `trials` and any child still RUNNING are closed (KILLED,
-        trial_status=interrupted), the end's Pareto front is tagged, the partition record handed to
-        `log_partition_when_drawn` is logged (FAILED if it cannot be), and the parent finishes with its metrics,
-        tags and status. What a caller adds once the run has ended, it logs with `log_results`.
+        other exception -> FAILED (tagged failure: the error's first line) and re-raised, a normal exit -> the
+        status the block set (FINISHED if none). Then the open runs of the block's `trials` and any child still
+        RUNNING are closed (KILLED, trial_status=interrupted), the end's Pareto front is tagged, the partition record
+        handed to `log_partition_when_drawn` is logged (FAILED if it cannot be), and the parent finishes with its
+        metrics, tags and status. What a caller adds once the run has ended, it logs with `log_results`.
         """
         new = run_id is None
         if run_id is None:
@@ -290,8 +291,9 @@ class StudyTracker:
             if record.resume_command:  # what `ablate` names when it refuses a stopped study's variant
                 parent.tags[TAG_RESUME_COMMAND] = record.resume_command
             raise
-        except BaseException:
+        except BaseException as error:
             parent.status = RUN_FAILED
+            parent.tags[TAG_FAILURE] = (str(error).strip() or type(error).__name__).splitlines()[0][:500]
             raise
         finally:
             self._close_parent(parent, started)

@@ -35,12 +35,15 @@ from raytune_fl.tracking.schema import (
     RUN_KILLED,
     RUN_RUNNING,
     SPECTRUM_FILE,
+    SUPERSEDED_SUFFIX,
     TAG_ACTOR_FAILURES,
+    TAG_CELL,
     TAG_DIVERGENCE,
     TAG_PARENT_RUN,
     TAG_REPLAY_DIFFERED,
     TAG_RESUMED,
     TAG_ROUNDS_COMPLETED,
+    TAG_SUPERSEDED_BY,
     TAG_TRIAL_ID,
     TAG_TRIAL_RESTARTS,
     TAG_TRIAL_STATUS,
@@ -157,6 +160,8 @@ class TrialTracker:
             }
             run = self.client.create_run(experiment, run_name=described.name, tags=tags)
             run_id = run.info.run_id
+            if self.resuming and TAG_CELL in tags:
+                self._supersede(tags[TAG_CELL], run_id)
             self.tracker.log_params(run_id, described.params)
             self.tracker.log_datasets(run_id, list(described.datasets))
             if described.description:
@@ -165,6 +170,15 @@ class TrialTracker:
         self.history[trial_id] = rows
         self.lists[trial_id] = {key: [] for key in _ROUND_LISTS}
         return run_id
+
+    def _supersede(self, cell: str, run_id: str) -> None:
+        """An ablation cell run again by --resume (a new Tune run: a new trial, so a new run): its cut runs are
+        tagged superseded_by and renamed, so that neither the UI nor the results show two runs of the cell."""
+        for old in store.cut_cell_runs(self.client, self.tracker.experiment_id, self.parent_run_id, cell):
+            if old.info.run_id == run_id:
+                continue
+            self.client.set_tag(old.info.run_id, TAG_SUPERSEDED_BY, run_id)
+            self.client.update_run(old.info.run_id, name=f"{old.info.run_name}{SUPERSEDED_SUFFIX}")
 
     def log_round(self, trial_id: str, config: dict[str, Any], report: RoundReport) -> None:
         """A round's report: its metrics (step = round), its per-round lists, whether the trial diverged (its last

@@ -15,6 +15,7 @@ from raytune_fl.tracking import TrialTracker
 from raytune_fl.tracking.background import SerialWriter
 from raytune_fl.tune import interrupt
 from raytune_fl.tune.events import TrialEvents
+from raytune_fl.tune.refusal import refusal
 from raytune_fl.tune.selection import beats, candidacy
 
 # Ray Tune's own bookkeeping keys in a trial's result: not the round's report
@@ -74,10 +75,12 @@ class MlflowTrialLogger(tune.Callback):
         self.writer.submit(self.trials.open, trial.trial_id, dict(trial.config))
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        self.writer.submit(self.trials.log_round, trial.trial_id, dict(trial.config), round_report(result))
+        if refusal(result) is None:  # a configuration error's report is no round (tune/refusal.py)
+            self.writer.submit(self.trials.log_round, trial.trial_id, dict(trial.config), round_report(result))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.writer.submit(self.trials.complete, trial.trial_id)
+        refused = refusal(trial.last_result) is not None
+        self.writer.submit(self.trials.fail if refused else self.trials.complete, trial.trial_id)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.writer.submit(self.trials.fail, trial.trial_id)
@@ -140,7 +143,8 @@ class TrialEventsCallback(tune.Callback):
             self._adopted = True
             for trial in trials:
                 if trial.status in ("TERMINATED", "ERROR"):
-                    self.events.restored(trial.trial_id, trial.config, trial.last_result, trial.status == "ERROR")
+                    failed = trial.status == "ERROR" or refusal(trial.last_result) is not None
+                    self.events.restored(trial.trial_id, trial.config, trial.last_result, failed)
         self.events.tick()
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
@@ -150,10 +154,14 @@ class TrialEventsCallback(tune.Callback):
         self.events.started(trial.trial_id, trial.config, int((trial.last_result or {}).get(ROUND) or 0))
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        self.events.reported(trial.trial_id, result)
+        if refusal(result) is None:
+            self.events.reported(trial.trial_id, result)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.events.completed(trial.trial_id, trial.last_result)
+        if refusal(trial.last_result) is not None:  # the driver says the error itself, once (tune/refusal.py)
+            self.events.errored(trial.trial_id, None)
+        else:
+            self.events.completed(trial.trial_id, trial.last_result)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.events.errored(trial.trial_id, trial.error_file)

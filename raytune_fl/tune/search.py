@@ -29,7 +29,28 @@ from raytune_fl.config.space import Stopping, grid_size, single_point
 from raytune_fl.metrics import ROUND
 from raytune_fl.runtime import optuna_storage as optuna_db
 from raytune_fl.tune.pbt import make_pbt, tune_domain
+from raytune_fl.tune.refusal import refusal
 from raytune_fl.tune.space import optuna_space
+
+# Optuna 4: "... this `step` 3 is already reported."; 5: "... this `step=3` is already reported."
+_STEP_REPORTED = r"The reported value is ignored because this `step"
+
+
+class OptunaSearchOnce(OptunaSearch):
+    """Tune's OptunaSearch, each step reported to Optuna once. A trial resumed (or restarted) from a checkpoint
+    taken before its last reported round runs that round again and Tune reports it under the same
+    training_iteration: Optuna keeps the first value, as wanted (the same round of the same seeded trial), but
+    warns "step already reported" on the console; that warning alone is silenced here."""
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        with warnings.catch_warnings():  # Tune's loop is one thread: the filter touches no other report
+            warnings.filterwarnings("ignore", message=_STEP_REPORTED)
+            super().on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if refusal(result) is not None:  # a trial's configuration error (tune/refusal.py): failed, never scored
+            result, error = None, True
+        super().on_trial_complete(trial_id, result=result, error=error)
 
 
 @dataclass(frozen=True)
@@ -232,7 +253,7 @@ def make_search(
         named = f"{space.name}-{key or variant_name}"
         study = resumed.study if resumed is not None else optuna_db.unused_study_name(rdb, named, stamp)
     metric, mode = objective_args(settings)
-    algorithm = OptunaSearch(
+    algorithm = OptunaSearchOnce(
         space=optuna_space(variant.search),
         metric=metric,
         mode=mode,

@@ -37,6 +37,7 @@ from raytune_fl.tune.edges import edge_flags
 from raytune_fl.tune.events import Watch, Watcher
 from raytune_fl.tune.interrupt import resume_command
 from raytune_fl.tune.outcome import VariantOutcome, selected_schedule, summarise
+from raytune_fl.tune.refusal import raise_refusal
 from raytune_fl.tune.search import (
     Resumed,
     Search,
@@ -129,6 +130,7 @@ def run_variant(
         results = fit(_tuner(trials, restore_from, storage, callbacks, name, search, settings))
         if search.optuna_study is not None and options.optuna_storage is not None:  # the study is in that storage
             close_optuna_trials(options.optuna_storage, search.optuna_study, variant_name, options.out)
+        raise_refusal(results, f"variant {key}")  # a configuration error: the parent FAILED, no selection
         selected = _select(results, variant_name, trials, space, val_samples, search.pbt)
         outcome, best = _placed(selected[0], parent_run_id, storage, search, started, setting), selected[1]
         outcome.warm_start = warmed.describe() if warmed is not None else ""

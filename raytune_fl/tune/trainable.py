@@ -28,6 +28,7 @@ from raytune_fl.actors.client import PROCESS_ACTORS
 from raytune_fl.config import ParamSchedule, Segment, VariantTrials
 from raytune_fl.errors import RaytuneFLError
 from raytune_fl.metrics import HP_PREFIX
+from raytune_fl.tune.refusal import config_fault, refused_result
 
 if TYPE_CHECKING:
     from raytune_fl.engine.report import RoundReport
@@ -66,7 +67,24 @@ def federated_trial(
     """One of the variant's `trials`, at Tune's `config`. `system_metrics`: the driver's MLflow switch
     (tracking/system_metrics.py), read where it built the trainable: this process samples its node once per round
     and the samples go with the round's report. `scheduled` (PBT): the trial keeps and reports its schedule;
-    `replay`: the trial runs this schedule's segments in order (`config` unused)."""
+    `replay`: the trial runs this schedule's segments in order (`config` unused). A configuration error is reported
+    as the trial's last result, not raised: Tune would retry it (tune/refusal.py)."""
+    try:
+        _run_trial(config, trials, system_metrics, scheduled, replay)
+    except Exception as error:
+        fault = config_fault(error)
+        if fault is None:
+            raise
+        tune.report(refused_result(fault))
+
+
+def _run_trial(
+    config: dict[str, Any],
+    trials: VariantTrials,
+    system_metrics: bool,
+    scheduled: bool,
+    replay: ParamSchedule | None,
+) -> None:
     experiment = trials.experiment
     resources = experiment.resources
     if resources.actors > 0:  # before the imports below: the actors import torch meanwhile, in their processes

@@ -16,6 +16,7 @@ from raytune_fl.config import TuneSettings, VariantTrials
 from raytune_fl.runtime.storage import Storage, resolve_storage
 from raytune_fl.tracking.system_metrics import system_metrics_on
 from raytune_fl.tune.interrupt import tune_run
+from raytune_fl.tune.refusal import StopOnRefusal
 from raytune_fl.tune.resources import placement_group_factory
 from raytune_fl.tune.search import Search
 from raytune_fl.tune.trainable import federated_trial
@@ -97,7 +98,7 @@ def run_config(
     checkpoints_kept: int = 2,
 ) -> tune.RunConfig:
     """Where a Tune run writes, who hears of its trials, how many checkpoints it keeps, how often a dead trial is
-    restarted from its last checkpoint (tune and ablation alike)."""
+    restarted from its last checkpoint, and that a trial's configuration error ends it (tune and ablation alike)."""
     storage = resolve_storage(storage)
     quiet_tune()
     return tune.RunConfig(
@@ -107,6 +108,7 @@ def run_config(
         storage_filesystem=storage.filesystem,
         callbacks=with_result_files(callbacks),
         failure_config=tune.FailureConfig(max_failures=trial_retries),
+        stop=StopOnRefusal(),  # a trial's configuration error ends the run, unretried (tune/refusal.py)
         verbose=0,  # cli/progress.py shows a status line and a line per trial instead of Tune's tables
         # the latest checkpoint is what a resume needs; one more in case the newest was being written (PBT: more,
         # tune/search.py's Search.checkpoints_kept)

@@ -23,6 +23,7 @@ from raytune_fl.cli.progress import (
     ended_line,
     escapes_allowed,
     plain_worker_lines,
+    repeated_round,
     round_line,
     started_line,
     status_line,
@@ -467,6 +468,24 @@ def test_a_resumed_run_counts_what_had_ended_and_continues_from_the_checkpoint()
     assert status_line(state).startswith(
         "[full] 1/3 trials ended (1 finished), 1 running | max val_acc=0.7000 (trial 1"
     )
+
+
+def test_a_round_run_again_after_a_restore_is_printed_once():
+    assert [repeated_round(3, {"round": r}) for r in (2, 3, 4)] == [True, True, False]
+    assert not repeated_round(3, {})  # not one of ours: no round to compare
+    clock, stream = Clock(), io.StringIO()
+    state = _state(clock, total=1, rounds=4, may_stop_early=False)
+    callback = TrialEventsCallback(
+        ConsoleProgress(state, ProgressDisplay(state, stream=stream, tty=False, verbose=True))
+    )
+    # killed after round 3 was reported, its checkpoint after round 2: the resumed trial runs round 3 again
+    cut = _trial("b", {"mu": 0.2}, _result(3, 0.6), status="PENDING")
+    callback.on_step_begin(0, [cut])
+    callback.on_trial_start(0, [cut], cut)
+    for round_ in (3, 4):
+        callback.on_trial_result(0, [cut], cut, _result(round_, 0.5 + round_ / 10))
+    rounds = [line for line in stream.getvalue().splitlines() if " round " in line and "val_acc=" in line]
+    assert rounds == ["[full] trial 1/1 round 4/4 val_acc=0.9000 test_acc=0.5000 loss=1.2500 (2.0s)"]
 
 
 def test_the_callback_pickles_without_its_stream():

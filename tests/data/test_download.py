@@ -20,7 +20,7 @@ import pytest
 
 from raytune_fl.config import ExperimentConfig
 from raytune_fl.data import load_dataset
-from raytune_fl.data.download import ChecksumError, DownloadError, Plan, Progress, mirror_url
+from raytune_fl.data.download import ChecksumError, DownloadError, FormatError, Plan, Progress, mirror_url, not_its_kind
 from raytune_fl.data.files import torchvision_files
 from raytune_fl.data.vision import _archive
 from raytune_fl.metrics import ROUND, TRAIN_LOSS
@@ -320,6 +320,70 @@ def test_offline_the_first_line_names_the_dataset_the_url_and_what_to_do(tmp_pat
         "the official md5)"
     ), str(error.value)
     assert tree(root) == [CIFAR] and (root / CIFAR).read_bytes() == b"not CIFAR"
+
+
+@pytest.mark.parametrize(
+    ("name", "head", "why"),
+    [
+        ("usps.bz2", b"BZh91AY&SY", None),
+        ("usps.bz2", b"<html>Not Found</html>", "not a bzip2 file: it begins with b'<html>Not Found</html>'"),
+        ("cifar-10-python.tar.gz", b"\x1f\x8b\x08", None),
+        ("train-labels-idx1-ubyte.gz", b"PK\x03\x04", "not a gzip file: it begins with b'PK\\x03\\x04'"),
+        ("gzip.zip", b"PK\x03\x04", None),
+        ("gzip.zip", b"", "not a zip archive: it is empty"),
+        ("train_32x32.mat", b"MATLAB 5.0 MAT-file", None),
+        ("train_32x32.mat", b"<!DOCTYPE html>", "not a MATLAB file: it begins with b'<!DOCTYPE html>'"),
+        ("batches.meta", b"<html>", None),  # no known signature: the reader judges it
+    ],
+)
+def test_a_file_is_judged_by_what_its_name_says_it_is(name, head, why):
+    assert not_its_kind(name, head) == why
+
+
+def test_a_mirrors_wrong_files_are_removed_with_the_reason_and_ones_left_before_are_fetched_again(
+    mirror, tmp_path, capsys
+):
+    page = b"<html>Please log in</html>"  # served with status 200, as some sites serve their login page
+    mirror.files = {"usps.bz2": page, "usps.t.bz2": page}
+    options = {"name": "USPS", "download": True, "download_url": mirror.url, "download_md5": {"usps.bz2": md5(page)}}
+    root = tmp_path / "u"
+    with pytest.raises(FormatError) as error:
+        load_dataset("torchvision", root=str(root), options=options)
+    assert str(error.value) == (
+        f"torchvision USPS: usps.bz2 from {mirror.url}/usps.bz2 is not a bzip2 file: it begins with "
+        f"b'<html>Please log in</html>'; the file was removed; dataset_options.download_md5 holds this wrong file's "
+        "md5: set dataset_options.download_url to a mirror serving the real file (an error page or a login page is "
+        "served with status 200 by some sites), and dataset_options.download_md5 to the real file's md5, or leave "
+        "dataset_options.download_md5 unset to check the official one"
+    )
+    assert not root.exists()  # nothing left for a second run to find and read
+    # files an earlier version left in root: removed, named, fetched again from a mirror serving the real ones
+    root.mkdir()
+    (root / "usps.bz2").write_bytes(page)
+    (root / "usps.t.bz2").write_bytes(page)
+    site = tmp_path / "site"
+    for name, rows in (("usps.bz2", list(range(1, 11))), ("usps.t.bz2", [3])):
+        write_usps(site / name, np.zeros((len(rows), 16, 16), dtype=np.uint8), rows)
+        mirror.files[name] = (site / name).read_bytes()
+    md5s = {name: md5(mirror.files[name]) for name in ("usps.bz2", "usps.t.bz2")}
+    capsys.readouterr()
+    assert load_dataset("torchvision", root=str(root), options={**options, "download_md5": md5s}).y_test.tolist() == [2]
+    err = capsys.readouterr().err
+    for name in ("usps.bz2", "usps.t.bz2"):
+        assert (
+            f"torchvision USPS: removed {root / name} (not a bzip2 file: it begins with b'<html>Please log in</" in err
+        )
+
+
+def test_a_corrupt_file_under_download_true_is_not_told_to_set_download_true(tmp_path):
+    from raytune_fl.data.files import _torchvision_split
+
+    write_usps(tmp_path / "usps.bz2", np.zeros((1, 16, 16), dtype=np.uint8), [1])
+    (tmp_path / "usps.t.bz2").write_bytes(b"BZh" + b"\x00" * 40)  # a bzip2 header, a cut body
+    for download, fix in ((True, "remove them to have download: true fetch them again"), (False, "set dataset_")):
+        with pytest.raises(FileNotFoundError) as error:
+            _torchvision_split("USPS", str(tmp_path), None, False, download)
+        assert "; " + fix in str(error.value) and ("set dataset_options.download: true" in str(error.value)) != download
 
 
 def test_a_download_cut_short_leaves_no_file_that_looks_complete(mirror, tmp_path):

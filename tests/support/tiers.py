@@ -48,6 +48,7 @@ NOT_UNIT: dict[str, frozenset[str]] = {
             "tune/test_outcome_counts.py",
             "tune/test_pbt.py",  # and trains: a PBT restart and its replay, 4 rounds each
             "tune/test_samplers.py",
+            "tune/test_refusal.py",
             "tune/test_search.py",
         }
     ),
@@ -313,6 +314,7 @@ NOT_COVERED: dict[str, frozenset[str]] = {
             "raytune_fl.tune.events",
             "raytune_fl.tune.importance",
             "raytune_fl.tune.pbt",
+            "raytune_fl.tune.refusal",
             "raytune_fl.tune.search",
             "raytune_fl.tune.study",
             "raytune_fl.tune.trainable",

@@ -96,6 +96,9 @@ def test_stops_at_seeded_points_resume_to_the_uninterrupted_result(ray_cluster, 
         assert exit_code == code, context
         assert "=== best configuration" not in printed, context  # nothing summarised or selected
         assert "Traceback" not in printed and "Tuner.restore" not in printed, context
+        assert "already reported" not in printed, context  # a round run again is reported to Optuna once
+        rounds = re.findall(r"^\[\w+\] trial \d+/\d+ round \d+/\d+ ", printed, re.M)
+        assert len(rounds) == len(set(rounds)), context  # and printed once
         assert re.search(r"^interrupted by (Ctrl-C|SIGTERM)", printed, re.M), context
         assert printed.rstrip().splitlines()[-1] == expected_resume, context
         cut = [r for r in _runs(uri) if "mlflow.parentRunId" not in r.data.tags and r.info.status != "FINISHED"]
@@ -111,8 +114,10 @@ def test_stops_at_seeded_points_resume_to_the_uninterrupted_result(ray_cluster, 
 
     capsys.readouterr()
     assert main([*args, "--resume"]) == 0
-    printed = capsys.readouterr().out
-    assert "=== best configuration" in printed
+    printed, errors = capsys.readouterr()
+    assert "=== best configuration" in printed and "already reported" not in printed + errors
+    rounds = re.findall(r"^\[\w+\] trial \d+/\d+ round \d+/\d+ ", printed, re.M)
+    assert len(rounds) == len(set(rounds)), printed
     runs = _runs(uri)
     assert not [r for r in runs if r.info.status == "RUNNING"]  # no orphans
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
@@ -153,3 +158,13 @@ def test_an_ablation_stopped_by_ctrl_c_writes_no_table_and_resumes_to_one(ray_cl
     assert not re.search(r"\(\d+/\d+\)", table), table  # every cell ran: no (n/runs) partial counts
     parent = next(r for r in _runs(uri) if r.data.tags.get("role") == "parent")
     assert parent.info.status == "FINISHED" and "interrupted" not in parent.data.tags
+    # the cut cell's run is marked superseded by the run that ran the cell again: one current run per cell
+    cells = [r for r in _runs(uri) if r.data.tags.get("role") != "parent"]
+    by_id = {r.info.run_id: r for r in cells}
+    superseded = [r for r in cells if "superseded_by" in r.data.tags]
+    assert superseded and all(r.info.run_name.endswith(" (superseded)") for r in superseded)
+    for old in superseded:
+        new = by_id[old.data.tags["superseded_by"]]
+        assert new.data.tags["cell"] == old.data.tags["cell"] and new.info.status == "FINISHED"
+    current = [r.data.tags["cell"] for r in cells if "superseded_by" not in r.data.tags]
+    assert len(current) == len(set(current)) == 4, current

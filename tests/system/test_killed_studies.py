@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -54,6 +55,10 @@ def test_a_study_on_s3_killed_mid_trial_resumes_to_the_uninterrupted_result(s3, 
     assert "variant fedavg: finished before the interruption, kept" in printed
     assert "nothing to restore" not in printed  # Tune found the experiment in the bucket
     assert printed.count("round 1/4") == 1  # trial 2 continued from its checkpoint in the bucket; trial 3 afresh
+    # a round run again from the checkpoint is neither printed again nor reported to Optuna again
+    rounds = re.findall(r"^\[\w+\] trial \d+/\d+ round \d+/\d+ ", printed, re.M)
+    assert rounds and len(rounds) == len(set(rounds)), rounds
+    assert "already reported" not in printed, printed[-3000:]
 
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("resumable").experiment_id])
@@ -91,8 +96,9 @@ def test_a_killed_study_resumes_in_the_same_optuna_study(ray_cluster, tmp_path, 
 
     capsys.readouterr()
     assert main([*args, "--resume"]) == 0
-    printed = capsys.readouterr().out
+    printed, errors = capsys.readouterr()
     assert f"Optuna studies:      {url}" in printed
+    assert "already reported" not in printed + errors  # the round run again is reported to Optuna once
     assert [s.study_name for s in optuna.get_all_study_summaries(url)] == ["resumable-full"]  # no second study
     resumed = optuna.load_study(study_name="resumable-full", storage=url)
     assert not [t for t in resumed.trials if t.state == TrialState.RUNNING]

@@ -33,6 +33,15 @@ def test_a_parent_without_a_resume_command_is_tagged_interrupted_only(tracker):
     assert "resume_command" not in tracker.client.get_run(parent.run_id).data.tags
 
 
+def test_a_parent_an_error_ends_is_failed_with_the_errors_first_line_as_its_reason(tracker):
+    error = ValueError("model: 'net' needs 32x32 images\n  (found by a trial of variant full)")
+    with pytest.raises(ValueError), tracker.parent_run(RunRecord("study", {}, {})) as parent:
+        raise error
+    run = tracker.client.get_run(parent.run_id)
+    assert run.info.status == "FAILED" and run.data.tags["failure"] == "model: 'net' needs 32x32 images"
+    assert "interrupted" not in run.data.tags
+
+
 def test_the_ends_front_is_tagged_on_its_trial_runs_and_results_come_after_the_end(tracker):
     with tracker.parent_run(RunRecord("study", {}, {})) as parent:
         tags = {TAG_PARENT_RUN: parent.run_id}

@@ -7,7 +7,8 @@ from mlflow.tracking import MlflowClient
 
 from raytune_fl.engine.report import RoundReport
 from raytune_fl.tracking.records import CellTrials, RunRecord
-from raytune_fl.tracking.schema import TAG_REPLAY_DIFFERED
+from raytune_fl.tracking.schema import TAG_CELL, TAG_REPLAY_DIFFERED, TAG_SUPERSEDED_BY
+from raytune_fl.tracking.store import ablation_results
 from raytune_fl.tracking.trials import TrialTracker, replay_differs
 from tests.support.run_writer import RunWriter
 
@@ -39,3 +40,27 @@ def test_a_replayed_round_is_logged_again_only_when_its_values_differ(tmp_path):
     assert [row["val_acc"] for row in tracker.history["trial"]] == [0.1, 0.2, 0.35]  # the round table: the replay's
     tracker.log_round("trial", {"cell": "t"}, _round(4, 0.4))
     assert tracker.history["trial"][-1]["round"] == 4
+
+
+def test_a_cut_cell_run_again_by_resume_supersedes_its_cut_run(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'm.db'}")
+    cells = CellTrials({k: RunRecord(f"full seed={k}", {TAG_CELL: k}, {}) for k in ("s0", "s1")})
+    first = TrialTracker(RunWriter(client, "cut"), "parent", 2, cells)
+    for step in (1, 2):
+        first.log_round("a", {"cell": "s0"}, _round(step, 0.5))
+    done = first.run_ids["a"]
+    first.complete("a")  # s0 ran every round
+    first.log_round("b", {"cell": "s1"}, _round(1, 0.5))
+    cut = first.run_ids["b"]
+    first.close_open_runs()  # Ctrl-C: s1 cut after round 1, KILLED
+    resumed = TrialTracker(first.tracker, "parent", 2, cells, resuming=True)
+    for step in (1, 2):  # --resume runs s1 in a new Tune run: a new trial id, so a new run
+        resumed.log_round("c", {"cell": "s1"}, _round(step, 0.5))
+    new = resumed.run_ids["c"]
+    resumed.complete("c")
+    old = client.get_run(cut)
+    assert old.data.tags[TAG_SUPERSEDED_BY] == new and old.info.run_name == "full seed=s1 (superseded)"
+    assert old.info.status == "KILLED" and client.get_run(new).info.run_name == "full seed=s1"
+    assert TAG_SUPERSEDED_BY not in client.get_run(done).data.tags
+    rows = ablation_results(client, first.tracker.experiment_id, "parent")
+    assert sorted(zip(rows["cell"], rows["run_id"])) == [("s0", done), ("s1", new)]  # one run per cell

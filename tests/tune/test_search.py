@@ -8,7 +8,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, HyperBandScheduler
 
 from raytune_fl.config import parse_space
 from raytune_fl.runtime import optuna_storage as optuna_db
-from raytune_fl.tune.search import Resumed, grid_notice, make_search, single_run_notice
+from raytune_fl.tune.search import OptunaSearchOnce, Resumed, grid_notice, make_search, single_run_notice
 from tests.support import changed_space, tiny_space
 
 
@@ -138,3 +138,14 @@ def test_a_search_of_one_configuration_runs_one_trial_and_says_so():
         "[fedavg] nothing to search: no variant of the space has a search section; one trial, as every other would "
         "repeat it (tune.num_samples 2 does not apply)"
     )
+
+
+def test_a_round_run_again_after_a_restore_is_reported_to_optuna_once_without_a_warning(recwarn):
+    search = OptunaSearchOnce(
+        space={"mu": optuna.distributions.FloatDistribution(0.0, 1.0)}, metric="val_acc", mode="max"
+    )
+    assert search.suggest("t1") is not None
+    for step, value in ((1, 0.25), (2, 0.5), (2, 0.75), (3, 0.875)):  # round 2 again: resumed from round 1's checkpoint
+        search.on_trial_result("t1", {"val_acc": value, "training_iteration": step})
+    assert search._ot_trials["t1"]._cached_frozen_trial.intermediate_values == {1: 0.25, 2: 0.5, 3: 0.875}
+    assert not [w for w in recwarn if "already reported" in str(w.message)]
