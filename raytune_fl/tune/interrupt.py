@@ -11,6 +11,9 @@ A SIGTERM to a whole Slurm job (`scancel`, its time limit) also reaches the clus
 stop would then wait on the dead cluster (Ray's GCS reconnect timeout, a minute) and die with the runs still
 RUNNING. A watcher started with the first stop makes it a forced one as soon as the cluster stops answering.
 
+Every stop also bounds the driver's requests to an MLflow tracking server (one try, a few seconds each): a `scancel`
+ends the job's server with the rest, and MLflow's own retries would wait minutes on it, past Slurm's KillWait.
+
 A second signal raises `StudyInterrupted(forced=True)` wherever the driver is (Tune's last save is skipped; its
 periodic one and the trials' checkpoints are what a resume reads, as after a kill); a third ends the process.
 `StudyInterrupted` is a KeyboardInterrupt, so MLflow's parent run closes KILLED (tracking/tracker.py) and no
@@ -91,11 +94,23 @@ def _usr1_ignored(signum: int, frame: Any) -> None:
     """SIGUSR1 outside fit(): Tune's stop signal, sent to a run that is not there (the default would kill us)."""
 
 
+# MLflow's HTTP client: retries with a doubling backoff (minutes in all) and a 120 s timeout by default
+_TRACKING_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "3"}
+
+
+def _bound_tracking_requests() -> None:
+    """From the stop on, a request to a tracking server that is gone (scancel ends it with the job) fails in
+    seconds: the stop then ends with the resume line instead of waiting on it until Slurm kills the driver.
+    MLflow reads these at every request; `guarded()` puts the user's values back."""
+    os.environ.update(_TRACKING_LIMITS)
+
+
 def _handle(signum: int, frame: Any) -> None:
     state = _STATE
     state.count += 1
     if state.count == 1:
         state.signum = signum
+        _bound_tracking_requests()
     if state.count >= 3:
         _say("third interrupt: exiting now")
         os._exit(128 + (state.signum or signum))
@@ -218,7 +233,7 @@ def guarded(resume_command: str = "") -> Iterator[None]:
         yield
         return
     previous = {s: signal.getsignal(s) for s in (*_SIGNALS, signal.SIGUSR1)}
-    env_before = os.environ.get(_TUNE_SIGINT_ENV)
+    env_before = {name: os.environ.get(name) for name in (_TUNE_SIGINT_ENV, *_TRACKING_LIMITS)}
     _STATE.__init__(installed=True, previous=previous, resume_command=resume_command)  # type: ignore[misc]
     os.environ[_TUNE_SIGINT_ENV] = "1"
     _own_signals()
@@ -228,10 +243,11 @@ def guarded(resume_command: str = "") -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-        if env_before is None:
-            os.environ.pop(_TUNE_SIGINT_ENV, None)
-        else:
-            os.environ[_TUNE_SIGINT_ENV] = env_before
+        for name, value in env_before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         _STATE.__init__()  # type: ignore[misc]
 
 
