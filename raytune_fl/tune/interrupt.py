@@ -105,12 +105,21 @@ def _bound_tracking_requests() -> None:
     os.environ.update(_TRACKING_LIMITS)
 
 
+def _without_rays_excepthook() -> None:
+    """From the stop on, an error that ends the command is printed by Python's own hook: Ray's first reports it to
+    the GCS, without a timeout, and the GCS may be gone with the job (scancel): the driver then hung there until
+    Slurm killed it. `guarded()` puts Ray's back."""
+    if getattr(sys.excepthook, "__module__", "") == "ray._private.worker":
+        sys.excepthook = sys.__excepthook__
+
+
 def _handle(signum: int, frame: Any) -> None:
     state = _STATE
     state.count += 1
     if state.count == 1:
         state.signum = signum
         _bound_tracking_requests()
+        _without_rays_excepthook()
     if state.count >= 3:
         _say("third interrupt: exiting now")
         os._exit(128 + (state.signum or signum))
@@ -234,6 +243,7 @@ def guarded(resume_command: str = "") -> Iterator[None]:
         return
     previous = {s: signal.getsignal(s) for s in (*_SIGNALS, signal.SIGUSR1)}
     env_before = {name: os.environ.get(name) for name in (_TUNE_SIGINT_ENV, *_TRACKING_LIMITS)}
+    excepthook = sys.excepthook
     _STATE.__init__(installed=True, previous=previous, resume_command=resume_command)  # type: ignore[misc]
     os.environ[_TUNE_SIGINT_ENV] = "1"
     _own_signals()
@@ -243,6 +253,7 @@ def guarded(resume_command: str = "") -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        sys.excepthook = excepthook
         for name, value in env_before.items():
             if value is None:
                 os.environ.pop(name, None)

@@ -70,6 +70,19 @@ def test_a_stop_whose_cluster_stops_answering_is_forced_within_a_second():
     assert not interrupt._answers(address)
 
 
+def test_a_stop_bounds_tracking_requests_and_the_command_end_puts_the_users_limits_back(monkeypatch):
+    # a scancel ends the job's MLflow server too: MLflow's default retries (a doubling backoff) would wait minutes
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "60")  # the user's own
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    with interrupt.guarded():
+        assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "60"  # no stop yet: the user's limits hold
+        with pytest.raises(StudyInterrupted):
+            _send(signal.SIGTERM)
+        assert (os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"], os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"]) == ("0", "3")
+    assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "60"
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+
+
 def test_a_stop_asked_for_before_a_tune_run_starts_none():
     with interrupt.guarded(), pytest.raises(StudyInterrupted):
         interrupt._STATE.signum = signal.SIGTERM  # as the handler records it when Tune is running
