@@ -290,6 +290,12 @@ def tune_run() -> Iterator[None]:
     _TUNE_LOGGER.addFilter(_keep_record)
     try:
         yield
+    except KeyboardInterrupt as error:
+        # our StudyInterrupted raised inside Ray's C++ (a ray.wait in Tune's clean-up) comes out as Ray's own plain
+        # KeyboardInterrupt: it is still our stop, which every caller catches by its type
+        if isinstance(error, StudyInterrupted) or _STATE.signum is None:
+            raise
+        raise StudyInterrupted(_STATE.signum, forced=_STATE.count >= 2) from None
     finally:
         _STATE.in_tune = False
         _TUNE_LOGGER.removeFilter(_keep_record)

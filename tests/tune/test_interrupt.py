@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import time
 
 import pytest
@@ -81,6 +82,18 @@ def test_a_stop_bounds_tracking_requests_and_the_command_end_puts_the_users_limi
         assert (os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"], os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"]) == ("0", "3")
     assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "60"
     assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+
+
+def test_a_stop_takes_rays_excepthook_out_and_the_command_end_puts_it_back(monkeypatch):
+    from ray._private import worker
+
+    # Ray's hook reports an uncaught error to the GCS with no timeout: after a scancel the driver hung in it
+    monkeypatch.setattr(sys, "excepthook", worker.custom_excepthook)
+    with interrupt.guarded():
+        with pytest.raises(StudyInterrupted):
+            _send(signal.SIGTERM)
+        assert sys.excepthook is sys.__excepthook__
+    assert sys.excepthook is worker.custom_excepthook
 
 
 def test_a_stop_asked_for_before_a_tune_run_starts_none():
