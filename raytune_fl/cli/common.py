@@ -193,14 +193,6 @@ def tracking_uri(args: argparse.Namespace) -> str:
 EXIT_HOOKS_S = 8.0  # a stopped command's exit hooks, at most: well inside Slurm's KillWait (30 s by default)
 
 
-def _exit_unflushed(code: int) -> None:
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(code)
-
-
 def exit_now(code: int) -> NoReturn:
     """A command's exit: the atexit handlers (Ray's shutdown, MLflow's and logging's flushes), then no interpreter
     teardown. With torch, Ray and MLflow loaded the teardown takes seconds (3.7 s measured after a study, no Python
@@ -210,7 +202,8 @@ def exit_now(code: int) -> NoReturn:
         signal.signal(signum, lambda *_: os._exit(code))
     if code in (130, 143):  # a stopped command: its cluster may be gone with the job (scancel), and Ray's shutdown
         # and Tune's exit hook then wait on its GCS without a limit; past EXIT_HOOKS_S the process ends regardless
-        watchdog = threading.Timer(EXIT_HOOKS_S, _exit_unflushed, (code,))
+        # (its lines are printed and flushed by then: no flush here, which could wait on a lock the stuck thread holds)
+        watchdog = threading.Timer(EXIT_HOOKS_S, os._exit, (code,))
         watchdog.daemon = True
         watchdog.start()
     if "ray" in sys.modules:

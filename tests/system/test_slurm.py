@@ -247,14 +247,11 @@ def test_a_scancelled_study_stops_cleanly_with_its_resume_line(slurm, tmp_path, 
     log = tmp_path / "job.log"
     job = _submit(slurm, tmp_path, log, rounds=40, RAY_TMPDIR=ray_tmp, VERBOSE="1")
     _follow(slurm, job, log, 300, until="[full] trial 1/1 round 1/")
-    cancelled_at = time.time()
     assert _run(["scancel", job], slurm).returncode == 0
     state, _ = _follow(slurm, job, log, 60)
-    took = time.time() - cancelled_at
     printed = log.read_text()
-    print(printed[-4000:])
-    print("took", took)
     assert state == "CANCELLED", printed[-3000:]
-    assert "resume with: raytune-fl tune" in printed, printed[-3000:]
+    # the driver stopped itself (before Slurm's SIGKILL at KillWait, which would leave no such lines)
+    assert "interrupted by SIGTERM" in printed and "resume with: raytune-fl tune --space" in printed, printed[-3000:]
     assert "Traceback" not in printed, printed[-3000:]
     assert survivors(str(tmp_path / "shared"), 20) == [] and survivors(ray_tmp, 20) == []

@@ -96,6 +96,15 @@ def test_a_stop_takes_rays_excepthook_out_and_the_command_end_puts_it_back(monke
     assert sys.excepthook is worker.custom_excepthook
 
 
+def test_a_stop_that_ray_turned_into_a_plain_keyboard_interrupt_is_still_the_stop():
+    # Ray's C++ (ray.wait in Tune's clean-up) replaces the handler's StudyInterrupted by its own KeyboardInterrupt
+    with interrupt.guarded(), pytest.raises(StudyInterrupted) as stopped:
+        with interrupt.tune_run():
+            _send(signal.SIGTERM)  # no Tune listening: the first stop is only recorded
+            raise KeyboardInterrupt
+    assert stopped.value.exit_code == 143 and not stopped.value.forced
+
+
 def test_a_stop_asked_for_before_a_tune_run_starts_none():
     with interrupt.guarded(), pytest.raises(StudyInterrupted):
         interrupt._STATE.signum = signal.SIGTERM  # as the handler records it when Tune is running
