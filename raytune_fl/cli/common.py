@@ -19,6 +19,7 @@ import re
 import shlex
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -189,6 +190,9 @@ def tracking_uri(args: argparse.Namespace) -> str:
     return args.mlflow_uri or from_env or default_tracking_uri()
 
 
+EXIT_HOOKS_S = 8.0  # a stopped command's exit hooks, at most: well inside Slurm's KillWait (30 s by default)
+
+
 def exit_now(code: int) -> NoReturn:
     """A command's exit: the atexit handlers (Ray's shutdown, MLflow's and logging's flushes), then no interpreter
     teardown. With torch, Ray and MLflow loaded the teardown takes seconds (3.7 s measured after a study, no Python
@@ -196,6 +200,12 @@ def exit_now(code: int) -> NoReturn:
     a Ctrl-C or SIGTERM during these last seconds (a second one after a stop, say) ends the process with it."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: os._exit(code))
+    if code in (130, 143):  # a stopped command: its cluster may be gone with the job (scancel), and Ray's shutdown
+        # and Tune's exit hook then wait on its GCS without a limit; past EXIT_HOOKS_S the process ends regardless
+        # (its lines are printed and flushed by then: no flush here, which could wait on a lock the stuck thread holds)
+        watchdog = threading.Timer(EXIT_HOOKS_S, os._exit, (code,))
+        watchdog.daemon = True
+        watchdog.start()
     if "ray" in sys.modules:
         from raytune_fl.runtime.cluster import stop_ray
 

@@ -8,6 +8,7 @@ store.py.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import tempfile
 import time
@@ -54,6 +55,8 @@ from raytune_fl.tracking.trials import TrialTracker
 
 if TYPE_CHECKING:
     from raytune_fl.engine.data import FederatedData
+
+_log = logging.getLogger(__name__)  # unconfigured: Python prints a warning's text alone on stderr
 
 
 @dataclass
@@ -107,8 +110,8 @@ class PartitionDrawings:
 
     def wait_logged(self, run_id: str) -> None:
         """Until `run_id`'s records are logged; the first failure is raised."""
-        for logging in self._logging.pop(run_id, []):
-            logging.result()
+        for pending in self._logging.pop(run_id, []):
+            pending.result()
 
     def _submit(self, job: Callable[..., Any], *args: Any) -> Future[Any]:
         if self._thread is None:
@@ -290,13 +293,29 @@ class StudyTracker:
             parent.tags[TAG_INTERRUPTED] = "true"
             if record.resume_command:  # what `ablate` names when it refuses a stopped study's variant
                 parent.tags[TAG_RESUME_COMMAND] = record.resume_command
+            self._close_after_stop(parent, started)
             raise
         except BaseException as error:
             parent.status = RUN_FAILED
             parent.tags[TAG_FAILURE] = (str(error).strip() or type(error).__name__).splitlines()[0][:500]
-            raise
-        finally:
             self._close_parent(parent, started)
+            raise
+        self._close_parent(parent, started)
+
+    def _close_after_stop(self, parent: ParentRun, started: float | None) -> None:
+        """`_close_parent` for a stopped study, whose stop must not turn into a tracking error: a tracking server
+        gone with the job (a `scancel` ends it too) leaves the runs RUNNING, said in one line. A resume reopens
+        the parent and closes its trial runs left RUNNING, as after a killed driver."""
+        try:
+            self._close_parent(parent, started)
+        except Exception as error:
+            said = (str(error).strip() or type(error).__name__).splitlines()[0][:200]
+            _log.warning(
+                "MLflow did not answer while the study stopped (%s): run %s and its open trial runs stay RUNNING "
+                "until --resume reopens it",
+                said,
+                parent.run_id,
+            )
 
     def _close_parent(self, parent: ParentRun, started: float | None) -> None:
         """`parent_run`'s end: its children closed, its front tagged, its partition logged, then the parent."""

@@ -11,6 +11,9 @@ A SIGTERM to a whole Slurm job (`scancel`, its time limit) also reaches the clus
 stop would then wait on the dead cluster (Ray's GCS reconnect timeout, a minute) and die with the runs still
 RUNNING. A watcher started with the first stop makes it a forced one as soon as the cluster stops answering.
 
+Every stop also bounds the driver's requests to an MLflow tracking server (one try, a few seconds each): a `scancel`
+ends the job's server with the rest, and MLflow's own retries would wait minutes on it, past Slurm's KillWait.
+
 A second signal raises `StudyInterrupted(forced=True)` wherever the driver is (Tune's last save is skipped; its
 periodic one and the trials' checkpoints are what a resume reads, as after a kill); a third ends the process.
 `StudyInterrupted` is a KeyboardInterrupt, so MLflow's parent run closes KILLED (tracking/tracker.py) and no
@@ -91,11 +94,32 @@ def _usr1_ignored(signum: int, frame: Any) -> None:
     """SIGUSR1 outside fit(): Tune's stop signal, sent to a run that is not there (the default would kill us)."""
 
 
+# MLflow's HTTP client: retries with a doubling backoff (minutes in all) and a 120 s timeout by default
+_TRACKING_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "3"}
+
+
+def _bound_tracking_requests() -> None:
+    """From the stop on, a request to a tracking server that is gone (scancel ends it with the job) fails in
+    seconds: the stop then ends with the resume line instead of waiting on it until Slurm kills the driver.
+    MLflow reads these at every request; `guarded()` puts the user's values back."""
+    os.environ.update(_TRACKING_LIMITS)
+
+
+def _without_rays_excepthook() -> None:
+    """From the stop on, an error that ends the command is printed by Python's own hook: Ray's first reports it to
+    the GCS, without a timeout, and the GCS may be gone with the job (scancel): the driver then hung there until
+    Slurm killed it. `guarded()` puts Ray's back."""
+    if getattr(sys.excepthook, "__module__", "") == "ray._private.worker":
+        sys.excepthook = sys.__excepthook__
+
+
 def _handle(signum: int, frame: Any) -> None:
     state = _STATE
     state.count += 1
     if state.count == 1:
         state.signum = signum
+        _bound_tracking_requests()
+        _without_rays_excepthook()
     if state.count >= 3:
         _say("third interrupt: exiting now")
         os._exit(128 + (state.signum or signum))
@@ -218,7 +242,8 @@ def guarded(resume_command: str = "") -> Iterator[None]:
         yield
         return
     previous = {s: signal.getsignal(s) for s in (*_SIGNALS, signal.SIGUSR1)}
-    env_before = os.environ.get(_TUNE_SIGINT_ENV)
+    env_before = {name: os.environ.get(name) for name in (_TUNE_SIGINT_ENV, *_TRACKING_LIMITS)}
+    excepthook = sys.excepthook
     _STATE.__init__(installed=True, previous=previous, resume_command=resume_command)  # type: ignore[misc]
     os.environ[_TUNE_SIGINT_ENV] = "1"
     _own_signals()
@@ -228,10 +253,12 @@ def guarded(resume_command: str = "") -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-        if env_before is None:
-            os.environ.pop(_TUNE_SIGINT_ENV, None)
-        else:
-            os.environ[_TUNE_SIGINT_ENV] = env_before
+        sys.excepthook = excepthook
+        for name, value in env_before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         _STATE.__init__()  # type: ignore[misc]
 
 
@@ -263,6 +290,12 @@ def tune_run() -> Iterator[None]:
     _TUNE_LOGGER.addFilter(_keep_record)
     try:
         yield
+    except KeyboardInterrupt as error:
+        # our StudyInterrupted raised inside Ray's C++ (a ray.wait in Tune's clean-up) comes out as Ray's own plain
+        # KeyboardInterrupt: it is still our stop, which every caller catches by its type
+        if isinstance(error, StudyInterrupted) or _STATE.signum is None:
+            raise
+        raise StudyInterrupted(_STATE.signum, forced=_STATE.count >= 2) from None
     finally:
         _STATE.in_tune = False
         _TUNE_LOGGER.removeFilter(_keep_record)

@@ -146,9 +146,9 @@ def slurm(tmp_path_factory) -> Iterator[dict[str, str]]:
                 process.wait()
 
 
-def _space(tmp_path: Path) -> Path:
-    """The tiny space: univarfl, one searched trial of 2 rounds, clients in the trial (one variant: CI's time)."""
-    data = tiny_space("slurm", rounds=2, resources={"actors": 0, "cpus_per_actor": 1})
+def _space(tmp_path: Path, rounds: int) -> Path:
+    """The tiny space: univarfl, one searched trial of `rounds`, clients in the trial (one variant: CI's time)."""
+    data = tiny_space("slurm", rounds=rounds, resources={"actors": 0, "cpus_per_actor": 1})
     data["tune"]["num_samples"] = 1
     del data["variants"]["fedavg"]
     path = tmp_path / "slurm.yaml"
@@ -156,14 +156,14 @@ def _space(tmp_path: Path) -> Path:
     return path
 
 
-def _submit(slurm: dict[str, str], tmp_path: Path, log: Path, **settings: str) -> str:
+def _submit(slurm: dict[str, str], tmp_path: Path, log: Path, rounds: int = 2, **settings: str) -> str:
     """study.sbatch as it is, sized to this machine by sbatch's options and the script's settings."""
     ray_port, mlflow_port = free_ports(2)
     env = {k: v for k, v in slurm.items() if not k.startswith(("RAY_", "MLFLOW_"))} | {
         "PATH": f"{Path(sys.executable).parent}:{slurm['PATH']}",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), slurm.get("PYTHONPATH")])),
         "VENV": "",  # this Python: the environment sbatch passes on
-        "SPACE": str(_space(tmp_path)),
+        "SPACE": str(_space(tmp_path, rounds)),
         "SHARED": str(tmp_path / "shared"),
         "HEAD_PORT": str(ray_port),
         "MLFLOW_PORT": str(mlflow_port),
@@ -236,4 +236,22 @@ def test_the_study_job_completes_with_its_runs_and_live_progress(slurm, tmp_path
     assert {r.data.tags["variant"] for r in _children(tmp_path / "shared")} == {"full"}
     assert (tmp_path / "shared" / "reports" / "ablation_table.md").is_file()
     # nothing of the job is left: the Ray node, the server, the drivers
+    assert survivors(str(tmp_path / "shared"), 20) == [] and survivors(ray_tmp, 20) == []
+
+
+def test_a_scancelled_study_stops_cleanly_with_its_resume_line(slurm, tmp_path, request):
+    """scancel: Slurm sends SIGTERM to every process of the job at once (the script, the driver, the Ray node and the
+    MLflow server); the driver must stop well inside KillWait (30 s), say how to resume, and leave nothing behind."""
+    ray_tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")
+    request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
+    log = tmp_path / "job.log"
+    job = _submit(slurm, tmp_path, log, rounds=40, RAY_TMPDIR=ray_tmp, VERBOSE="1")
+    _follow(slurm, job, log, 300, until="[full] trial 1/1 round 1/")
+    assert _run(["scancel", job], slurm).returncode == 0
+    state, _ = _follow(slurm, job, log, 60)
+    printed = log.read_text()
+    assert state == "CANCELLED", printed[-3000:]
+    # the driver stopped itself (before Slurm's SIGKILL at KillWait, which would leave no such lines)
+    assert "interrupted by SIGTERM" in printed and "resume with: raytune-fl tune --space" in printed, printed[-3000:]
+    assert "Traceback" not in printed, printed[-3000:]
     assert survivors(str(tmp_path / "shared"), 20) == [] and survivors(ray_tmp, 20) == []

@@ -4,7 +4,11 @@ tracker never calls back into a stage."""
 
 from __future__ import annotations
 
+import socket
+import time
+
 import pytest
+from mlflow.tracking import MlflowClient
 
 from raytune_fl.tracking import StudyTracker
 from raytune_fl.tracking.records import RunEnd, RunRecord
@@ -25,6 +29,26 @@ def test_a_stopped_parent_is_tagged_with_its_records_resume_command(tracker):
     assert run.info.status == "KILLED"
     assert run.data.tags["interrupted"] == "true"
     assert run.data.tags["resume_command"] == "python scripts/tune.py --resume"
+
+
+def test_a_stop_whose_tracking_server_is_gone_stays_a_stop_said_in_one_line(tracker, monkeypatch, caplog):
+    # scancel ends the job's MLflow server with the driver: the stop's last writes cannot be made, and the stop
+    # must still end as a stop (the resume line, exit 143), not as MLflow's error after minutes of retries
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # as tune/interrupt.py sets them at a stop
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now: the server is gone
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), tracker.parent_run(RunRecord("study", {}, {})) as parent:
+        kept = tracker.client
+        tracker.client = MlflowClient(f"http://127.0.0.1:{port}")  # the server's address, after it ended
+        raise KeyboardInterrupt
+    assert time.monotonic() - started < 5
+    [said] = [r.getMessage() for r in caplog.records if r.name == "raytune_fl.tracking.tracker"]
+    assert said.startswith("MLflow did not answer while the study stopped (")
+    assert said.endswith(f"run {parent.run_id} and its open trial runs stay RUNNING until --resume reopens it")
+    assert kept.get_run(parent.run_id).info.status == "RUNNING"
 
 
 def test_a_parent_without_a_resume_command_is_tagged_interrupted_only(tracker):

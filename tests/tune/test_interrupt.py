@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import time
 
 import pytest
@@ -68,6 +69,40 @@ def test_a_stop_whose_cluster_stops_answering_is_forced_within_a_second():
             pytest.fail("the watcher did not force the stop")
     assert stopped.value.forced and stopped.value.exit_code == 143
     assert not interrupt._answers(address)
+
+
+def test_a_stop_bounds_tracking_requests_and_the_command_end_puts_the_users_limits_back(monkeypatch):
+    # a scancel ends the job's MLflow server too: MLflow's default retries (a doubling backoff) would wait minutes
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "60")  # the user's own
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    with interrupt.guarded():
+        assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "60"  # no stop yet: the user's limits hold
+        with pytest.raises(StudyInterrupted):
+            _send(signal.SIGTERM)
+        assert (os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"], os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"]) == ("0", "3")
+    assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "60"
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+
+
+def test_a_stop_takes_rays_excepthook_out_and_the_command_end_puts_it_back(monkeypatch):
+    from ray._private import worker
+
+    # Ray's hook reports an uncaught error to the GCS with no timeout: after a scancel the driver hung in it
+    monkeypatch.setattr(sys, "excepthook", worker.custom_excepthook)
+    with interrupt.guarded():
+        with pytest.raises(StudyInterrupted):
+            _send(signal.SIGTERM)
+        assert sys.excepthook is sys.__excepthook__
+    assert sys.excepthook is worker.custom_excepthook
+
+
+def test_a_stop_that_ray_turned_into_a_plain_keyboard_interrupt_is_still_the_stop():
+    # Ray's C++ (ray.wait in Tune's clean-up) replaces the handler's StudyInterrupted by its own KeyboardInterrupt
+    with interrupt.guarded(), pytest.raises(StudyInterrupted) as stopped:
+        with interrupt.tune_run():
+            _send(signal.SIGTERM)  # no Tune listening: the first stop is only recorded
+            raise KeyboardInterrupt
+    assert stopped.value.exit_code == 143 and not stopped.value.forced
 
 
 def test_a_stop_asked_for_before_a_tune_run_starts_none():
