@@ -59,6 +59,7 @@ READERS: dict[str, list[tuple[str, str]]] = {
     "RAY_AUTH_MODE": [("ray", "_private/authentication/authentication_token_setup.py")],
     "RAY_AUTH_TOKEN": [("ray", "_raylet.so")],  # read by Ray's core (C++), where every process authenticates
     "PYTHONUNBUFFERED": [("python", "")],  # read by the interpreter itself (its C start-up)
+    "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": [("ray", "_private/ray_constants.py")],  # where a Ray has the drain
 }
 
 
