@@ -19,9 +19,15 @@ SHRUNKEN = ["--num-samples=1", *ONE_CPU_EACH]
 # also issue 61's real 5-round study (every personalising method's clients well above FedAvg's global model)
 ROUNDS = {"privacy_central": 10, "personalised_shards": 5}
 # the privacy tables at their own one alpha, to keep the slow tier's time (and privacy_central's 100 clients cannot
-# all get 10 of its 4,000 samples at alpha 0.1); FedUV's and FedLD's tables at one alpha as well (univarfl_paper
-# crosses two), which pays for personalised_shards' 12 variants
-ALPHAS = {"privacy_budget": ("0.5",), "privacy_central": ("0.5",), "feduv_table4": ("0.1",), "fedld_table2": ("0.1",)}
+# all get 10 of its 4,000 samples at alpha 0.1); FedUV's, FedLD's and UniVarFL's tables at one alpha as well (a
+# second alpha runs the same stages again), which pays for personalised_shards' 12 variants and the Slurm jobs
+ALPHAS = {
+    "privacy_budget": ("0.5",),
+    "privacy_central": ("0.5",),
+    "feduv_table4": ("0.1",),
+    "fedld_table2": ("0.1",),
+    "univarfl_paper": ("0.1",),
+}
 # 2 runs per cell: 2 training seeds on one split, or (univarfl_paper) 1 seed on 2 splits with its gradient norms;
 # univarfl_paper at 2 local epochs, not its protocol's 10 (the slowest table by far: 10 epochs x 28 cells)
 RUNS_PER_CELL = {
