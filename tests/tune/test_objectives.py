@@ -25,11 +25,14 @@ def _space(metric, **tune):
 def test_one_metric_as_before_and_a_list_with_or_without_directions():
     assert TuneSettings().objectives == (Objective("val_acc", "max"),)
     assert TuneSettings(metric="val_loss").mode == "min"
-    settings = TuneSettings(metric=[{"val_acc": "max"}, "client_acc_var", {"client_acc_worst": "min"}])
+    metric = [{"val_acc": "max"}, "client_acc_var", {"client_acc_worst": "min"}]
+    with pytest.raises(ValueError, match=r"\[client_acc_worst: min\] minimises"):  # against its sense, not opted out
+        TuneSettings(metric=metric)
+    settings = TuneSettings(metric=metric, against_sense=["client_acc_worst"])
     assert settings.objectives == (
         Objective("val_acc", "max"),
         Objective("client_acc_var", "min"),  # its own direction: a variance is better low
-        Objective("client_acc_worst", "min"),  # as written, however odd
+        Objective("client_acc_worst", "min"),  # as written, against its sense on purpose
     )
     assert settings.multi_objective and settings.primary == "val_acc" and settings.mode == "max"
 
