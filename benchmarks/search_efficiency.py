@@ -55,6 +55,12 @@ SEARCH: dict[str, dict[str, list[float]]] = {  # baselines.yaml's fedavgm ranges
     "server_lr": {"loguniform": [0.3, 3.0]},
     "server_momentum": {"uniform": [0.0, 0.95]},
 }
+# `--space wide`: the clients' learning rate over two decades beside them, where lr x server_lr x momentum can
+# diverge: a good region a cold study takes longer to find, so a warm start has something to save
+SPACES: dict[str, dict[str, dict[str, list[float]]]] = {
+    "small": SEARCH,
+    "wide": {"optimizer.lr": {"loguniform": [0.001, 0.3]}, **SEARCH},
+}
 STORE = "mlflow.db"  # in the workdir
 WARM_SOURCE_ALPHA = 0.5  # the neighbouring setting a warm-started study takes its first configurations from
 
@@ -311,6 +317,7 @@ class Budget:
     rounds: int
     seeds: int
     main_alpha: float = WORKLOAD["partition"]["alpha"]
+    space: str = "small"  # of SPACES
 
 
 def grid_points(budget: int, dimensions: int) -> int:
@@ -331,7 +338,7 @@ def centred_axis(distribution: Mapping[str, Sequence[float]], points: int) -> li
 def searcher_space(name: str, budget: Budget) -> dict[str, Any]:
     """The search-space file a searcher's `tune.py` run takes: one variant per sampler seed."""
     searcher = SEARCHERS[name]
-    search: dict[str, dict[str, Any]] = {k: dict(v) for k, v in SEARCH.items()}
+    search: dict[str, dict[str, Any]] = {k: dict(v) for k, v in SPACES[budget.space].items()}
     if searcher.grid:
         points = grid_points(budget.trials, len(search))
         search = {k: {**v, "grid": centred_axis(v, points)} for k, v in search.items()}
@@ -501,6 +508,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--seeds", type=positive_int, help="sampler seeds (studies) per searcher (default 3)")
     parser.add_argument("--trials", type=positive_int, help="trials per study, the budget (default 16)")
     parser.add_argument("--rounds", type=positive_int, help="rounds per trial (default 10)")
+    parser.add_argument("--space", choices=SPACES, default="small", help="small: FedAvgM's server_lr and "
+                        "server_momentum (default); wide: optimizer.lr over [0.001, 0.3] beside them")  # fmt: skip
     parser.add_argument("--out", help="also write the tables (markdown, with the machine and command) to this file")
     parser.add_argument("--json", help="also write per study and trial its rounds run and best-so-far val_acc here")
     parser.add_argument("--workdir", help="keep the MLflow store and space files here (default: a temporary one)")
@@ -531,7 +540,7 @@ def run_searchers(names: Sequence[str], budget: Budget, workdir: Path, uri: str)
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    budget = Budget(args.trials, args.rounds, args.seeds)
+    budget = Budget(args.trials, args.rounds, args.seeds, space=args.space)
     refused = {name: why for name in args.searchers if not args.reuse and (why := space_problem(name, budget))}
     if refused:
         said = "; ".join(f"{name}: {why}" for name, why in refused.items())

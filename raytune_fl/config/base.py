@@ -25,10 +25,12 @@ class ConfigError(ValueError, RaytuneFLError):
 
 
 def did_you_mean(name: object, known: Iterable[str]) -> str:
-    """The hint `did you mean 'x'? ` for a misspelt `name` (the closest of `known`, by difflib), else ""."""
+    """The hint `did you mean 'x'? ` for a misspelt `name` (a dotted name it is the last part of, as `lr` of
+    `optimizer.lr`, else the closest of `known` by difflib), else ""."""
     if not isinstance(name, str) or not name:
         return ""
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    close = [k for k in known if k.rpartition(".")[2] == name and "." in k]
+    close = close or difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}? " if close else ""
 
 

@@ -1,6 +1,8 @@
 """The experiment settings a variant may fix or search like a method's hyperparameters, over base's values for that
-variant's trials: `privacy.clip_norm`, `privacy.noise_multiplier` and `privacy.target_epsilon` (base.privacy's), and
-`personalise.finetune_steps` (a "FedAvg + fine-tuning" row beside FedAvg in one table).
+variant's trials: `privacy.clip_norm`, `privacy.noise_multiplier` and `privacy.target_epsilon` (base.privacy's),
+`personalise.finetune_steps` (a "FedAvg + fine-tuning" row beside FedAvg in one table), and the clients' optimiser,
+`optimizer.lr`, `optimizer.momentum` and `optimizer.weight_decay` (the variant's optimiser's: the learning rate is
+the hyperparameter FL studies tune most, and the one PBT turns into a schedule over rounds).
 
 They are declared as `Param`s, so the search-space checks, the samplers and the records treat them as they treat a
 method's own; `TrialSpec.resolve` moves them into the trial's experiment (its `privacy` section), which is where the
@@ -45,8 +47,15 @@ FINETUNE_STEPS = Param(
     name="personalise.finetune_steps",
     ge=0,
 )
+OPTIMIZER_PREFIX = "optimizer."
+# the bounds are OptimizerConfig's, so a value the space accepts is one the trial's experiment accepts
+OPTIMIZER_PARAMS: Mapping[str, Param] = hyperparameters(
+    Param(float, 0.01, "the clients' SGD learning rate (a schedule's base rate)", name="optimizer.lr", gt=0),
+    Param(float, 0.9, "the clients' SGD momentum", name="optimizer.momentum", ge=0, lt=1),
+    Param(float, 1e-5, "the clients' SGD weight decay (L2)", name="optimizer.weight_decay", ge=0),
+)
 # everything a variant may set besides its method's hyperparameters
-VARIANT_SETTINGS: Mapping[str, Param] = {**PRIVACY_PARAMS, **hyperparameters(FINETUNE_STEPS)}
+VARIANT_SETTINGS: Mapping[str, Param] = {**PRIVACY_PARAMS, **hyperparameters(FINETUNE_STEPS), **OPTIMIZER_PARAMS}
 
 
 def variant_spec(spec: MethodSpec) -> MethodSpec:
@@ -55,16 +64,19 @@ def variant_spec(spec: MethodSpec) -> MethodSpec:
     return dataclasses.replace(spec, params={**spec.params, **VARIANT_SETTINGS})
 
 
-def split_privacy(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the experiment settings among `values`: privacy's and personalise's, the rest: the method's
+def split_settings(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the experiment settings among `values`: privacy's, personalise's and optimizer's, the rest: the method's
     hyperparameters)."""
     settings = {k: v for k, v in values.items() if k in VARIANT_SETTINGS}
     return settings, {k: v for k, v in values.items() if k not in VARIANT_SETTINGS}
 
 
-def with_privacy(experiment: ExperimentConfig, values: Mapping[str, Any]) -> ExperimentConfig:
+def with_settings(experiment: ExperimentConfig, values: Mapping[str, Any]) -> ExperimentConfig:
     """`experiment` with a variant's settings: `privacy.<field>` in its privacy section, `personalise.<field>` in
-    its personalise section."""
+    its personalise section, `optimizer.<field>` in its optimizer section."""
+    optimizer = {k.removeprefix(OPTIMIZER_PREFIX): float(v) for k, v in values.items() if k in OPTIMIZER_PARAMS}
+    if optimizer:
+        experiment = experiment.model_copy(update={"optimizer": experiment.optimizer.model_copy(update=optimizer)})
     personal = {k.removeprefix(PERSONALISE_PREFIX): v for k, v in values.items() if k.startswith(PERSONALISE_PREFIX)}
     if personal:
         section = experiment.personalise.model_copy(update=personal)

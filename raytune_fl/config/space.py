@@ -315,10 +315,10 @@ def _one_noise_setting(name: str, variant: VariantConfig, privacy: Any) -> None:
 
 def _target_reachable(name: str, experiment: ExperimentConfig, variant: VariantConfig) -> None:
     """Central DP's target epsilon (base's, or the variant's fixed one) is reachable over the planned rounds."""
-    from raytune_fl.config.privacy import split_privacy, with_privacy
+    from raytune_fl.config.privacy import split_settings, with_settings
     from raytune_fl.privacy.accountant import UnreachableEpsilon, noise_for_epsilon
 
-    privacy = with_privacy(experiment, split_privacy(variant.fixed)[0]).privacy
+    privacy = with_settings(experiment, split_settings(variant.fixed)[0]).privacy
     if privacy is None or privacy.mechanism != "central" or privacy.target_epsilon is None:
         return
     try:

@@ -32,11 +32,11 @@ class TrialSpec:
         searched: Mapping[str, Any] | None = None,
     ) -> TrialSpec:
         """`searched` (a Tune trial's config) over the variant's `fixed` values: the one place they merge."""
-        from raytune_fl.config.privacy import split_privacy, with_privacy
+        from raytune_fl.config.privacy import split_settings, with_settings
         from raytune_fl.methods import METHODS
 
-        private, values = split_privacy({**fixed, **(searched or {})})  # privacy.*, personalise.*: the experiment
-        return cls(with_privacy(experiment, private), method, METHODS.get(method).resolve(values))
+        private, values = split_settings({**fixed, **(searched or {})})  # privacy.*, personalise.*: the experiment
+        return cls(with_settings(experiment, private), method, METHODS.get(method).resolve(values))
 
     @property
     def placement(self) -> ResourcesConfig:

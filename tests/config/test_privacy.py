@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from raytune_fl.config import ConfigError, VariantTrials, parse_space
-from raytune_fl.config.privacy import PRIVACY_PARAMS, split_privacy, with_privacy
+from raytune_fl.config.privacy import PRIVACY_PARAMS, split_settings, with_settings
 from raytune_fl.methods import METHODS
 from tests.support import changed_space
 
@@ -49,12 +49,12 @@ def test_a_budget_per_variant_puts_several_epsilons_and_no_noise_in_one_study():
     assert (free.noise_multiplier, free.clip_norm, free.target_epsilon) == (0.0, 1e6, None)
 
 
-def test_split_and_with_privacy_by_hand():
-    assert split_privacy({"mu": 1, "privacy.clip_norm": 2}) == ({"privacy.clip_norm": 2}, {"mu": 1})
+def test_split_and_with_settings_by_hand():
+    assert split_settings({"mu": 1, "privacy.clip_norm": 2}) == ({"privacy.clip_norm": 2}, {"mu": 1})
     space = parse_space(changed_space(("base.privacy", CENTRAL)))
-    assert with_privacy(space.base, {}) is space.base
+    assert with_settings(space.base, {}) is space.base
     with pytest.raises(ValueError, match="privacy.clip_norm: base.privacy is unset"):
-        with_privacy(parse_space(changed_space()).base, {"privacy.clip_norm": 1.0})
+        with_settings(parse_space(changed_space()).base, {"privacy.clip_norm": 1.0})
 
 
 def test_no_method_declares_a_hyperparameter_under_a_privacy_settings_name():
