@@ -58,6 +58,13 @@ class Budget:
     interval: int  # PBT's rounds between perturbations
     seeds: int  # ablation seeds
 
+    def described(self) -> str:
+        spent = self.trials * self.rounds
+        return (
+            f"{self.trials} trials x {self.rounds} rounds per way ({spent} trial-rounds), PBT every {self.interval} "
+            f"rounds; ablated over {self.seeds} held-out seeds"
+        )
+
 
 # ---------------------------------------------------------------- the spaces (pure)
 
@@ -143,6 +150,11 @@ def format_report(scores: Mapping[str, Mapping[int, float]], schedules: Mapping[
 # ---------------------------------------------------------------- the runs
 
 
+def shown(line: str) -> bool:
+    """The lines worth echoing: a variant's start, a trial's end, the selected schedule, an error."""
+    return line.startswith(("===", "error", "schedule", "ablation:")) or (line.startswith("[") and "trial " in line)
+
+
 def run_script(script: str, args: Sequence[str], label: str) -> float:
     """scripts/<script> with `args`, its trial and variant lines echoed; returns its wall time."""
     started, tail = time.perf_counter(), deque[str](maxlen=60)
@@ -152,7 +164,7 @@ def run_script(script: str, args: Sequence[str], label: str) -> float:
         assert p.stdout is not None
         for line in p.stdout:
             tail.append(line)
-            if line.startswith(("===", "error", "schedule", "ablation:")) or (line.startswith("[") and "trial " in line):
+            if shown(line):
                 print(f"  {label}: {line.rstrip()[:220]}", flush=True)
     if p.returncode != 0:
         raise RuntimeError(f"{script} ({label}) exited with {p.returncode}:\n{''.join(tail)}")
@@ -240,8 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         uri = f"sqlite:///{workdir / STORE}"
         out = run_all(budget, workdir, uri)
         text = format_report(read_scores(out), read_schedules(uri))
-    budget_line = f"{budget.trials} trials x {budget.rounds} rounds per way ({budget.trials * budget.rounds} "
-    text = f"{budget_line}trial-rounds), PBT every {budget.interval} rounds; ablated over {budget.seeds} seeds\n\n{text}"
+    text = f"{budget.described()}\n\n{text}"
     print(text)
     if args.out:
         Path(args.out).write_text("\n".join(header) + "\n\n" + text + "\n")

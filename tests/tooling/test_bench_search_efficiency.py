@@ -169,3 +169,13 @@ def test_a_grid_axis_lies_at_the_centres_of_equal_cells_inside_the_range():
     low, high = bench.centred_axis({"loguniform": [0.01, 1.0]}, 2)
     assert math.isclose(low, 10**-1.5) and math.isclose(high, 10**-0.5)
     assert bench.centred_axis({"uniform": [0.0, 1.0]}, 4) == [0.125, 0.375, 0.625, 0.875]
+
+
+def test_the_wide_space_adds_the_clients_lr_and_every_searcher_takes_it():
+    budget = Budget(16, 10, 2, space="wide")
+    for name in bench.SEARCHERS:
+        assert bench.space_problem(name, budget) is None, name
+    search = bench.searcher_space("grid", budget)["variants"]["grid-1"]["search"]
+    assert list(search) == ["optimizer.lr", "server_lr", "server_momentum"]
+    assert [len(axis["grid"]) for axis in search.values()] == [2, 2, 2]  # 2 ** 3 = 8 of the 16 trials
+    assert bench.parse_args(["--space", "wide"]).space == "wide" and bench.parse_args([]).space == "small"
