@@ -40,6 +40,7 @@ from raytune_fl.config import (
     override,
 )
 from raytune_fl.methods import METHODS
+from raytune_fl.paths import expand_home
 
 if TYPE_CHECKING:
     from raytune_fl.data import ArrayDataset
@@ -48,22 +49,6 @@ if TYPE_CHECKING:
 
 SPACE_HELP = "search-space YAML file, e.g. search_spaces/univarfl.yaml"
 MLFLOW_URI_HELP = "MLflow tracking URI; default: MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db"
-
-
-# `~` at the start of a path inside a URI: sqlite:///~/m.db, file:~/x, file://~/x
-_HOME_IN_URI = re.compile(r"(sqlite:///|file://|file:)(~[^/]*)")
-
-
-def expand_home(text: str) -> str:
-    """A path option's value with a leading `~` expanded as the shell would: `~/x`, and inside a URI `sqlite:///~/x.db`
-    or `file:~/x`. The shell leaves it as typed when it is quoted or follows `--option=`, and a folder named `~`
-    would be made; an argparse `type` of every option that names a path or a store."""
-    if text.startswith("~"):
-        return os.path.expanduser(text)
-    match = _HOME_IN_URI.match(text)
-    if match is None or (home := os.path.expanduser(match[2])) == match[2]:
-        return text
-    return f"{match[1]}{home}{text[match.end() :]}"
 
 
 def console_prog(script: str) -> str:

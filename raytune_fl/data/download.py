@@ -34,6 +34,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from raytune_fl.errors import RaytuneFLError
+from raytune_fl.paths import expand_home
 
 TIMEOUT_S = 60.0  # per socket operation: a stalled server fails the download instead of hanging a trial
 CHUNK = 1 << 20
@@ -71,6 +72,7 @@ class DownloadOptions(BaseModel):
             return None
         if not info.data.get("download"):
             raise ValueError("a mirror is read only when downloading: set dataset_options.download: true too")
+        value = expand_home(value)  # file:~/mirror, as the commands' path options
         parts = urllib.parse.urlsplit(value)
         if parts.scheme not in URL_SCHEMES or (parts.scheme != "file" and not parts.netloc):
             raise ValueError("must be an http, https, ftp or file URL of the folder holding the files")

@@ -1,6 +1,7 @@
 """Issue 59: `~` in a path option is the home folder, as the shell would have made it where it did not (quoted, or
 after `--option=`): `--storage '~/x'` made a folder named `~`. Every option that names a path or a store, and
-MLFLOW_TRACKING_URI, is expanded before any check reads it (cli/common.py's expand_home, their argparse type)."""
+MLFLOW_TRACKING_URI, is expanded before any check reads it (paths.py's expand_home, their argparse type; a
+dataset's download_url too: tests/data/test_download.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import yaml
 
 from raytune_fl.cli import ablate, common, dashboard, reproduce
 from raytune_fl.cli.tune import build_parser
+from raytune_fl.paths import expand_home
 from raytune_fl.runtime.storage import make_storage
 from tests.support import tiny_space
 
@@ -39,7 +41,7 @@ def home(tmp_path, monkeypatch):
     ],
 )
 def test_a_leading_tilde_is_the_home_folder_in_paths_and_uris(home, given, expanded):
-    assert common.expand_home(given) == expanded.format(home=home)
+    assert expand_home(given) == expanded.format(home=home)
 
 
 def test_every_path_option_of_every_command_is_expanded(home):

@@ -433,6 +433,19 @@ def test_an_md5_per_file_is_needed_where_a_dataset_fetches_several(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_mirror_under_the_home_folder_is_expanded_as_the_commands_paths_are(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for given in ("file:~/mirror", "file://~/mirror"):
+        config = ExperimentConfig(
+            dataset="stl10", root="/data", dataset_options={"download": True, "download_url": given}
+        )
+        assert config.dataset_options["download_url"].endswith(f"{tmp_path}/mirror"), given
+    kept = ExperimentConfig(
+        dataset="stl10", root="/d", dataset_options={"download": True, "download_url": "http://m/~x"}
+    )
+    assert kept.dataset_options["download_url"] == "http://m/~x"  # only a file path's leading ~
+
+
 # ---- the mirror's URL and progress ---------------------------------------------------------------------------
 
 
