@@ -15,7 +15,7 @@ from raytune_fl.config import ConfigError, Objective, SearchSpace, TuneSettings
 from raytune_fl.metrics import EPSILON, ROUND, TEST_ACC, VAL_ACC
 from raytune_fl.registry import UnknownNameError
 from raytune_fl.tracking.records import ENDED_STATUSES
-from raytune_fl.tracking.schema import TRIAL_ERROR, study_key
+from raytune_fl.tracking.schema import LEFT_RUNNING, TRIAL_ERROR, study_key
 from raytune_fl.tune import interrupt
 from raytune_fl.tune.uncertainty import NOISE_Z, accuracy_se, has_binomial_se, within_noise
 
@@ -313,7 +313,7 @@ def _each_study(
             )
         except stopping.StudyInterrupted as stop:
             manifest.interrupted(key, stop.name)
-            state.cut = _cut(key, [_key(o) for o in outcomes], keys[index + 1 :])
+            state.cut = _cut(key, [_key(o) for o in outcomes], keys[index + 1 :], getattr(stop, LEFT_RUNNING, None))
             raise
         manifest.finished(key, outcome)
         outcomes.append(outcome)
@@ -338,11 +338,13 @@ def _key(outcome: VariantOutcome) -> str:
     return study_key(outcome.variant, outcome.setting)
 
 
-def _cut(variant: str | None, finished: list[str], left: list[str]) -> str:
-    """One line: the variant whose study was cut (nothing selected for it), and the others' state."""
+def _cut(variant: str | None, finished: list[str], left: list[str], left_running: str | None = None) -> str:
+    """One line: the variant whose study was cut (nothing selected for it), and the others' state. `left_running`:
+    the parent run MLflow could not close at the stop (the warning above says so), which stays RUNNING."""
     parts = []
     if variant is not None:
-        parts.append(f"variant {variant!r} stopped mid-study, nothing selected for it (its parent run KILLED)")
+        run = f"its parent run {left_running} left RUNNING" if left_running else "its parent run KILLED"
+        parts.append(f"variant {variant!r} stopped mid-study, nothing selected for it ({run})")
     if finished:
         parts.append(f"finished: {', '.join(finished)}")
     if left:

@@ -218,3 +218,7 @@ ABLATION_SUMMARY_FILE = "summary.csv"  # ablation parent, under ablation/: summa
 TAG_WARM_START = "warm_start"
 TAG_WARM_START_CONFIGS = "warm_start_configs"
 WARM_START_ENQUEUED = "enqueued"
+
+# an attribute the tracker sets on a stop (KeyboardInterrupt) whose parent run it could not close (MLflow gone): the
+# run id left RUNNING, for the command's last line, which would otherwise say the run was KILLED
+LEFT_RUNNING = "parent_left_running"

@@ -33,6 +33,7 @@ from raytune_fl.tracking.schema import (
     CONTEXT_TRAIN,
     DATASET_CONTEXT,
     EXPERIMENT_KIND_TRAINING,
+    LEFT_RUNNING,
     PARTITION_FILE,
     PARTITION_FOLDER,
     RUN_FAILED,
@@ -288,12 +289,13 @@ class StudyTracker:
         try:
             yield parent
             parent.status = parent.status or RUN_FINISHED
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (tune/interrupt.py): what ran is kept, resumable
+        except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM (tune/interrupt.py): what ran is kept, resumable
             parent.status = RUN_KILLED
             parent.tags[TAG_INTERRUPTED] = "true"
             if record.resume_command:  # what `ablate` names when it refuses a stopped study's variant
                 parent.tags[TAG_RESUME_COMMAND] = record.resume_command
-            self._close_after_stop(parent, started)
+            if not self._close_after_stop(parent, started):
+                setattr(stop, LEFT_RUNNING, parent.run_id)
             raise
         except BaseException as error:
             parent.status = RUN_FAILED
@@ -302,12 +304,13 @@ class StudyTracker:
             raise
         self._close_parent(parent, started)
 
-    def _close_after_stop(self, parent: ParentRun, started: float | None) -> None:
+    def _close_after_stop(self, parent: ParentRun, started: float | None) -> bool:
         """`_close_parent` for a stopped study, whose stop must not turn into a tracking error: a tracking server
-        gone with the job (a `scancel` ends it too) leaves the runs RUNNING, said in one line. A resume reopens
-        the parent and closes its trial runs left RUNNING, as after a killed driver."""
+        gone with the job (a `scancel` ends it too) leaves the runs RUNNING, said in one line (returns False). A
+        resume reopens the parent and closes its trial runs left RUNNING, as after a killed driver."""
         try:
             self._close_parent(parent, started)
+            return True
         except Exception as error:
             said = (str(error).strip() or type(error).__name__).splitlines()[0][:200]
             _log.warning(
@@ -316,6 +319,7 @@ class StudyTracker:
                 said,
                 parent.run_id,
             )
+            return False
 
     def _close_parent(self, parent: ParentRun, started: float | None) -> None:
         """`parent_run`'s end: its children closed, its front tagged, its partition logged, then the parent."""

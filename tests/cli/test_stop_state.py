@@ -25,3 +25,16 @@ def test_once_a_record_exists_a_stop_says_what_was_cut_and_how_to_resume(capsys)
     err = capsys.readouterr().err
     assert "interrupted by SIGTERM (forced): ablation run r1 stopped (KILLED)" in err
     assert err.rstrip().splitlines()[-1].startswith("resume with: ") and err.rstrip().endswith("--resume")
+
+
+def test_the_cut_line_says_killed_unless_mlflow_left_the_parent_running():
+    from raytune_fl.cli.tune import _cut
+
+    killed = _cut("full", ["fedavg"], ["fedprox"])
+    assert killed == (
+        "variant 'full' stopped mid-study, nothing selected for it (its parent run KILLED); finished: fedavg; "
+        "not started: fedprox"
+    )
+    left = _cut("full", [], [], left_running="abc123")
+    assert left == "variant 'full' stopped mid-study, nothing selected for it (its parent run abc123 left RUNNING)"
+    assert _cut(None, [], []) == "before any variant started"

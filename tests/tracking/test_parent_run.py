@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from raytune_fl.tracking import StudyTracker
 from raytune_fl.tracking.records import RunEnd, RunRecord
-from raytune_fl.tracking.schema import TAG_PARENT_RUN, TAG_TRIAL_ID
+from raytune_fl.tracking.schema import LEFT_RUNNING, TAG_PARENT_RUN, TAG_TRIAL_ID
 from raytune_fl.tracking.tracker import ParentRun
 
 
@@ -23,10 +23,10 @@ def tracker(tmp_path) -> StudyTracker:
 
 def test_a_stopped_parent_is_tagged_with_its_records_resume_command(tracker):
     record = RunRecord("study", {"stage": "tune"}, {}, resume_command="python scripts/tune.py --resume")
-    with pytest.raises(KeyboardInterrupt), tracker.parent_run(record) as parent:
+    with pytest.raises(KeyboardInterrupt) as stopped, tracker.parent_run(record) as parent:
         raise KeyboardInterrupt
     run = tracker.client.get_run(parent.run_id)
-    assert run.info.status == "KILLED"
+    assert run.info.status == "KILLED" and not hasattr(stopped.value, LEFT_RUNNING)
     assert run.data.tags["interrupted"] == "true"
     assert run.data.tags["resume_command"] == "python scripts/tune.py --resume"
 
@@ -40,7 +40,7 @@ def test_a_stop_whose_tracking_server_is_gone_stays_a_stop_said_in_one_line(trac
     port = closed.getsockname()[1]
     closed.close()  # nothing listens there now: the server is gone
     started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt), tracker.parent_run(RunRecord("study", {}, {})) as parent:
+    with pytest.raises(KeyboardInterrupt) as stopped, tracker.parent_run(RunRecord("study", {}, {})) as parent:
         kept = tracker.client
         tracker.client = MlflowClient(f"http://127.0.0.1:{port}")  # the server's address, after it ended
         raise KeyboardInterrupt
@@ -49,6 +49,7 @@ def test_a_stop_whose_tracking_server_is_gone_stays_a_stop_said_in_one_line(trac
     assert said.startswith("MLflow did not answer while the study stopped (")
     assert said.endswith(f"run {parent.run_id} and its open trial runs stay RUNNING until --resume reopens it")
     assert kept.get_run(parent.run_id).info.status == "RUNNING"
+    assert getattr(stopped.value, LEFT_RUNNING) == parent.run_id  # the command's last line says so, not KILLED
 
 
 def test_a_parent_without_a_resume_command_is_tagged_interrupted_only(tracker):
