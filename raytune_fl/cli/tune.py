@@ -307,10 +307,13 @@ def _each_study(
                 name,
                 replace(options, watch=progress.console(args.verbose)),
                 data=study.data,
-                resume=manifest.run(key) if args.resume else None,
+                resume=manifest.run(key) if run_state in ("interrupted", "killed") else None,
                 on_start=partial(manifest.started, key),
                 at=StudyAt(study.setting, warm_start),
             )
+        except ConfigError as error:  # a trial's (tune/refusal.py) or a warm start's: the record says so
+            manifest.refused(key, str(error))
+            raise
         except stopping.StudyInterrupted as stop:
             manifest.interrupted(key, stop.name)
             state.cut = _cut(key, [_key(o) for o in outcomes], keys[index + 1 :], getattr(stop, LEFT_RUNNING, None))
@@ -324,6 +327,7 @@ def _each_study(
 _RESUMING = {
     "interrupted": ": interrupted; its finished trials kept, the cut ones resumed from their checkpoints",
     "killed": ": its driver was killed; its finished trials kept, the cut ones resumed from their checkpoints",
+    "refused": ": a configuration error stopped its last try (its parent run FAILED); started afresh",
 }
 
 

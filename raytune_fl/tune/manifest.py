@@ -97,14 +97,27 @@ class StudyManifest:
         entry["interrupted"] = {"by": by, "at": time.strftime("%Y-%m-%d %H:%M:%S")}
         self.save()
 
+    def refused(self, variant: str, why: str) -> None:
+        """`variant`'s study was stopped by a configuration error (a trial's, tune/refusal.py): no outcome, its
+        parent FAILED. --resume starts it afresh: the same settings resumed would fail the same way."""
+        entry = self.variants.get(variant)
+        if entry is None or entry.get("outcome"):
+            return
+        first = (why.strip().splitlines() or [""])[0][:300]
+        entry["refused"] = {"why": first, "at": time.strftime("%Y-%m-%d %H:%M:%S")}
+        self.save()
+
     def state(self, variant: str) -> str:
         """What --resume does with `variant`: 'finished' (kept), 'interrupted' (cut by a signal: its trials resume
-        from their checkpoints), 'killed' (started, its driver gone without a word: the same), or 'new'."""
+        from their checkpoints), 'killed' (started, its driver gone without a word: the same), 'refused' (a
+        configuration error stopped it: started afresh), or 'new'."""
         entry = self.variants.get(variant)
         if not entry:
             return "new"
         if entry.get("outcome"):
             return "finished"
+        if entry.get("refused"):
+            return "refused"
         return "interrupted" if entry.get("interrupted") else "killed"
 
     def outcome(self, variant: str) -> VariantOutcome | None:

@@ -3,6 +3,7 @@ first ends the study, unretried; exit 2 with the error's own text once, no trace
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -70,3 +71,7 @@ def test_a_config_error_raised_in_the_trial_exits_2_once_without_retries_or_next
     trials = [r for r in runs if "mlflow.parentRunId" in r.data.tags]  # the first trial only: the run stopped there
     assert [(r.info.status, r.data.tags["trial_status"]) for r in trials] == [("FAILED", "error")]
     assert not trials[0].data.metrics  # no round was logged: the refusal is no round
+    # the study record says so: --resume starts the variant afresh rather than resuming a refused study
+    [record] = (tmp_path / "ray").glob("*.study.json")
+    entry = json.loads(record.read_text())["variants"]["prox"]
+    assert entry["outcome"] is None and entry["refused"]["why"] == message

@@ -214,6 +214,11 @@ def test_the_study_record_says_what_resume_does_with_each_variant(tmp_path):
     assert loaded.outcome("full") is None and loaded.run("full") == run  # restored in its runs, never "kept"
     loaded.variants["full"].pop("interrupted")
     assert loaded.state("full") == "killed"  # started, its driver gone without a word: restored the same way
+    loaded.refused("full", "base.precision: bf16 on a CPU without it\n  (found by a trial of variant full ...)")
+    loaded.refused("fedavg", "no")  # a finished variant stays finished
+    again = StudyManifest.load(tmp_path, space, "sqlite:///m.db")
+    assert [again.state(v) for v in ("fedavg", "full")] == ["finished", "refused"]  # full: started afresh
+    assert again.variants["full"]["refused"]["why"] == "base.precision: bf16 on a CPU without it"
 
 
 def test_ablate_refuses_a_variant_whose_newest_study_was_interrupted(tmp_path):
