@@ -34,6 +34,7 @@ from raytune_fl.tracking.schema import (
     ABLATION_SUMMARY_FILE,
     PARTITION_FOLDER,
     RAN_EVERY_ROUND,
+    RUN_FAILED,
     RUN_KILLED,
     setting_folder,
 )
@@ -321,14 +322,16 @@ def settle(
 ) -> None:
     """Once the parent has closed (with `status`): whatever finished is in MLflow; the table is written from it
     unless Ctrl-C or SIGTERM stopped the ablation (--resume runs the rest and writes it: a table of some cells is
-    not the plan's). The parent gains its runs' counts, the seeds and the table's metrics after its end."""
+    not the plan's) or an error ended it (FAILED: a cell's configuration error stops every cell, and a table of
+    the failed cell would read as a result). The parent gains its runs' counts, the seeds and the table's metrics
+    after its end."""
     tracker = options.tracker
     results = ablation_results(tracker.client, tracker.experiment_id, outcome.parent_run_id)
     outcome.results = with_partition_seeds(plan_order(latest_per_cell(results), plan.cells), plan.cells)
     counts = outcome.results["status"].value_counts().to_dict() if len(outcome.results) else {}
     outcome.wall_time_s = time.time() - started
     summary = None
-    if len(outcome.results) and status != RUN_KILLED:
+    if len(outcome.results) and status not in (RUN_KILLED, RUN_FAILED):
         note = plan.seed_plan.describe() if plan.seed_plan is not None else ""
         outcome.summary, outcome.files = write_table(
             outcome.results, len(plan.seeds), options.out_dir, plan.partition_seeds, note, plan.metric

@@ -1,5 +1,6 @@
-"""A configuration error found only inside a trial, through the real tune.py on a private Ray (tune/refusal.py): the
-first ends the study, unretried; exit 2 with the error's own text once, no traceback, no "next"."""
+"""A configuration error found only inside a trial, through the real tune.py and ablate.py on a private Ray
+(tune/refusal.py): the first ends the study (or the ablation), unretried; exit 2 with the error's own text once, no
+traceback, no "next", no table."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ REFUSING_MODEL = """
 """
 
 
-def test_a_config_error_raised_in_the_trial_exits_2_once_without_retries_or_next_steps(tmp_path):
+def test_a_config_error_raised_in_a_trial_or_cell_exits_2_once_without_retries_or_next_steps(tmp_path):
     (tmp_path / "plug_refuse.py").write_text(textwrap.dedent(REFUSING_MODEL))
     data = tiny_space("refused", rounds=2, model="plug_refusing", resources={"actors": 0})
     data["plugins"] = ["plug_refuse"]
@@ -75,3 +76,22 @@ def test_a_config_error_raised_in_the_trial_exits_2_once_without_retries_or_next
     [record] = (tmp_path / "ray").glob("*.study.json")
     entry = json.loads(record.read_text())["variants"]["prox"]
     assert entry["outcome"] is None and entry["refused"]["why"] == message
+
+    # ablate stops on the same error the same way (exit 2, its text once) and writes no table from the failed cell
+    argv = ["--space", "refused.yaml", "--storage", str(tmp_path / "ray"), "--mlflow-uri", uri, "--seeds", "1"]
+    argv += ["--ignore-studies", "--out", str(tmp_path / "reports"), "--no-dashboard"]
+    run = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "ablate.py"), *argv],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=240,
+    )
+    printed = run.stdout + run.stderr
+    assert run.returncode == 2, printed
+    assert f"error: {message}\n" in run.stderr and printed.count(message) == 1, printed
+    assert "Traceback" not in printed and "=== next ===" not in printed, printed
+    assert not list((tmp_path / "reports").glob("ablation_table.*")), printed
+    runs = client.search_runs([client.get_experiment_by_name("refused").experiment_id], "tags.stage = 'ablation'")
+    [ablation] = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert ablation.info.status == "FAILED" and ablation.data.tags["failure"] == message
