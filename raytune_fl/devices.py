@@ -102,6 +102,11 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str] | None:
     return None
 
 
+# what a bf16 refusal says, before Ray (bf16_refusal) and in the trial (engine/precision.py): one text
+BF16_CPUS = "AVX-512 or AVX2-VNNI-2 on x86, BF16 on Arm"
+BF16_INSTEAD = "use precision: fp32, or fp16 (a gradient scaler keeps its small gradients)"
+
+
 def bf16_refusal(precision: str, resources: ResourcesConfig, bf16: bool | None) -> str | None:
     """The first line refusing `precision` where trials compute on a CPU whose bf16 capability is `bf16`
     (cpu_has_bf16 of the trials' node), or None: not bf16, no process of the trial on the CPU, or not known."""
@@ -112,9 +117,8 @@ def bf16_refusal(precision: str, resources: ResourcesConfig, bf16: bool | None) 
     if not on_cpu:
         return None  # a GPU's capability is the trial's to check (engine/precision.py), on its node
     return (
-        "precision: 'bf16' needs a CPU with bfloat16 kernels (AVX-512 or AVX2-VNNI-2 on x86, BF16 on Arm) and "
-        "this machine's, where the trials compute, has none; use precision: fp32, or fp16 (a gradient scaler keeps "
-        "its small gradients), or run on a cluster (--address) whose nodes have bf16 or GPUs"
+        f"precision: 'bf16' needs a CPU with bfloat16 kernels ({BF16_CPUS}) and this machine's, where the trials "
+        f"compute, has none; {BF16_INSTEAD}, or run on a cluster (--address) whose nodes have bf16 or GPUs"
     )
 
 

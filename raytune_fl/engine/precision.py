@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from raytune_fl.devices import DeviceError
+from raytune_fl.devices import BF16_CPUS, BF16_INSTEAD, DeviceError
 
 Precision = Literal["fp32", "bf16", "fp16"]
 _DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -66,11 +66,10 @@ def check_precision(precision: str, device: torch.device | str, bf16_supported: 
         return  # fp16 autocast exists on the CPU and every CUDA device; fp32 needs nothing
     supported = supports_bf16(device) if bf16_supported is None else bf16_supported
     if not supported:
-        what = "this CPU (no AVX-512 BF16/AMX in oneDNN)" if device.type == "cpu" else f"{device} (compute < 8.0)"
+        what = f"this CPU (oneDNN's: {BF16_CPUS})" if device.type == "cpu" else f"{device} (compute < 8.0)"
         raise PrecisionError(
             f"precision: 'bf16' needs a device with bfloat16 support; {what} has none\n"
-            "use precision: fp32, or fp16 (a gradient scaler keeps its small gradients), or train on a device "
-            "with bf16 (CPUs with AVX-512 BF16 or AMX, NVIDIA GPUs from Ampere on)"
+            f"{BF16_INSTEAD}, or train on a device with bf16 (CPUs with {BF16_CPUS}; NVIDIA GPUs from Ampere on)"
         )
 
 

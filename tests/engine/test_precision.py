@@ -20,7 +20,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from raytune_fl.config import ExperimentConfig
+from raytune_fl.config import ExperimentConfig, ResourcesConfig
+from raytune_fl.devices import BF16_CPUS, BF16_INSTEAD, bf16_refusal
 from raytune_fl.engine.batched import train_local_batched
 from raytune_fl.engine.evaluation import predict
 from raytune_fl.engine.federation import Federation, in_process_pool
@@ -383,6 +384,10 @@ def test_bf16_without_device_support_is_refused_naming_the_field():
         with pytest.raises(PrecisionError) as refused:
             check_precision("bf16", device, bf16_supported=False)
         assert str(refused.value).splitlines()[0].startswith("precision: 'bf16' needs")
+        # the driver's refusal before Ray (devices.bf16_refusal) offers the same ways out, from the same text
+        assert f"has none\n{BF16_INSTEAD}, or train on a device with bf16" in str(refused.value)
+    before_ray = bf16_refusal("bf16", ResourcesConfig(device="cpu"), bf16=False)
+    assert f"{BF16_INSTEAD}, or run on a cluster" in str(before_ray) and BF16_CPUS in str(before_ray)
     check_precision("bf16", "cpu", bf16_supported=True)
     for precision in ("fp32", "fp16"):  # they need no bf16 kernels
         check_precision(precision, "cpu", bf16_supported=False)
