@@ -176,17 +176,18 @@ def write_space(path: Path, data: Mapping[str, Any]) -> Path:
     return path
 
 
-def run_all(budget: Budget, workdir: Path, uri: str) -> Path:
-    """Tune the three ways, then ablate them; returns the ablation's out folder."""
+def run_all(budget: Budget, workdir: Path, uri: str, tune: bool = True) -> Path:
+    """Tune the three ways (unless `tune` is False: the workdir's studies), then ablate them; returns the
+    ablation's out folder."""
     common = ["--mlflow-uri", uri, "--storage", str(workdir / "ray_results")]
     tpe = write_space(workdir / "tpe.yaml", tpe_space(budget))
     pbt = write_space(workdir / "pbt.yaml", pbt_space(budget))
     both = write_space(workdir / "ablation.yaml", ablation_space(budget))
-    for label, path in (("constant+cosine", tpe), ("pbt", pbt)):
+    for label, path in (("constant+cosine", tpe), ("pbt", pbt)) if tune else ():
         print(f"tune {label}: {budget.trials} trials x {budget.rounds} rounds per way", flush=True)
         wall = run_script("tune.py", ["--space", str(path), *common, "--no-models"], label)
         print(f"tune {label}: done in {wall:.0f} s", flush=True)
-    out = workdir / "reports"
+    out = workdir / f"reports-{budget.seeds}-seeds"
     print(f"ablate: {len(WAYS)} ways x {budget.seeds} held-out seeds", flush=True)
     wall = run_script("ablate.py", ["--space", str(both), *common, "--seeds", str(budget.seeds), "--out", str(out),
                                     "--no-dashboard"], "ablate")  # fmt: skip
@@ -231,7 +232,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny: 4 trials of 4 rounds, interval 2, 2 seeds")
     parser.add_argument("--workdir", help="keep the MLflow store, spaces and reports here (default: temporary)")
     parser.add_argument("--out", help="also write the table (markdown, with the machine and command) here")
+    parser.add_argument("--reuse", action="store_true", help="tune nothing: ablate the studies a --workdir holds "
+                        "again (e.g. over more --seeds; give the --trials and --rounds they ran)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.reuse and not (args.workdir and (Path(args.workdir) / STORE).exists()):
+        parser.error(f"--reuse: ablates the studies of a --workdir's {STORE}; give a --workdir that holds one")
     if args.quick:
         args.trials, args.rounds, args.interval, args.seeds = 4, 4, 2, 2
     if args.interval >= args.rounds:
@@ -250,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         workdir = Path(args.workdir or scratch)
         workdir.mkdir(parents=True, exist_ok=True)
         uri = f"sqlite:///{workdir / STORE}"
-        out = run_all(budget, workdir, uri)
+        out = run_all(budget, workdir, uri, tune=not args.reuse)
         text = format_report(read_scores(out), read_schedules(uri))
     text = f"{budget.described()}\n\n{text}"
     print(text)

@@ -65,6 +65,9 @@ def test_an_interval_not_below_the_rounds_is_refused(capsys):
     assert stopped.value.code == 2
     assert "--interval: 20 must be below --rounds (20)" in capsys.readouterr().err
     assert (bench.parse_args(["--quick"]).trials, bench.parse_args([]).rounds) == (4, 20)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--reuse"])  # nothing to ablate again without a workdir's store
+    assert "--reuse: ablates the studies of a --workdir's mlflow.db" in capsys.readouterr().err
 
 
 def test_the_pure_part_imports_neither_ray_nor_mlflow():
