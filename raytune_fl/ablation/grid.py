@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,23 @@ def parse_grid(items: list[str], option: str = "--grid") -> list[GridAxis]:
             raise ConfigError(f"{option} {name}: a value is repeated ({text})")
         axes.append(GridAxis(name, field, values))
     return axes
+
+
+def check_not_overridden(
+    axes: list[GridAxis], named: Mapping[str, Collection[str]], own_optimizer: Collection[str], option: str = "--grid"
+) -> None:
+    """Refuse an axis a variant sets itself, which would override the axis's value in every one of its cells: a
+    setting it fixes, searches or was tuned to (`named`: variant -> those names, e.g. optimizer.lr), or an
+    optimizer field where the variant has its own `optimizer` section (`own_optimizer`)."""
+    for axis in axes:
+        for variant, names in named.items():
+            own = axis.field.startswith("optimizer.") and variant in own_optimizer
+            if axis.field in names or own:
+                how = "its own optimizer section" if own else f"{axis.field} itself (fixed, searched or tuned)"
+                raise ConfigError(
+                    f"{option} {axis.name}: variant {variant!r} sets {how}, which would override the axis in every "
+                    f"one of its cells; leave it out (--variants) or take {axis.field} out of that variant"
+                )
 
 
 def as_fields(axes: list[GridAxis]) -> list[GridAxis]:

@@ -14,7 +14,14 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from raytune_fl.ablation.grid import GridAxis, check_partition_seeds, settings, split_label, splits
+from raytune_fl.ablation.grid import (
+    GridAxis,
+    check_not_overridden,
+    check_partition_seeds,
+    settings,
+    split_label,
+    splits,
+)
 from raytune_fl.ablation.seeds import AUTO_START, WITH_TUNING, SeedPlan
 from raytune_fl.ablation.sources import VariantSource
 from raytune_fl.config import ExperimentConfig, OptimizerConfig, ParamSchedule, SearchSpace, TrialSpec, VariantTrials
@@ -119,6 +126,12 @@ class AblationPlan:
         )
 
 
+def set_by(source: VariantSource) -> set[str]:
+    """What a variant's cells set themselves: its hyperparameters and settings, and its schedule's."""
+    scheduled = {name for segment in source.schedule.segments for name in segment.params} if source.schedule else set()
+    return {*source.params, *scheduled}
+
+
 def make_plan(
     space: SearchSpace,
     axes: list[GridAxis],
@@ -132,10 +145,12 @@ def make_plan(
     cells run their own selection. `seeds`: the training seeds, or the SeedPlan they came from (recorded on the
     parent, the seeds it scores); `auto`: `--seeds auto`'s target."""
     check_partition_seeds(partition_seeds, axes)
+    optimizers = {name: v.optimizer for name, v in space.variants.items() if v.optimizer is not None}
+    for chosen in [sources, *(per_setting or {}).values()]:
+        check_not_overridden(axes, {name: set_by(source) for name, source in chosen.items()}, optimizers)
     seed_plan = seeds if isinstance(seeds, SeedPlan) else None
     scored = list(seeds.scored) if isinstance(seeds, SeedPlan) else list(seeds)
     experiments = settings(space, axes)
-    optimizers = {name: v.optimizer for name, v in space.variants.items() if v.optimizer is not None}
     cells = build_cells(sources, experiments, scored, optimizers, partition_seeds, per_setting)
     return AblationPlan(
         space,

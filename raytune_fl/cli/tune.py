@@ -181,10 +181,13 @@ def _studies(args: argparse.Namespace, space: SearchSpace, variants: list[str]) 
     if not args.per_setting:
         data = common.check_data(space.base, methods)
         return [VariantStudy(name, None, space, data) for name in variants]
-    from raytune_fl.ablation.grid import as_fields, parse_grid, settings
+    from raytune_fl.ablation.grid import as_fields, check_not_overridden, parse_grid, settings
 
     studies = []
     axes = as_fields(parse_grid(args.per_setting, "--per-setting"))
+    chosen = {name: space.variants[name] for name in variants}
+    own_optimizer = [name for name, v in chosen.items() if v.optimizer is not None]
+    check_not_overridden(axes, {n: {*v.fixed, *v.search} for n, v in chosen.items()}, own_optimizer, "--per-setting")
     for setting, experiment in settings(space, axes, "--per-setting").items():
         try:
             data = common.check_data(experiment, methods)

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from raytune_fl.ablation.grid import as_fields, check_partition_seeds, parse_grid, settings, split_label, splits
+from raytune_fl.ablation.grid import (
+    as_fields,
+    check_not_overridden,
+    check_partition_seeds,
+    parse_grid,
+    settings,
+    split_label,
+    splits,
+)
 from raytune_fl.config import ConfigError, parse_space
 from tests.support import tiny_space
 
@@ -70,3 +78,37 @@ def test_two_spellings_of_one_number_are_refused_as_one_setting():
         "--grid alpha=1e-1: the same setting as alpha=0.1 (alpha=0.1: numbers are compared as numbers); give each "
         "value once"
     )
+
+
+def test_an_axis_a_variant_sets_itself_is_refused_naming_the_axis_and_the_variant():
+    lr = parse_grid(["lr=0.01,0.1"])
+    check_not_overridden(lr, {"fedavg": {"mu"}, "full": set()}, own_optimizer=[])  # nobody sets it: accepted
+    with pytest.raises(ConfigError) as caught:
+        check_not_overridden(lr, {"fedavg": set(), "full": {"optimizer.lr"}}, own_optimizer=[])
+    assert str(caught.value).startswith(
+        "--grid lr: variant 'full' sets optimizer.lr itself (fixed, searched or tuned), which would override"
+    )
+    with pytest.raises(ConfigError, match=r"^--per-setting lr: variant 'fedavg' sets its own optimizer section"):
+        check_not_overridden(lr, {"fedavg": set()}, own_optimizer=["fedavg"], option="--per-setting")
+    # an own optimizer leaves the other axes alone
+    check_not_overridden(parse_grid(["alpha=0.1"]), {"fedavg": set()}, own_optimizer=["fedavg"])
+
+
+def test_ablate_refuses_a_grid_over_a_rate_a_tuned_variant_set_and_tune_a_per_setting_one(tmp_path):
+    from raytune_fl.ablation.plan import make_plan
+    from raytune_fl.ablation.sources import variant_source
+    from raytune_fl.cli.tune import _studies as studies
+    from raytune_fl.cli.tune import build_parser
+    from raytune_fl.tracking.store import StudyRecord
+
+    data = tiny_space()
+    data["variants"]["fedavg"]["search"] = {"optimizer.lr": {"loguniform": [0.01, 0.1]}}
+    space = parse_space(data)
+    study = StudyRecord("run1", "fedavg", {"optimizer.lr": 0.05}, {"best_val_acc": 0.5}, 0)
+    sources = {"fedavg": variant_source(space, "fedavg", study), "full": variant_source(space, "full", None)}
+    with pytest.raises(ConfigError, match=r"^--grid lr: variant 'fedavg' sets optimizer.lr itself"):
+        make_plan(space, parse_grid(["lr=0.01,0.1"]), [1], sources)
+    assert make_plan(space, parse_grid(["alpha=0.1"]), [1], sources).cells  # another axis: as before
+    args = build_parser().parse_args(["--space", "x.yaml", "--per-setting", "lr=0.01,0.1"])
+    with pytest.raises(ConfigError, match=r"^--per-setting optimizer.lr: variant 'fedavg' sets optimizer.lr"):
+        studies(args, space, list(space.variants))
