@@ -300,8 +300,10 @@ def format_warm(comparison: WarmComparison) -> str:
             "|---|---|",
             f"| cold ({COLD}) | {cost_text(comparison.cold)} |",
             f"| warm-started (tpe_warm) | {cost_text(comparison.warm)} |",
+            "",  # the ratio below the table, not a row of it
             f"warm / cold (medians): {ratio} (target: at most 0.5); the source setting's studies spent "
-            f"{source:g} trial-rounds (median) before",
+            f"{source:g} trial-rounds (median) before them (a per-setting run pays them for that setting's own "
+            "result)",
         ]
     )
 
