@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from raytune_fl.metrics import DIVERGED, DIVERGENCE_KEY, EPSILON, ROUND, ROUND_TIME_S, TEST_ACC, TRAIN_LOSS
+from raytune_fl.metrics import DIVERGED, DIVERGENCE_KEY, EPSILON, HP_PREFIX, ROUND, ROUND_TIME_S, TEST_ACC, TRAIN_LOSS
 from raytune_fl.tracking.records import ENDED_STATUSES, ended_status
 from raytune_fl.tracking.schema import (
     TRIAL_COLLAPSED,
@@ -81,6 +81,17 @@ class TrialProgress:
     running: bool = False
     outcome: str | None = None  # None until it ends: finished, stopped_early, diverged or error
     error_file: str | None = None
+
+    @property
+    def in_force(self) -> dict[str, Any]:
+        """Its parameters as they are now: under PBT a trial goes on with perturbed values, which its results
+        carry as hp.<name> (the config it started with is what Tune keeps)."""
+        now = {k.removeprefix(HP_PREFIX): v for k, v in self.last.items() if k.startswith(HP_PREFIX)}
+        numeric = (int, float)
+        return {
+            name: now[name] if isinstance(now.get(name), numeric) and isinstance(value, numeric) else value
+            for name, value in self.params.items()
+        }
 
     @property
     def seconds(self) -> float | None:
@@ -248,7 +259,7 @@ def status_line(state: ProgressState, final: bool = False) -> str:
     best = state.best() if state.show_best else None
     if best is not None:
         value, trial = best
-        params = f": {params_text(trial.params)}" if trial.params else ""
+        params = f": {params_text(trial.in_force)}" if trial.params else ""
         parts.append(
             f"{state.mode} {state.metric}={value:.4f} ({state.noun} {trial.number} round {trial.round}{params})"
         )
@@ -274,7 +285,7 @@ def _values(state: ProgressState, result: dict[str, Any]) -> str:
 def ended_line(state: ProgressState, trial: TrialProgress) -> str:
     """One line when a trial ends: how, at which round, its scores and parameters, how long it took here."""
     prefix = f"[{state.label}] {state.noun} {trial.number}/{state.total}"
-    params = f" [{params_text(trial.params)}]" if trial.params else ""
+    params = f" [{params_text(trial.in_force)}]" if trial.params else ""
     seconds = trial.seconds
     took = f"{duration(seconds)}" if seconds is not None else ""
     if trial.outcome in (TRIAL_FINISHED, TRIAL_COLLAPSED):

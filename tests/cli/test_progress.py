@@ -93,6 +93,19 @@ def test_counts_best_with_its_params_and_the_time_left():
     )
 
 
+def test_a_pbt_trial_shows_the_values_in_force_not_those_it_started_with():
+    clock = Clock()
+    state = _state(clock, total=2, rounds=4, may_stop_early=False)
+    state.started("a", {"optimizer.lr": 0.1372, "sigma": "median"})
+    state.reported("a", _result(2, 0.6, **{"hp.optimizer.lr": 0.1372}))
+    # PBT: at round 2 it copied another trial and went on at 0.02; a text value stays as it started
+    state.reported("a", _result(4, 0.96, **{"hp.optimizer.lr": 0.02, "hp.sigma": 1.0}))
+    assert "(trial 1 round 4: optimizer.lr=0.02, sigma=median)" in status_line(state)
+    clock.at(12)
+    line = ended_line(state, state.completed("a", _result(4, 0.96, **{"hp.optimizer.lr": 0.02})))
+    assert line.endswith("val_acc=0.9600 test_acc=0.5000 [optimizer.lr=0.02, sigma=median] (4 rounds, 12s)")
+
+
 def test_every_way_a_trial_ends_and_the_final_line():
     clock = Clock()
     state = _state(clock)
