@@ -66,14 +66,18 @@ def test_the_quick_start_runs_as_the_readme_says(tmp_path):
         assert f"[{variant}] starting trial 1/{1 if variant == 'fedavg' else 3}: its process imports torch" in out
     assert out.count("  saving the selected model to MLflow...\n") == len(space.variants)
     # the run the README shows (tools/samples/quickstart.txt) selected the same: a seeded run is the same run on one
-    # machine; elsewhere (AVX2 or AVX-512 kernels) TPE proposes the same values (its seeded start-up trials), the
-    # same trial wins unless two trials' scores swap, and a score may move by a few of the 400 images
+    # machine; elsewhere (AVX2 or AVX-512 kernels, Intel or AMD) TPE proposes the same values (its seeded start-up
+    # trials), the same trial wins unless two trials' scores swap, and a score may move by some of the 400 images:
+    # within the recorded score's own standard error (FedAvg's 54.8 on an Intel VM was 53.0 on an AMD EPYC one, at
+    # the same code), a difference inside the noise, not a stale record
     recorded = readme_samples.selected(readme_samples.TRANSCRIPT.read_text())
     selected = readme_samples.selected(out)
     record_again = "the README's recorded run is stale: python -m tools.readme_samples --record, then --write"
     assert {v: s[2] for v, s in selected.items()} == {v: s[2] for v, s in recorded.items()}, record_again
     for variant, (score, se, _) in selected.items():
-        assert abs(score - recorded[variant][0]) <= 1.0 and se == recorded[variant][1], (variant, record_again)
+        recorded_score, recorded_se, _ = recorded[variant]
+        assert abs(score - recorded_score) <= recorded_se, (variant, score, recorded_score, record_again)
+        assert abs(se - recorded_se) <= 0.2, (variant, se, recorded_se, record_again)  # printed to 0.1
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("quickstart").experiment_id])
     parents = {r.data.tags["variant"]: r for r in runs if "mlflow.parentRunId" not in r.data.tags}
