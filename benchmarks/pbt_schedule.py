@@ -22,13 +22,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks.proc import run_echoed
 from benchmarks.search import base_config
 from benchmarks.search_efficiency import machine_lines, positive_int
 
@@ -157,18 +154,7 @@ def shown(line: str) -> bool:
 
 def run_script(script: str, args: Sequence[str], label: str) -> float:
     """scripts/<script> with `args`, its trial and variant lines echoed; returns its wall time."""
-    started, tail = time.perf_counter(), deque[str](maxlen=60)
-    command = [sys.executable, str(SCRIPTS / script), *args]
-    environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment) as p:
-        assert p.stdout is not None
-        for line in p.stdout:
-            tail.append(line)
-            if shown(line):
-                print(f"  {label}: {line.rstrip()[:220]}", flush=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"{script} ({label}) exited with {p.returncode}:\n{''.join(tail)}")
-    return time.perf_counter() - started
+    return run_echoed([sys.executable, str(SCRIPTS / script), *args], label, shown, width=220)
 
 
 def write_space(path: Path, data: Mapping[str, Any]) -> Path:

@@ -14,7 +14,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,24 @@ def measure(command: Sequence[str], interval_s: float = 1.0, env: dict[str, str]
 
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def run_echoed(command: Sequence[str], label: str, shown: Callable[[str], bool], width: int = 200) -> float:
+    """`command` to its end, each line `shown` keeps echoed as `  <label>: <line>` (cut to `width`); its last 60
+    lines in the error when it fails. Returns its wall time."""
+    started, tail = time.perf_counter(), deque[str](maxlen=60)  # what a failure shows
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(
+        list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            tail.append(line)
+            if shown(line):
+                print(f"  {label}: {line.rstrip()[:width]}", flush=True)
+    if process.returncode != 0:
+        raise RuntimeError(f"{Path(command[1]).name} ({label}) exited with {process.returncode}:\n{''.join(tail)}")
+    return time.perf_counter() - started
 
 
 def with_repo_on_path(env: dict[str, str] | None = None) -> dict[str, str]:

@@ -27,14 +27,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import math
-import os
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +39,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks.proc import run_echoed
 from benchmarks.search import base_config
 from benchmarks.workload import WORKLOAD
 from raytune_fl.tune.selection import best_of
@@ -388,20 +386,7 @@ def run_searcher(name: str, budget: Budget, workdir: Path, uri: str) -> float:
     """A searcher's studies through tune.py, its trial lines echoed; returns its wall time."""
     space = workdir / f"{name}.yaml"
     space.write_text(yaml.safe_dump(searcher_space(name, budget)))
-    started, tail = time.perf_counter(), deque[str](maxlen=60)  # what a failure shows
-    environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    command = tune_command(name, space, uri, workdir, budget)
-    with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment
-    ) as process:
-        assert process.stdout is not None
-        for line in process.stdout:
-            tail.append(line)
-            if is_progress(line):
-                print(f"  {name}: {line.rstrip()[:200]}", flush=True)
-    if process.returncode != 0:
-        raise RuntimeError(f"tune.py ({name}) exited with {process.returncode}:\n{''.join(tail)}")
-    return time.perf_counter() - started
+    return run_echoed(tune_command(name, space, uri, workdir, budget), name, is_progress)
 
 
 # ---------------------------------------------------------------- read back from MLflow
