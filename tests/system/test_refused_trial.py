@@ -44,6 +44,19 @@ REFUSING_MODEL = """
 """
 
 
+def _refused_once(script: str, argv: list[str], folder, message: str) -> str:
+    """scripts/<script> run in `folder`: exit 2 with `message` once on stderr, no traceback, no "next" steps; what
+    it printed."""
+    run = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / script), *argv], capture_output=True, text=True, cwd=folder, timeout=240
+    )
+    printed = run.stdout + run.stderr
+    assert run.returncode == 2, printed
+    assert f"error: {message}\n" in run.stderr and printed.count(message) == 1, printed
+    assert "Traceback" not in printed and "=== next ===" not in printed, printed
+    return printed
+
+
 def test_a_config_error_raised_in_a_trial_or_cell_exits_2_once_without_retries_or_next_steps(tmp_path):
     (tmp_path / "plug_refuse.py").write_text(textwrap.dedent(REFUSING_MODEL))
     data = tiny_space("refused", rounds=2, model="plug_refusing", resources={"actors": 0})
@@ -53,18 +66,9 @@ def test_a_config_error_raised_in_a_trial_or_cell_exits_2_once_without_retries_o
     (tmp_path / "refused.yaml").write_text(yaml.safe_dump(data))
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     argv = ["--space", "refused.yaml", "--storage", str(tmp_path / "ray"), "--mlflow-uri", uri, "--no-models"]
-    run = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "tune.py"), *argv],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=240,
-    )
-    printed = run.stdout + run.stderr
     message = "model: 'plug_refusing' needs images of 32x32 or more; these are (8, 8)"
-    assert run.returncode == 2, printed
-    assert f"error: {message}\n" in run.stderr and printed.count(message) == 1, printed
-    assert "Traceback" not in printed and "=== next ===" not in printed and "restarts it" not in printed, printed
+    printed = _refused_once("tune.py", argv, tmp_path, message)
+    assert "restarts it" not in printed, printed
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("refused").experiment_id])
     [parent] = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
@@ -80,17 +84,7 @@ def test_a_config_error_raised_in_a_trial_or_cell_exits_2_once_without_retries_o
     # ablate stops on the same error the same way (exit 2, its text once) and writes no table from the failed cell
     argv = ["--space", "refused.yaml", "--storage", str(tmp_path / "ray"), "--mlflow-uri", uri, "--seeds", "1"]
     argv += ["--ignore-studies", "--out", str(tmp_path / "reports"), "--no-dashboard"]
-    run = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "ablate.py"), *argv],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=240,
-    )
-    printed = run.stdout + run.stderr
-    assert run.returncode == 2, printed
-    assert f"error: {message}\n" in run.stderr and printed.count(message) == 1, printed
-    assert "Traceback" not in printed and "=== next ===" not in printed, printed
+    printed = _refused_once("ablate.py", argv, tmp_path, message)
     assert not list((tmp_path / "reports").glob("ablation_table.*")), printed
     runs = client.search_runs([client.get_experiment_by_name("refused").experiment_id], "tags.stage = 'ablation'")
     [ablation] = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
