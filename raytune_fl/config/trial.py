@@ -35,7 +35,7 @@ class TrialSpec:
         from raytune_fl.config.privacy import split_settings, with_settings
         from raytune_fl.methods import METHODS
 
-        private, values = split_settings({**fixed, **(searched or {})})  # privacy.*, personalise.*: the experiment
+        private, values = split_settings({**fixed, **(searched or {})})  # privacy.*, personalise.*, optimizer.*: the experiment
         return cls(with_settings(experiment, private), method, METHODS.get(method).resolve(values))
 
     @property
