@@ -35,7 +35,8 @@ class TrialSpec:
         from raytune_fl.config.privacy import split_settings, with_settings
         from raytune_fl.methods import METHODS
 
-        private, values = split_settings({**fixed, **(searched or {})})  # privacy.*, personalise.*, optimizer.*: the experiment
+        # privacy.*, personalise.*, optimizer.*: the experiment
+        private, values = split_settings({**fixed, **(searched or {})})
         return cls(with_settings(experiment, private), method, METHODS.get(method).resolve(values))
 
     @property
